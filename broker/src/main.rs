@@ -1,0 +1,28 @@
+//! `padres-broker`: one broker of a padres-rs federation.
+//!
+//! Only the command-line surface exists so far; routing, matching and the QUIC transport
+//! are being built (see the README's status section). Running it says so and exits
+//! non-zero rather than pretending to serve.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// A padres-rs broker: routes publications by content between clients and neighbour
+/// brokers.
+///
+/// Not built yet: this binary currently only describes itself. See the README's status
+/// section for what exists.
+#[derive(Debug, Parser)]
+#[command(name = "padres-broker", version)]
+struct Args {}
+
+fn main() -> ExitCode {
+    let _args = Args::parse();
+    eprintln!(
+        "padres-broker {}: the broker (routing, matching, QUIC transport) is not built yet; \
+         only the message language (crate padres-lang) exists so far",
+        env!("CARGO_PKG_VERSION")
+    );
+    ExitCode::from(2)
+}

@@ -1,0 +1,232 @@
+//! Composite subscriptions: patterns over atomic subscriptions.
+//!
+//! A composite subscription is a tree whose leaves are atomic subscriptions and whose inner
+//! nodes are `&` (both), `||` (either) and `;` (left matched before right), plus
+//! `Times(S, n, attr, step)`: `n` publications matching the atomic subscription `S` whose
+//! attribute `attr` increases by `step` from one to the next (decreases if negative).
+//! Variables (`$S$x`, `$I$x`) bind on first match and must be equal across the pattern.
+//!
+//! The tree is stored flat, in post-order (children before their parent, the root last).
+//! That keeps decoding free of recursion, so a hostile frame cannot exhaust the stack, and
+//! [`CompositeSubscription::new`] checks that the nodes form exactly one tree.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InvalidMessage;
+use crate::limits::Limits;
+use crate::name::Name;
+use crate::subscription::{Subscription, check_variable_kinds};
+use crate::value::{Kind, Value};
+
+/// A binary composite operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CompositeOp {
+    /// `&`: both sides matched, in any order.
+    And,
+    /// `||`: either side matched.
+    Or,
+    /// `;`: the left side matched before the right side.
+    Seq,
+}
+
+impl CompositeOp {
+    /// The operator as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::And => "&",
+            Self::Or => "||",
+            Self::Seq => ";",
+        }
+    }
+}
+
+impl fmt::Display for CompositeOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One node of a composite subscription. Children are indices of earlier nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Node {
+    /// An atomic subscription.
+    Leaf(Subscription),
+    /// `{left} op {right}`.
+    Binary {
+        /// The operator.
+        op: CompositeOp,
+        /// Index of the left child.
+        left: u32,
+        /// Index of the right child.
+        right: u32,
+    },
+    /// `Times(sub, count, attr, step)`.
+    Times {
+        /// The atomic subscription repeated.
+        sub: Subscription,
+        /// How many matching publications make a match (at least 1).
+        count: u32,
+        /// The attribute that steps.
+        attr: Name,
+        /// The step between consecutive publications (an integer or a float).
+        step: Value,
+    },
+}
+
+/// A composite subscription (see the module docs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawComposite")]
+pub struct CompositeSubscription {
+    nodes: Vec<Node>,
+}
+
+#[derive(Deserialize)]
+struct RawComposite {
+    #[serde(deserialize_with = "crate::wire::bounded::vec")]
+    nodes: Vec<Node>,
+}
+
+impl TryFrom<RawComposite> for CompositeSubscription {
+    type Error = InvalidMessage;
+    fn try_from(raw: RawComposite) -> Result<Self, Self::Error> {
+        Self::new(raw.nodes)
+    }
+}
+
+/// A borrowed view of one node with its children resolved, for walking the tree.
+#[derive(Clone, Copy, Debug)]
+pub enum Expr<'a> {
+    /// An atomic subscription.
+    Leaf(&'a Subscription),
+    /// `{left} op {right}`.
+    Binary(CompositeOp, usize, usize),
+    /// `Times(sub, count, attr, step)`.
+    Times(&'a Subscription, u32, &'a Name, &'a Value),
+}
+
+impl CompositeSubscription {
+    /// Checks that `nodes` is one tree in post-order within the default [`Limits`], that
+    /// every `Times` is well-formed and that no variable is used as two kinds.
+    pub fn new(nodes: Vec<Node>) -> Result<Self, InvalidMessage> {
+        Self::check(&nodes, &Limits::default())?;
+        Ok(Self { nodes })
+    }
+
+    pub(crate) fn check(nodes: &[Node], limits: &Limits) -> Result<(), InvalidMessage> {
+        if nodes.is_empty() {
+            return Err(InvalidMessage::Empty("a composite subscription"));
+        }
+        if nodes.len() > limits.max_composite_nodes {
+            return Err(InvalidMessage::TooLarge {
+                what: "number of composite nodes",
+                limit: limits.max_composite_nodes,
+            });
+        }
+        // Replaying the post-order with a stack of finished subtrees checks that every
+        // child is used once, right before its parent's other child, and that one root
+        // remains: exactly the canonical post-order of a single tree.
+        let mut stack: Vec<(usize, usize)> = Vec::new(); // (node index, depth)
+        let mut kinds = HashMap::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let depth = match node {
+                Node::Leaf(sub) => {
+                    check_variable_kinds(sub.predicates(), &mut kinds)?;
+                    1
+                }
+                Node::Times { sub, count, step, .. } => {
+                    check_variable_kinds(sub.predicates(), &mut kinds)?;
+                    let numeric_step = matches!(step, Value::Int(_) | Value::Float(_));
+                    if *count == 0 || !numeric_step || !step.is_valid() {
+                        return Err(InvalidMessage::BadRepetition);
+                    }
+                    1
+                }
+                Node::Binary { left, right, .. } => {
+                    let malformed = InvalidMessage::MalformedComposite("children out of order");
+                    let (r, rd) = stack.pop().ok_or(malformed.clone())?;
+                    let (l, ld) = stack.pop().ok_or(malformed.clone())?;
+                    if r != *right as usize || l != *left as usize {
+                        return Err(malformed);
+                    }
+                    1 + ld.max(rd)
+                }
+            };
+            if depth > limits.max_composite_depth {
+                return Err(InvalidMessage::TooLarge {
+                    what: "composite nesting depth",
+                    limit: limits.max_composite_depth,
+                });
+            }
+            stack.push((i, depth));
+        }
+        if stack.len() != 1 {
+            return Err(InvalidMessage::MalformedComposite("more than one root"));
+        }
+        Ok(())
+    }
+
+    /// A composite of one atomic subscription.
+    pub fn leaf(sub: Subscription) -> Self {
+        Self { nodes: vec![Node::Leaf(sub)] }
+    }
+
+    /// `Times(sub, count, attr, step)`.
+    pub fn times(sub: Subscription, count: u32, attr: Name, step: Value) -> Result<Self, InvalidMessage> {
+        Self::new(vec![Node::Times { sub, count, attr, step }])
+    }
+
+    /// `{self} op {right}`, checked against the default limits.
+    pub fn combine(self, op: CompositeOp, right: Self) -> Result<Self, InvalidMessage> {
+        let offset = u32::try_from(self.nodes.len())
+            .map_err(|_| InvalidMessage::MalformedComposite("too many nodes"))?;
+        let mut nodes = self.nodes;
+        nodes.extend(right.nodes.into_iter().map(|node| match node {
+            Node::Binary { op, left, right } => {
+                Node::Binary { op, left: left + offset, right: right + offset }
+            }
+            other => other,
+        }));
+        let right_root = u32::try_from(nodes.len() - 1)
+            .map_err(|_| InvalidMessage::MalformedComposite("too many nodes"))?;
+        nodes.push(Node::Binary { op, left: offset - 1, right: right_root });
+        Self::new(nodes)
+    }
+
+    /// The nodes in post-order; the root is last.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The index of the root node.
+    pub fn root(&self) -> usize {
+        self.nodes.len() - 1
+    }
+
+    /// Node `index`, with its children as indices.
+    pub fn expr(&self, index: usize) -> Expr<'_> {
+        match &self.nodes[index] {
+            Node::Leaf(sub) => Expr::Leaf(sub),
+            Node::Binary { op, left, right } => Expr::Binary(*op, *left as usize, *right as usize),
+            Node::Times { sub, count, attr, step } => Expr::Times(sub, *count, attr, step),
+        }
+    }
+
+    /// Every atomic subscription in the pattern, left to right.
+    pub fn atoms(&self) -> impl Iterator<Item = &Subscription> {
+        self.nodes.iter().filter_map(|node| match node {
+            Node::Leaf(sub) | Node::Times { sub, .. } => Some(sub),
+            Node::Binary { .. } => None,
+        })
+    }
+
+    /// The variables of the pattern and their kinds.
+    pub fn variables(&self) -> HashMap<Name, Kind> {
+        self.atoms()
+            .flat_map(Subscription::predicates)
+            .filter_map(|p| Some((p.variable()?.name.clone(), p.kind()?)))
+            .collect()
+    }
+}

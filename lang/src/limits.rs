@@ -1,0 +1,33 @@
+//! Size limits applied to every message, whether it arrives as text or as a frame.
+
+/// The limits a parser (and a broker) enforces. [`Limits::default`] is what
+/// `FromStr` and frame decoding use; a broker may configure tighter ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest message text accepted by the parser, in bytes.
+    pub max_text_len: usize,
+    /// Most predicates in one subscription or advertisement, or attributes in a publication.
+    pub max_predicates: usize,
+    /// Most nodes (leaves and operators) in one composite subscription.
+    pub max_composite_nodes: usize,
+    /// Deepest nesting of a composite subscription.
+    pub max_composite_depth: usize,
+    /// Largest compiled size of one `str-regex` pattern, in bytes (the `regex` crate's
+    /// size limit).
+    pub regex_size_limit: usize,
+    /// Deepest nesting of groups and repetitions inside one regex pattern.
+    pub regex_nest_limit: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_text_len: 1 << 20,
+            max_predicates: 1024,
+            max_composite_nodes: 4096,
+            max_composite_depth: 256,
+            regex_size_limit: 256 * 1024,
+            regex_nest_limit: 64,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Names of attributes, brokers and variables.
+//!
+//! A name is an identifier (`[A-Za-z_][A-Za-z0-9_.-]*`, at most [`Name::MAX_LEN`] bytes)
+//! behind an `Arc`, so the many copies that routing tables keep cost a pointer each.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::InvalidMessage;
+
+/// A validated identifier: an attribute, broker or variable name.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "Arc<str>")]
+pub struct Name(Arc<str>);
+
+impl Name {
+    /// The longest name accepted, in bytes.
+    pub const MAX_LEN: usize = 255;
+
+    /// Checks `text` and makes a name of it.
+    pub fn new(text: &str) -> Result<Self, InvalidMessage> {
+        if is_identifier(text) {
+            Ok(Self(Arc::from(text)))
+        } else {
+            Err(InvalidMessage::BadName(text.chars().take(64).collect()))
+        }
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// True for the first character of an identifier.
+pub(crate) fn is_ident_start(c: char) -> bool {
+    c.is_ascii_alphabetic() || c == '_'
+}
+
+/// True for the characters after the first.
+pub(crate) fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+pub(crate) fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    text.len() <= Name::MAX_LEN && chars.next().is_some_and(is_ident_start) && chars.all(is_ident_char)
+}
+
+impl TryFrom<String> for Name {
+    type Error = InvalidMessage;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        Self::new(&text)
+    }
+}
+
+impl TryFrom<&str> for Name {
+    type Error = InvalidMessage;
+    fn try_from(text: &str) -> Result<Self, Self::Error> {
+        Self::new(text)
+    }
+}
+
+impl From<Name> for Arc<str> {
+    fn from(name: Name) -> Self {
+        name.0
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl PartialEq<str> for Name {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Name {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers() {
+        for ok in ["class", "job_status", "_x", "a.b-c", "B1"] {
+            assert!(Name::new(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "1a", "a b", "a,b", "'a'", "$x", &"a".repeat(256)] {
+            assert!(Name::new(bad).is_err(), "{bad}");
+        }
+    }
+}

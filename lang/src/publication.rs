@@ -1,0 +1,91 @@
+//! Publications: attribute/value pairs with a mandatory string `class`, plus an optional
+//! opaque payload that brokers carry but never look into.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::InvalidMessage;
+use crate::limits::Limits;
+use crate::name::Name;
+use crate::value::Value;
+
+/// A publication: its attributes in the order written, and an optional payload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawPublication")]
+pub struct Publication {
+    attrs: Vec<(Name, Value)>,
+    payload: Option<Bytes>,
+}
+
+#[derive(Deserialize)]
+struct RawPublication {
+    #[serde(deserialize_with = "crate::wire::bounded::vec")]
+    attrs: Vec<(Name, Value)>,
+    payload: Option<Bytes>,
+}
+
+impl TryFrom<RawPublication> for Publication {
+    type Error = InvalidMessage;
+    fn try_from(raw: RawPublication) -> Result<Self, Self::Error> {
+        let mut publication = Self::new(raw.attrs)?;
+        publication.payload = raw.payload;
+        Ok(publication)
+    }
+}
+
+impl Publication {
+    /// Checks the attributes (a string `class`, no name twice, finite numbers, default size
+    /// limit) and makes a publication without payload.
+    pub fn new(attrs: Vec<(Name, Value)>) -> Result<Self, InvalidMessage> {
+        Self::check(&attrs, &Limits::default())?;
+        Ok(Self { attrs, payload: None })
+    }
+
+    pub(crate) fn check(attrs: &[(Name, Value)], limits: &Limits) -> Result<(), InvalidMessage> {
+        if attrs.len() > limits.max_predicates {
+            return Err(InvalidMessage::TooLarge {
+                what: "number of attributes",
+                limit: limits.max_predicates,
+            });
+        }
+        for (i, (name, value)) in attrs.iter().enumerate() {
+            if attrs[..i].iter().any(|(earlier, _)| earlier == name) {
+                return Err(InvalidMessage::DuplicateAttribute(name.to_string()));
+            }
+            if !value.is_valid() {
+                return Err(InvalidMessage::NonFiniteFloat);
+            }
+        }
+        match attrs.iter().find(|(name, _)| name == "class") {
+            Some((_, Value::Str(_))) => Ok(()),
+            _ => Err(InvalidMessage::PublicationClass),
+        }
+    }
+
+    /// The same publication carrying `payload`.
+    #[must_use]
+    pub fn with_payload(mut self, payload: impl Into<Bytes>) -> Self {
+        self.payload = Some(payload.into());
+        self
+    }
+
+    /// The attributes, in the order written.
+    pub fn attrs(&self) -> &[(Name, Value)] {
+        &self.attrs
+    }
+
+    /// The value of attribute `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// The value of the `class` attribute.
+    pub fn class(&self) -> &str {
+        self.get("class").and_then(Value::as_str).unwrap_or_default()
+    }
+
+    /// The payload, if any.
+    pub fn payload(&self) -> Option<&Bytes> {
+        self.payload.as_ref()
+    }
+}

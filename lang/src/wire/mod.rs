@@ -1,0 +1,111 @@
+//! The frames clients and brokers exchange, and their codec.
+//!
+//! A connection opens with [`Frame::Hello`] (carrying [`PROTOCOL_VERSION`]) answered by
+//! [`Frame::Welcome`] or a [`Frame::Error`] with [`ErrorCode::VersionMismatch`]. A client
+//! then sends [`Frame::Request`]s, each with its own request number; the broker answers each
+//! with [`Frame::Ok`] (carrying the id it assigned, for adv/sub/cs) or [`Frame::Error`], and
+//! pushes [`Frame::Notification`]s for matching publications.
+//!
+//! On the wire a frame is a 4-byte big-endian length followed by that many bytes of
+//! bincode (see [`codec`]). Every message inside is validated as it is decoded, so an
+//! invalid subscription or publication never gets past the codec.
+
+pub(crate) mod bounded;
+pub mod codec;
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::MessageId;
+use crate::message::Message;
+use crate::name::Name;
+use crate::publication::Publication;
+
+pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
+
+/// The version of this wire protocol; peers with another version are refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// What a peer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// A publishing and/or subscribing client.
+    Client,
+    /// A neighbouring broker.
+    Broker,
+}
+
+/// Why a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request is malformed or invalid.
+    BadRequest,
+    /// A publication conforms to none of its publisher's advertisements.
+    NotAdvertised,
+    /// `unsub`/`unadv` named an id that is not known.
+    UnknownId,
+    /// A configured limit was reached.
+    LimitExceeded,
+    /// The peer is not allowed to do this.
+    Forbidden,
+    /// The peer speaks another protocol version.
+    VersionMismatch,
+    /// The broker failed; the request may be retried.
+    Internal,
+}
+
+/// One unit of the protocol.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Frame {
+    /// First frame of a connection, from the side that connected.
+    Hello {
+        /// [`PROTOCOL_VERSION`] of the sender.
+        version: u32,
+        /// Client or broker.
+        role: Role,
+        /// The client's or broker's name.
+        name: Name,
+    },
+    /// The answer to a compatible [`Frame::Hello`].
+    Welcome {
+        /// [`PROTOCOL_VERSION`] of the broker.
+        version: u32,
+        /// The broker's name.
+        broker: Name,
+    },
+    /// A message from a client, numbered so that the reply can name it.
+    Request {
+        /// The client's request number.
+        req: u64,
+        /// What is asked.
+        message: Message,
+    },
+    /// A request succeeded.
+    Ok {
+        /// The request number.
+        req: u64,
+        /// The id assigned to an advertisement, subscription or composite subscription.
+        id: Option<MessageId>,
+    },
+    /// A request (or the connection, without a request number) failed.
+    Error {
+        /// The request number, if the error answers one.
+        req: Option<u64>,
+        /// What kind of failure.
+        code: ErrorCode,
+        /// A human-readable explanation.
+        message: String,
+    },
+    /// A publication matching one of the client's subscriptions.
+    Notification {
+        /// The subscription (or composite subscription) it matched.
+        sub: MessageId,
+        /// The publication.
+        publication: Publication,
+    },
+    /// The sender is closing the connection.
+    Bye {
+        /// Why.
+        reason: String,
+    },
+}
