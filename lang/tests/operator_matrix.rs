@@ -285,6 +285,12 @@ fn is_present_matches_any_value() {
     assert!(!matches(&s, &publication("[class,'stock'],[price,7]")));
     assert!(overlaps(&s, &adv("[class,eq,'stock'],[symbol,>,0]")));
     assert!(!overlaps(&s, &adv("[class,eq,'stock'],[price,>,0]")));
+    // isPresent's operand is only a spelling: `[y,isPresent,false]` is no `neq true`.
+    let flag = sub("[class,eq,'b'],[y,isPresent,false]");
+    assert!(overlaps(&flag, &adv("[class,eq,'b'],[y,eq,false]")));
+    let b = sub("[class,eq,'a'],[x,isPresent,true],[x,neq,false]");
+    assert!(matches(&b, &publication("[class,'a'],[x,true]")));
+    assert!(!padres_lang::covers(&sub("[class,eq,'a'],[y,eq,'']"), &b));
 }
 
 #[test]

@@ -193,7 +193,7 @@ impl BoolSet {
     fn of(predicates: &[&Predicate]) -> Self {
         let mut set = Self { allow_false: true, allow_true: true };
         for p in predicates {
-            let Some(Value::Bool(x)) = p.literal() else {
+            let Some(Value::Bool(x)) = p.literal().filter(|_| p.op() != Op::IsPresent) else {
                 continue;
             };
             let keep_x = matches!(p.op(), Op::Eq | Op::NumEq);

@@ -105,18 +105,24 @@ pub fn decode(buf: &[u8], max_frame: usize) -> Result<(Frame, usize), DecodeErro
     Ok((frame, total))
 }
 
-/// Picks bincode's allocation limit from the body length: the smallest step that is at
-/// least the body, since every byte a string or byte buffer claims must be in the body.
+/// Bincode counts every decoded integer at its in-memory size (8 bytes for a `u64` that
+/// took one varint byte), so a valid body claims at most this many bytes per body byte.
+const CLAIM_PER_BODY_BYTE: usize = 8;
+
+/// Picks bincode's allocation limit from the body length: the smallest step at least
+/// [`CLAIM_PER_BODY_BYTE`] times the body. A string or byte buffer is allocated after its
+/// length is claimed, so a frame of a few bytes can never allocate more than a few KiB.
 fn decode_body(body: &[u8]) -> Result<(Frame, usize), bincode::error::DecodeError> {
     fn with<const LIMIT: usize>(body: &[u8]) -> Result<(Frame, usize), bincode::error::DecodeError> {
         bincode::serde::decode_from_slice(body, config().with_limit::<LIMIT>())
     }
+    const K: usize = CLAIM_PER_BODY_BYTE;
     match body.len() {
-        0..=1024 => with::<1024>(body),
-        1025..=16_384 => with::<16_384>(body),
-        16_385..=262_144 => with::<262_144>(body),
-        262_145..=4_194_304 => with::<4_194_304>(body),
-        _ => with::<MAX_FRAME_CEILING>(body),
+        0..=1024 => with::<{ 1024 * K }>(body),
+        1025..=16_384 => with::<{ 16_384 * K }>(body),
+        16_385..=262_144 => with::<{ 262_144 * K }>(body),
+        262_145..=4_194_304 => with::<{ 4_194_304 * K }>(body),
+        _ => with::<{ MAX_FRAME_CEILING * K }>(body),
     }
 }
 
