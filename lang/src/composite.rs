@@ -111,11 +111,16 @@ impl CompositeSubscription {
     /// Checks that `nodes` is one tree in post-order within the default [`Limits`], that
     /// every `Times` is well-formed and that no variable is used as two kinds.
     pub fn new(nodes: Vec<Node>) -> Result<Self, InvalidMessage> {
-        Self::check(&nodes, &Limits::default())?;
+        Self::with_limits(nodes, &Limits::default())
+    }
+
+    /// As [`Self::new`], within `limits` (clamped to the defaults).
+    pub fn with_limits(nodes: Vec<Node>, limits: &Limits) -> Result<Self, InvalidMessage> {
+        Self::check(&nodes, &limits.clamped())?;
         Ok(Self { nodes })
     }
 
-    pub(crate) fn check(nodes: &[Node], limits: &Limits) -> Result<(), InvalidMessage> {
+    fn check(nodes: &[Node], limits: &Limits) -> Result<(), InvalidMessage> {
         if nodes.is_empty() {
             return Err(InvalidMessage::Empty("a composite subscription"));
         }

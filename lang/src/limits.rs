@@ -1,7 +1,11 @@
 //! Size limits applied to every message, whether it arrives as text or as a frame.
 
-/// The limits a parser (and a broker) enforces. [`Limits::default`] is what
-/// `FromStr` and frame decoding use; a broker may configure tighter ones.
+/// The limits a parser (and a broker) enforces.
+///
+/// [`Limits::default`] is what `FromStr` and frame decoding use, and its values are also
+/// the ceilings every message is checked against when it is built or decoded: a receiver
+/// must be able to accept whatever a sender could build. A [`Parser`](crate::Parser) can be
+/// configured tighter; looser values are clamped to the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Longest message text accepted by the parser, in bytes.
@@ -17,6 +21,21 @@ pub struct Limits {
     pub regex_size_limit: usize,
     /// Deepest nesting of groups and repetitions inside one regex pattern.
     pub regex_nest_limit: u32,
+}
+
+impl Limits {
+    /// These limits, with every field at most its default.
+    pub fn clamped(&self) -> Self {
+        let ceiling = Self::default();
+        Self {
+            max_text_len: self.max_text_len.min(ceiling.max_text_len),
+            max_predicates: self.max_predicates.min(ceiling.max_predicates),
+            max_composite_nodes: self.max_composite_nodes.min(ceiling.max_composite_nodes),
+            max_composite_depth: self.max_composite_depth.min(ceiling.max_composite_depth),
+            regex_size_limit: self.regex_size_limit.min(ceiling.regex_size_limit),
+            regex_nest_limit: self.regex_nest_limit.min(ceiling.regex_nest_limit),
+        }
+    }
 }
 
 impl Default for Limits {

@@ -41,7 +41,7 @@ use crate::message::Message;
 use crate::name::{Name, is_ident_char, is_ident_start};
 use crate::predicate::{Op, Operand, Pattern, Predicate, VarKind, Variable};
 use crate::publication::Publication;
-use crate::subscription::{Advertisement, Subscription, check_filter};
+use crate::subscription::{Advertisement, Subscription};
 use crate::value::{Timestamp, Value};
 
 /// Parses messages under a set of [`Limits`]. `FromStr` on each message type uses
@@ -52,9 +52,9 @@ pub struct Parser {
 }
 
 impl Parser {
-    /// A parser enforcing `limits`.
+    /// A parser enforcing `limits` (clamped to the defaults, see [`Limits`]).
     pub fn new(limits: Limits) -> Self {
-        Self { limits }
+        Self { limits: limits.clamped() }
     }
 
     /// Parses a subscription: `[class,eq,'stock'],[price,>,100]`.
@@ -336,7 +336,6 @@ impl<'a> Cursor<'a> {
     fn subscription(&mut self) -> Result<Subscription, ParseError> {
         let start = self.pos;
         let predicates = self.filter(true, "a predicate")?;
-        check_filter(&predicates, "a subscription", self.limits).map_err(|e| self.invalid(start, e))?;
         Subscription::new(predicates).map_err(|e| self.invalid(start, e))
     }
 
@@ -368,7 +367,6 @@ impl<'a> Cursor<'a> {
             }
         }
         let payload = if self.eat("payload=") { Some(self.hex()?) } else { None };
-        Publication::check(&attrs, self.limits).map_err(|e| self.invalid(start, e))?;
         let publication = Publication::new(attrs).map_err(|e| self.invalid(start, e))?;
         Ok(match payload {
             Some(bytes) => publication.with_payload(bytes),
@@ -402,8 +400,7 @@ impl<'a> Cursor<'a> {
         let start = self.pos;
         let mut nodes = Vec::new();
         self.expr(&mut nodes, 0)?;
-        CompositeSubscription::check(&nodes, self.limits).map_err(|e| self.invalid(start, e))?;
-        CompositeSubscription::new(nodes).map_err(|e| self.invalid(start, e))
+        CompositeSubscription::with_limits(nodes, self.limits).map_err(|e| self.invalid(start, e))
     }
 
     /// `term { op term }`; appends the nodes in post-order and returns the root's index.
@@ -526,7 +523,6 @@ impl<'a> Cursor<'a> {
     fn advertisement(&mut self) -> Result<Advertisement, ParseError> {
         let start = self.pos;
         let predicates = self.filter(false, "a predicate")?;
-        check_filter(&predicates, "an advertisement", self.limits).map_err(|e| self.invalid(start, e))?;
         Advertisement::new(predicates).map_err(|e| self.invalid(start, e))
     }
 }

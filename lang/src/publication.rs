@@ -41,7 +41,7 @@ impl Publication {
         Ok(Self { attrs, payload: None })
     }
 
-    pub(crate) fn check(attrs: &[(Name, Value)], limits: &Limits) -> Result<(), InvalidMessage> {
+    fn check(attrs: &[(Name, Value)], limits: &Limits) -> Result<(), InvalidMessage> {
         if attrs.len() > limits.max_predicates {
             return Err(InvalidMessage::TooLarge {
                 what: "number of attributes",

@@ -98,11 +98,7 @@ impl Advertisement {
 }
 
 /// The rules shared by subscriptions and advertisements.
-pub(crate) fn check_filter(
-    predicates: &[Predicate],
-    what: &'static str,
-    limits: &Limits,
-) -> Result<(), InvalidMessage> {
+fn check_filter(predicates: &[Predicate], what: &'static str, limits: &Limits) -> Result<(), InvalidMessage> {
     if predicates.len() > limits.max_predicates {
         return Err(InvalidMessage::TooLarge { what: "number of predicates", limit: limits.max_predicates });
     }

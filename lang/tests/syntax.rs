@@ -111,6 +111,13 @@ fn rejects_bad_subscriptions_with_clear_messages() {
             "operator 'str-lt' compares strings, but 100 is a number at column 30",
         ),
         ("[class,eq,'s'],[price,<,]", "expected a value after the operator at column 25"),
+        // The same mistakes written alone, as in the PADRES examples: the first error wins.
+        (
+            "[attribute,=,'high']",
+            "operator '=' compares numbers or booleans (use 'eq' for strings), but 'high' is a string at column 14",
+        ),
+        ("[price,str-lt,100]", "operator 'str-lt' compares strings, but 100 is a number at column 15"),
+        ("[price,<,]", "expected a value after the operator at column 10"),
         ("[price,>,100]", "a subscription needs exactly one [class,eq,'...'] predicate at column 1"),
         (
             "[class,eq,'a'],[class,eq,'b']",
@@ -251,4 +258,12 @@ fn messages_in_command_form() {
     let error = |t: &str| t.parse::<Message>().expect_err(t).to_string();
     assert_eq!(error("x [class,eq,a]"), "expected a command: a, s, cs, p, unsub or unadv at column 1");
     assert_eq!(error("unsub 42"), "invalid message id '42': expected BROKER/NUMBER, e.g. B1/42 at column 7");
+}
+
+#[test]
+fn limits_can_tighten_but_not_loosen() {
+    let loose = Parser::new(Limits { max_predicates: 100_000, ..Limits::default() });
+    let many: String = (0..1100).map(|i| format!(",[a{i},>,1]")).collect();
+    let error = loose.subscription(&format!("[class,eq,'s']{many}")).expect_err("over the ceiling");
+    assert!(error.to_string().starts_with("number of predicates exceeds the limit of 1024"), "{error}");
 }
