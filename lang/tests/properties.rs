@@ -439,3 +439,22 @@ fn covering_is_not_trivially_false() {
     assert!(!adv_covers(&adv("[class,eq,a],[x,>,10]"), &adv("[class,eq,a],[x,>,0]")));
     assert!(!adv_covers(&adv("[class,eq,a],[x,>,0]"), &adv("[class,eq,a],[x,>,10],[y,=,1]")));
 }
+
+#[test]
+fn covering_sees_repeated_variables_and_pinned_strings() {
+    let sub = |t: &str| t.parse::<Subscription>().expect("valid");
+    // An identical subscription with a shared variable covers itself.
+    let joined = sub("[class,eq,'c'],[x,eq,$S$v],[y,eq,$S$v]");
+    assert!(covers(&joined, &joined));
+    assert!(covers(&joined, &sub("[class,eq,'c'],[x,eq,$S$v],[y,eq,$S$v],[z,>,1]")));
+    assert!(!covers(&joined, &sub("[class,eq,'c'],[x,eq,$S$v],[y,eq,$S$w]")));
+    // Equal inclusive bounds pin a string.
+    assert!(covers(&sub("[class,eq,'c'],[x,eq,'a']"), &sub("[class,eq,'c'],[x,str-ge,'a'],[x,str-le,'a']")));
+    let pinned_then_excluded = sub("[class,eq,'c'],[x,str-ge,'a'],[x,str-le,'a'],[x,neq,'a']");
+    assert!(covers(&sub("[class,eq,'c'],[x,eq,'zzz']"), &pinned_then_excluded), "matches nothing");
+    // '' is the least string.
+    assert!(covers(&sub("[class,eq,'c'],[x,str-ge,'']"), &sub("[class,eq,'c'],[x,str-lt,'m']")));
+    assert!(covers(&sub("[class,eq,'c'],[x,str-gt,'']"), &sub("[class,eq,'c'],[x,neq,'']")));
+    assert!(covers(&sub("[class,eq,'c'],[x,str-gt,'']"), &sub("[class,eq,'c'],[x,str-postfix,'q']")));
+    assert!(!covers(&sub("[class,eq,'c'],[x,str-gt,'']"), &sub("[class,eq,'c'],[x,str-lt,'q']")));
+}

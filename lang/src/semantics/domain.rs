@@ -226,9 +226,45 @@ fn string_literals<'a>(predicates: &[&'a Predicate]) -> Vec<(Op, &'a str)> {
         .collect()
 }
 
-/// The value an `eq` pins the attribute to, if any.
+/// A string bound: the text, and whether it is strict.
+type StrBound<'a> = Option<(&'a str, bool)>;
+
+/// The tightest lower and upper bounds among string literals.
+fn string_bounds<'a>(literals: &[(Op, &'a str)]) -> (StrBound<'a>, StrBound<'a>) {
+    let mut lo: StrBound<'a> = None;
+    let mut hi: StrBound<'a> = None;
+    for &(op, s) in literals {
+        match op {
+            Op::StrGt | Op::StrGe => {
+                let strict = op == Op::StrGt;
+                if lo.is_none_or(|(l, ls)| s > l || (s == l && strict && !ls)) {
+                    lo = Some((s, strict));
+                }
+            }
+            Op::StrLt | Op::StrLe => {
+                let strict = op == Op::StrLt;
+                if hi.is_none_or(|(h, hs)| s < h || (s == h && strict && !hs)) {
+                    hi = Some((s, strict));
+                }
+            }
+            _ => {}
+        }
+    }
+    (lo, hi)
+}
+
+/// The one value the predicates allow, if they pin one: by `eq`, by equal inclusive
+/// bounds, or by `str-le ''`. (They may allow none; callers check every predicate.)
 fn pinned_string<'a>(predicates: &[&'a Predicate]) -> Option<&'a str> {
-    string_literals(predicates).into_iter().find(|(op, _)| *op == Op::Eq).map(|(_, s)| s)
+    let literals = string_literals(predicates);
+    if let Some((_, s)) = literals.iter().find(|(op, _)| *op == Op::Eq) {
+        return Some(s);
+    }
+    match string_bounds(&literals) {
+        (_, Some(("", false))) => Some(""),
+        (Some((l, false)), Some((h, false))) if l == h => Some(l),
+        _ => None,
+    }
 }
 
 fn strings_satisfiable(predicates: &[&Predicate]) -> bool {
@@ -286,29 +322,16 @@ fn strings_imply(given: &[&Predicate], wanted: &Predicate) -> bool {
     }
     let literals = string_literals(given);
     let with = |op: Op| literals.iter().filter(move |(o, _)| *o == op).map(|(_, s)| *s);
-    // Tightest bounds among the given predicates: (text, strict).
-    let mut lo: Option<(&str, bool)> = None;
-    let mut hi: Option<(&str, bool)> = None;
-    for &(op, s) in &literals {
-        match op {
-            Op::StrGt | Op::StrGe => {
-                let strict = op == Op::StrGt;
-                if lo.is_none_or(|(l, ls)| s > l || (s == l && strict && !ls)) {
-                    lo = Some((s, strict));
-                }
-            }
-            Op::StrLt | Op::StrLe => {
-                let strict = op == Op::StrLt;
-                if hi.is_none_or(|(h, hs)| s < h || (s == h && strict && !hs)) {
-                    hi = Some((s, strict));
-                }
-            }
-            _ => {}
-        }
-    }
+    let (lo, hi) = string_bounds(&literals);
+    // `x` is excluded if some given predicate fails on it.
+    let excludes = |x: &str| given.iter().any(|g| g.variable().is_none() && !holds(g, &Value::str(x)));
     match wanted.op() {
-        Op::Eq => lo.zip(hi).is_some_and(|((l, ls), (h, hs))| l == x && h == x && !ls && !hs),
-        Op::Neq => given.iter().any(|g| g.variable().is_none() && !holds(g, &Value::str(x))),
+        // Equality is only implied when pinned, handled above.
+        Op::Eq => false,
+        Op::Neq => excludes(x),
+        // Every string is >= '', and > '' exactly when it is not ''.
+        Op::StrGe if x.is_empty() => true,
+        Op::StrGt if x.is_empty() => excludes(""),
         op @ (Op::StrLt | Op::StrLe) => {
             hi.is_some_and(|(h, strict)| h < x || (h == x && (strict || op == Op::StrLe)))
                 || with(Op::StrPrefix).any(|p| !x.starts_with(p) && x > p)

@@ -144,13 +144,15 @@ pub fn overlaps(sub: &Subscription, adv: &Advertisement) -> bool {
 
 /// True only if every publication matching `b` matches `a` ("no" when unsure).
 pub fn covers(a: &Subscription, b: &Subscription) -> bool {
-    // A variable that `a` uses twice demands equal values on two attributes; proving `b`
-    // implies that is beyond these checks, so say no.
+    // A variable that `a` uses twice demands equal values on several attributes. Every
+    // publication matching `b` meets that demand when `b` has each of those predicates
+    // verbatim (same variable, so `b`'s own binding carries over); otherwise say no.
     let mut uses: HashMap<&str, usize> = HashMap::new();
     for var in a.predicates().iter().filter_map(Predicate::variable) {
         *uses.entry(var.name.as_str()).or_default() += 1;
     }
-    if uses.values().any(|&n| n > 1) {
+    let repeated = |p: &&Predicate| p.variable().is_some_and(|v| uses[v.name.as_str()] > 1);
+    if !a.predicates().iter().filter(repeated).all(|p| b.predicates().contains(p)) {
         return false;
     }
     if !b_satisfiable(b.predicates()) {
