@@ -65,19 +65,23 @@ const NUMERIC_OVERLAPS: [(&str, &str, &str); 36] = [
     ("<>", "<>", "TTT"),
 ];
 
-#[test]
-fn numeric_overlaps() {
-    for (adv_op, sub_op, row) in NUMERIC_OVERLAPS {
-        let a = adv(&format!("[class,eq,'stock'],[price,{adv_op},100]"));
-        for (value, cell) in NUMBERS.iter().zip(row.chars()) {
-            let s = sub(&format!("[class,eq,'stock'],[price,{sub_op},{value}]"));
-            assert_eq!(
-                overlaps(&s, &a),
-                expected(cell),
-                "adv [price,{adv_op},100] sub [price,{sub_op},{value}]"
-            );
+/// Checks advertisement `[attr,<a>,anchor]` against subscription `[attr,<s>,v]` for each
+/// row `(a, s, results)` of `table` and each `v` of `values`.
+fn check_overlaps(table: &[(&str, &str, &str)], attr: &str, anchor: &str, values: &[String]) {
+    for (adv_op, sub_op, row) in table {
+        let a = adv(&format!("[class,eq,'stock'],[{attr},{adv_op},{anchor}]"));
+        assert_eq!(row.len(), values.len());
+        for (value, cell) in values.iter().zip(row.chars()) {
+            let s = sub(&format!("[class,eq,'stock'],[{attr},{sub_op},{value}]"));
+            let what = format!("adv [{attr},{adv_op},{anchor}] sub [{attr},{sub_op},{value}]");
+            assert_eq!(overlaps(&s, &a), expected(cell), "{what}");
         }
     }
+}
+
+#[test]
+fn numeric_overlaps() {
+    check_overlaps(&NUMERIC_OVERLAPS, "price", "100", &NUMBERS.map(String::from));
 }
 
 /// Subscription `[price,<op>,100]` against publications with price 80, 100, 120.
@@ -193,17 +197,7 @@ const STRING_OVERLAPS: [(&str, &str, &str); 81] = [
 
 #[test]
 fn string_overlaps() {
-    for (adv_op, sub_op, row) in STRING_OVERLAPS {
-        let a = adv(&format!("[class,eq,'stock'],[symbol,{adv_op},'ibm']"));
-        for (value, cell) in STRINGS.iter().zip(row.chars()) {
-            let s = sub(&format!("[class,eq,'stock'],[symbol,{sub_op},'{value}']"));
-            assert_eq!(
-                overlaps(&s, &a),
-                expected(cell),
-                "adv [symbol,{adv_op},'ibm'] sub [symbol,{sub_op},'{value}']"
-            );
-        }
-    }
+    check_overlaps(&STRING_OVERLAPS, "symbol", "'ibm'", &STRINGS.map(|s| format!("'{s}'")));
 }
 
 /// Checks the table itself: wherever a concrete publication matches the subscription and
