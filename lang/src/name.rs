@@ -69,6 +69,14 @@ impl From<Name> for Arc<str> {
     }
 }
 
+// Hashing and equality are those of the text, so maps keyed by `Name` can be looked up by
+// `&str`.
+impl std::borrow::Borrow<str> for Name {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::ops::Deref for Name {
     type Target = str;
     fn deref(&self) -> &str {

@@ -1,0 +1,8 @@
+//! padres-broker: one broker of a padres-rs federation.
+//!
+//! - [`matching`]: the indexed matching engine ([`matching::SubscriptionIndex`]) and the
+//!   advertisement overlap index ([`matching::AdvertisementIndex`]).
+//!
+//! Routing, composite detection, history and the QUIC transport are not built yet.
+
+pub mod matching;

@@ -1,0 +1,301 @@
+//! A group: the subscriptions of one class filed under one pivot attribute, each in a slot,
+//! with one set of columns per attribute they constrain.
+
+use std::sync::Arc;
+
+use padres_lang::semantics::holds;
+use padres_lang::{Number, Publication, Subscription};
+
+use super::bits::{self, Layout};
+use super::column::{Column, Side};
+use super::keys::{Num, Placement, exact_float, placement};
+use super::{AttrId, value_of};
+
+/// Everything one group knows about one attribute.
+#[derive(Debug)]
+struct Columns {
+    /// Slots with any predicate on the attribute: they fail if it is absent.
+    has: Vec<u64>,
+    /// Slots with numeric halves: they fail on a value that is not a number.
+    num_has: Vec<u64>,
+    /// Slots with string halves: they fail on a value that is not a string.
+    str_has: Vec<u64>,
+    num: Column<Num>,
+    text: Column<Arc<str>>,
+    /// `(slot, predicate index)` of the predicates checked one by one.
+    exact: Vec<(u32, u16)>,
+    /// How many subscriptions constrain the attribute.
+    users: usize,
+}
+
+impl Columns {
+    fn new(layout: Layout) -> Self {
+        Self {
+            has: vec![0; layout.words],
+            num_has: vec![0; layout.words],
+            str_has: vec![0; layout.words],
+            num: Column::new(layout),
+            text: Column::new(layout),
+            exact: Vec::new(),
+            users: 0,
+        }
+    }
+
+    fn grow(&mut self, old: Layout, new: Layout) {
+        for b in [&mut self.has, &mut self.num_has, &mut self.str_has] {
+            b.resize(new.words, 0);
+        }
+        self.num.grow(old, new);
+        self.text.grow(old, new);
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(super) struct Group<K> {
+    layout: Layout,
+    keys: Vec<Option<K>>,
+    subs: Vec<Option<Arc<Subscription>>>,
+    free: Vec<u32>,
+    alive: Vec<u64>,
+    /// Slots to confirm with the reference semantics (a variable used twice).
+    verify: Vec<u64>,
+    /// Sorted by attribute.
+    columns: Vec<(AttrId, Columns)>,
+    len: usize,
+}
+
+/// The distinct attributes of `sub` other than `class`, resolved to ids.
+fn attributes(sub: &Subscription, resolve: &impl Fn(&str) -> Option<AttrId>) -> Vec<(AttrId, Vec<usize>)> {
+    let mut out: Vec<(AttrId, Vec<usize>)> = Vec::new();
+    for (i, p) in sub.predicates().iter().enumerate() {
+        if p.attr() == "class" {
+            continue;
+        }
+        let Some(id) = resolve(p.attr()) else { continue };
+        match out.iter_mut().find(|(a, _)| *a == id) {
+            Some((_, list)) => list.push(i),
+            None => out.push((id, vec![i])),
+        }
+    }
+    out
+}
+
+fn shares_a_variable(sub: &Subscription) -> bool {
+    let vars: Vec<&str> = sub.predicates().iter().filter_map(|p| Some(p.variable()?.name.as_str())).collect();
+    vars.iter().enumerate().any(|(i, v)| vars[..i].contains(v))
+}
+
+impl<K: Clone> Group<K> {
+    pub(super) fn new() -> Self {
+        let layout = Layout::for_slots(1);
+        Self {
+            layout,
+            keys: Vec::new(),
+            subs: Vec::new(),
+            free: Vec::new(),
+            alive: vec![0; layout.words],
+            verify: vec![0; layout.words],
+            columns: Vec::new(),
+            len: 0,
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(super) fn subscription(&self, slot: u32) -> Option<&Arc<Subscription>> {
+        self.subs.get(slot as usize)?.as_ref()
+    }
+
+    fn columns_mut(&mut self, id: AttrId) -> &mut Columns {
+        let i = match self.columns.binary_search_by_key(&id, |(a, _)| *a) {
+            Ok(i) => i,
+            Err(i) => {
+                self.columns.insert(i, (id, Columns::new(self.layout)));
+                i
+            }
+        };
+        &mut self.columns[i].1
+    }
+
+    fn allocate(&mut self) -> u32 {
+        if let Some(slot) = self.free.pop() {
+            return slot;
+        }
+        let slot = self.keys.len();
+        self.keys.push(None);
+        self.subs.push(None);
+        if slot >= self.layout.slots() {
+            let old = self.layout;
+            let new = Layout::for_slots(slot + 1);
+            self.alive.resize(new.words, 0);
+            self.verify.resize(new.words, 0);
+            for (_, c) in &mut self.columns {
+                c.grow(old, new);
+            }
+            self.layout = new;
+        }
+        // Slots are capped by the u32 index space long before memory runs out.
+        u32::try_from(slot).unwrap_or(u32::MAX)
+    }
+
+    /// Files `sub` under `key` and returns its slot. `resolve` maps attribute names to ids
+    /// (every attribute of `sub` has one).
+    pub(super) fn insert(
+        &mut self,
+        key: K,
+        sub: Arc<Subscription>,
+        resolve: impl Fn(&str) -> Option<AttrId>,
+    ) -> u32 {
+        let slot = self.allocate();
+        let layout = self.layout;
+        for (id, predicates) in attributes(&sub, &resolve) {
+            let columns = self.columns_mut(id);
+            columns.users += 1;
+            bits::set(&mut columns.has, slot);
+            for i in predicates {
+                match placement(&sub.predicates()[i]) {
+                    Placement::Presence => {}
+                    Placement::Num(halves) => {
+                        bits::set(&mut columns.num_has, slot);
+                        for (side, bound, strict) in halves {
+                            columns.num.insert(layout, side, slot, bound, strict);
+                        }
+                    }
+                    Placement::Text(halves) => {
+                        bits::set(&mut columns.str_has, slot);
+                        for (side, bound, strict) in halves {
+                            columns.text.insert(layout, side, slot, bound, strict);
+                        }
+                    }
+                    Placement::Exact => {
+                        columns.exact.push((slot, u16::try_from(i).unwrap_or(u16::MAX)));
+                    }
+                }
+            }
+        }
+        if shares_a_variable(&sub) {
+            bits::set(&mut self.verify, slot);
+        }
+        bits::set(&mut self.alive, slot);
+        self.keys[slot as usize] = Some(key);
+        self.subs[slot as usize] = Some(sub);
+        self.len += 1;
+        slot
+    }
+
+    /// Empties `slot` and returns its subscription.
+    pub(super) fn remove(
+        &mut self,
+        slot: u32,
+        resolve: impl Fn(&str) -> Option<AttrId>,
+    ) -> Option<Arc<Subscription>> {
+        let sub = self.subs.get_mut(slot as usize)?.take()?;
+        self.keys[slot as usize] = None;
+        bits::clear(&mut self.alive, slot);
+        bits::clear(&mut self.verify, slot);
+        let layout = self.layout;
+        for (id, predicates) in attributes(&sub, &resolve) {
+            let Ok(at) = self.columns.binary_search_by_key(&id, |(a, _)| *a) else { continue };
+            let columns = &mut self.columns[at].1;
+            for b in [&mut columns.has, &mut columns.num_has, &mut columns.str_has] {
+                bits::clear(b, slot);
+            }
+            let mut num: Vec<(Side, Num)> = Vec::new();
+            let mut text: Vec<(Side, Arc<str>)> = Vec::new();
+            for i in predicates {
+                match placement(&sub.predicates()[i]) {
+                    Placement::Num(halves) => num.extend(halves.into_iter().map(|(s, b, _)| (s, b))),
+                    Placement::Text(halves) => text.extend(halves.into_iter().map(|(s, b, _)| (s, b))),
+                    Placement::Presence | Placement::Exact => {}
+                }
+            }
+            if !num.is_empty() {
+                columns.num.remove_slot(layout, slot, num.iter().map(|(s, b)| (*s, b)));
+            }
+            if !text.is_empty() {
+                columns.text.remove_slot(layout, slot, text.iter().map(|(s, b)| (*s, b)));
+            }
+            columns.exact.retain(|&(s, _)| s != slot);
+            columns.users -= 1;
+            if columns.users == 0 {
+                self.columns.remove(at);
+            }
+        }
+        self.free.push(slot);
+        self.len -= 1;
+        Some(sub)
+    }
+
+    /// The bitset pass (see the parent module): calls `visit` for every slot that survives,
+    /// with the subscription when it still needs confirming.
+    pub(super) fn candidates(
+        &self,
+        publication: &Publication,
+        attrs: &[(AttrId, usize)],
+        mismatch: &mut Vec<u64>,
+        visit: &mut impl FnMut(&K, Option<&Subscription>),
+    ) {
+        let layout = self.layout;
+        mismatch.clear();
+        mismatch.extend(self.alive.iter().map(|w| !w));
+        for (id, columns) in &self.columns {
+            let Some(value) = value_of(publication, attrs, *id) else {
+                bits::or_into(mismatch, &columns.has);
+                continue;
+            };
+            if !columns.num.is_empty() {
+                match value.as_number() {
+                    Some(n) => {
+                        let probe = exact_float(n).map_or(n, Number::Float);
+                        columns.num.probe(layout, &probe, mismatch);
+                    }
+                    None => bits::or_into(mismatch, &columns.num_has),
+                }
+            }
+            if !columns.text.is_empty() {
+                match value.as_str() {
+                    Some(s) => columns.text.probe(layout, s, mismatch),
+                    None => bits::or_into(mismatch, &columns.str_has),
+                }
+            }
+            for &(slot, i) in &columns.exact {
+                if bits::get(mismatch, slot) {
+                    continue;
+                }
+                let holds_here = self
+                    .subscription(slot)
+                    .and_then(|sub| sub.predicates().get(usize::from(i)))
+                    .is_some_and(|p| holds(p, value));
+                if !holds_here {
+                    bits::set(mismatch, slot);
+                }
+            }
+        }
+        for (w, &word) in mismatch.iter().enumerate() {
+            let mut survivors = !word;
+            while survivors != 0 {
+                let slot = (w * 64) as u32 + survivors.trailing_zeros();
+                survivors &= survivors - 1;
+                let (Some(Some(key)), Some(Some(sub))) =
+                    (self.keys.get(slot as usize), self.subs.get(slot as usize))
+                else {
+                    continue;
+                };
+                let confirm = bits::get(&self.verify, slot).then_some(&**sub);
+                visit(key, confirm);
+            }
+        }
+    }
+
+    /// Calls `f` with every subscription of the group.
+    pub(super) fn for_each(&self, mut f: impl FnMut(&K, &Subscription)) {
+        for (key, sub) in self.keys.iter().zip(&self.subs) {
+            if let (Some(key), Some(sub)) = (key, sub) {
+                f(key, sub);
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! How a predicate is filed: as interval halves on numbers or strings, as a presence test,
+//! or in the exact list.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use padres_lang::{Number, Op, Operand, Predicate, Value};
+
+use super::column::{Probe, Side};
+
+/// A finite float ordered totally, with `-0.0` folded into `0.0` so that the order agrees
+/// with numeric equality.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Num(f64);
+
+impl Num {
+    fn new(f: f64) -> Self {
+        Self(if f == 0.0 { 0.0 } else { f })
+    }
+}
+
+impl PartialEq for Num {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Num {}
+impl PartialOrd for Num {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Num {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Integers up to 2^53 in magnitude are exact as floats.
+const EXACT_INT: i64 = 1 << 53;
+
+/// The number as an exact float, if it is one.
+pub(super) fn exact_float(n: Number) -> Option<f64> {
+    match n {
+        Number::Float(f) => Some(f),
+        // The range check makes the conversion exact.
+        #[allow(clippy::cast_precision_loss)]
+        Number::Int(i) if (-EXACT_INT..=EXACT_INT).contains(&i) => Some(i as f64),
+        Number::Int(_) => None,
+    }
+}
+
+impl Probe<Num> for Number {
+    fn cmp_key(&self, key: &Num) -> Ordering {
+        match *self {
+            Self::Float(f) => f.partial_cmp(&key.0).unwrap_or(Ordering::Equal),
+            Self::Int(_) => self.cmp_exact(Self::Float(key.0)),
+        }
+    }
+}
+
+impl Probe<Arc<Self>> for str {
+    fn cmp_key(&self, key: &Arc<Self>) -> Ordering {
+        self.cmp(&**key)
+    }
+}
+
+/// Where one predicate goes.
+#[derive(Debug)]
+pub(super) enum Placement {
+    /// `isPresent`: only the presence bit.
+    Presence,
+    /// Halves on the numeric column.
+    Num(Vec<(Side, Num, bool)>),
+    /// Halves on the string column.
+    Text(Vec<(Side, Arc<str>, bool)>),
+    /// Checked one by one.
+    Exact,
+}
+
+/// Files `p` (see the module docs).
+pub(super) fn placement(p: &Predicate) -> Placement {
+    use Side::{Lower, Upper};
+    let op = p.op();
+    if op == Op::IsPresent {
+        return Placement::Presence;
+    }
+    let Operand::Value(value) = p.operand() else { return Placement::Exact };
+    match value {
+        Value::Str(s) => {
+            let s = s.clone();
+            Placement::Text(match op {
+                Op::Eq => vec![(Lower, s.clone(), false), (Upper, s, false)],
+                Op::StrLt => vec![(Upper, s, true)],
+                Op::StrLe => vec![(Upper, s, false)],
+                Op::StrGt => vec![(Lower, s, true)],
+                Op::StrGe => vec![(Lower, s, false)],
+                Op::StrPrefix => {
+                    let mut halves = Vec::with_capacity(2);
+                    if let Some(end) = prefix_end(&s) {
+                        halves.push((Upper, Arc::from(end), true));
+                    }
+                    halves.push((Lower, s, false));
+                    halves
+                }
+                _ => return Placement::Exact,
+            })
+        }
+        Value::Int(_) | Value::Float(_) | Value::Time(_) => {
+            let Some(x) = value.as_number().and_then(exact_float).map(Num::new) else {
+                return Placement::Exact;
+            };
+            Placement::Num(match op {
+                Op::NumEq => vec![(Lower, x, false), (Upper, x, false)],
+                Op::Lt => vec![(Upper, x, true)],
+                Op::Le => vec![(Upper, x, false)],
+                Op::Gt => vec![(Lower, x, true)],
+                Op::Ge => vec![(Lower, x, false)],
+                _ => return Placement::Exact,
+            })
+        }
+        Value::Bool(_) => Placement::Exact,
+    }
+}
+
+/// The least string greater than every string starting with `prefix`, if any: the prefix
+/// with its last character incremented (dropping characters that cannot be).
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends_bound_exactly_the_extensions() {
+        assert_eq!(prefix_end("ib").as_deref(), Some("ic"));
+        assert_eq!(prefix_end("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        let end = prefix_end("ib").unwrap_or_default();
+        for s in ["ib", "ibm", "ib\u{10FFFF}\u{10FFFF}"] {
+            assert!(s < end.as_str());
+        }
+        assert!("ic" >= end.as_str() && "ia" < "ib");
+    }
+
+    #[test]
+    fn numbers_order_like_their_values() {
+        assert_eq!(Num::new(-0.0), Num::new(0.0));
+        assert!(Num::new(-1.0) < Num::new(0.0));
+        assert_eq!(Number::Int(3).cmp_key(&Num::new(3.0)), Ordering::Equal);
+        assert_eq!(Number::Int((1 << 53) + 1).cmp_key(&Num::new(9_007_199_254_740_992.0)), Ordering::Greater);
+        assert_eq!(exact_float(Number::Int((1 << 53) + 1)), None);
+    }
+}

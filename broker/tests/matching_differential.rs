@@ -1,0 +1,275 @@
+//! The index against the reference semantics: random subscriptions over every operator,
+//! inserted and removed in random order, and random publications. Any disagreement prints
+//! the seed, the publication and the subscriptions involved.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
+use padres_lang::{Advertisement, Publication, Subscription, matches, overlaps};
+
+/// Deterministic generator (xorshift64*), so every failure replays from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const ATTRS: [&str; 4] = ["x", "y", "z", "w"];
+const STRINGS: [&str; 12] =
+    ["''", "'i'", "'ib'", "'ibm'", "'ibmx'", "'b'", "'bc'", "'abc'", "'xyz'", "'é'", "'\\0'", "'ic'"];
+const NUMBERS: [&str; 12] = [
+    "-5",
+    "0",
+    "7",
+    "50",
+    "99",
+    "100",
+    "100.5",
+    "-0.0",
+    "1e3",
+    "9007199254740993",
+    "2026-01-01T00:00:00Z",
+    "1767225600000",
+];
+const PATTERNS: [&str; 3] = ["'^ib'", "'m$'", "'b.c'"];
+
+fn number(rng: &mut Rng) -> String {
+    if rng.chance(70) { rng.below(110).to_string() } else { (*rng.pick(&NUMBERS)).to_owned() }
+}
+
+/// The shape of a run: which attributes predicates use, and how often they are intervals.
+#[derive(Clone, Copy)]
+struct Shape {
+    attrs: &'static [&'static str],
+    /// Percent of predicates forced to be numeric or string intervals.
+    intervals: usize,
+    /// Percent of changes that insert (the rest remove).
+    inserts: usize,
+}
+
+const MIXED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60 };
+/// Everything on one attribute and mostly intervals: one big group whose columns split
+/// into many cells and whose slots span several blocks.
+const DENSE: Shape = Shape { attrs: &["x"], intervals: 90, inserts: 90 };
+
+fn predicate(rng: &mut Rng, allow_vars: bool, shape: Shape) -> String {
+    let attr = rng.pick(shape.attrs);
+    if rng.chance(shape.intervals) {
+        return if rng.chance(60) {
+            format!("[{attr},{},{}]", rng.pick(&["=", "<", "<=", ">", ">="]), number(rng))
+        } else {
+            let ops = ["eq", "str-lt", "str-le", "str-gt", "str-ge", "str-prefix"];
+            format!("[{attr},{},{}]", rng.pick(&ops), rng.pick(&STRINGS))
+        };
+    }
+    let (op, value) = match rng.below(if allow_vars { 11 } else { 10 }) {
+        0..=3 => (*rng.pick(&["=", "<>", "<", "<=", ">", ">="]), number(rng)),
+        4..=6 => {
+            let ops = [
+                "eq",
+                "neq",
+                "str-lt",
+                "str-le",
+                "str-gt",
+                "str-ge",
+                "str-prefix",
+                "str-postfix",
+                "str-contains",
+            ];
+            (*rng.pick(&ops), (*rng.pick(&STRINGS)).to_owned())
+        }
+        7 => ("str-regex", (*rng.pick(&PATTERNS)).to_owned()),
+        8 => (*rng.pick(&["eq", "neq", "=", "<>"]), (*rng.pick(&["true", "false"])).to_owned()),
+        9 => ("isPresent", (*rng.pick(&["''", "0", "true"])).to_owned()),
+        _ => {
+            let var = if rng.chance(50) {
+                ("eq", format!("$S$v{}", rng.below(2)))
+            } else {
+                ("=", format!("$I$n{}", rng.below(2)))
+            };
+            (var.0, var.1)
+        }
+    };
+    format!("[{attr},{op},{value}]")
+}
+
+fn subscription(rng: &mut Rng, shape: Shape) -> Subscription {
+    let class = rng.pick(&["a", "b"]);
+    let mut text = format!("[class,eq,'{class}']");
+    for _ in 0..rng.below(5) {
+        text.push(',');
+        text.push_str(&predicate(rng, true, shape));
+    }
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn advertisement(rng: &mut Rng) -> Advertisement {
+    let class = rng.pick(&["a", "b"]);
+    let mut text = format!("[class,eq,'{class}']");
+    for _ in 0..rng.below(5) {
+        text.push(',');
+        text.push_str(&predicate(rng, false, MIXED));
+    }
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn publication(rng: &mut Rng) -> Publication {
+    let class = rng.pick(&["a", "b", "c"]);
+    let mut text = format!("[class,'{class}']");
+    for attr in ATTRS {
+        if rng.chance(80) {
+            let value = match rng.below(10) {
+                0..=4 => number(rng),
+                5..=8 => (*rng.pick(&STRINGS)).to_owned(),
+                _ => (*rng.pick(&["true", "false"])).to_owned(),
+            };
+            text.push_str(&format!(",[{attr},{value}]"));
+        }
+    }
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// The live subscriptions, as the reference sees them.
+type Live = Vec<(u32, Arc<Subscription>)>;
+
+fn check(seed: u64, index: &SubscriptionIndex<u32>, live: &Live, p: &Publication, scratch: &mut Scratch) {
+    let mut got = Vec::new();
+    index.matches_into(p, scratch, &mut got);
+    let got: BTreeSet<u32> = got.into_iter().collect();
+    let expected: BTreeSet<u32> = live.iter().filter(|(_, s)| matches(s, p)).map(|(k, _)| *k).collect();
+    if got != expected {
+        let describe = |keys: BTreeSet<&u32>| -> Vec<String> {
+            keys.into_iter()
+                .filter_map(|k| live.iter().find(|(key, _)| key == k).map(|(k, s)| format!("{k}: {s}")))
+                .collect()
+        };
+        panic!(
+            "seed {seed}: publication {p}\n  index only: {:?}\n  reference only: {:?}",
+            describe(got.difference(&expected).collect()),
+            describe(expected.difference(&got).collect()),
+        );
+    }
+    // The hop variant sees the same set of hops.
+    let mut hops = Vec::new();
+    index.hops_into(p, scratch, |k| k % 7, &mut hops);
+    let hops: BTreeSet<u32> = hops.into_iter().collect();
+    let expected_hops: BTreeSet<u32> = expected.iter().map(|k| k % 7).collect();
+    assert_eq!(hops, expected_hops, "seed {seed}: hops for {p}");
+}
+
+/// Runs one seed: `rounds` of random inserts and removes, each followed by `per_round`
+/// publications. Returns the number of publications checked.
+fn run(seed: u64, shape: Shape, rounds: usize, grow_to: usize, per_round: usize) -> usize {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut index = SubscriptionIndex::new();
+    let mut live: Live = Vec::new();
+    let mut next_key = 0_u32;
+    let mut scratch = Scratch::default();
+    let mut checked = 0;
+    let mut largest = 0;
+    for _ in 0..rounds {
+        let changes = 1 + rng.below(grow_to / 4 + 1);
+        for _ in 0..changes {
+            if live.len() < grow_to && (live.is_empty() || rng.chance(shape.inserts)) {
+                let sub = Arc::new(subscription(&mut rng, shape));
+                index.insert(next_key, sub.clone());
+                live.push((next_key, sub));
+                next_key += 1;
+            } else {
+                let (key, sub) = live.swap_remove(rng.below(live.len()));
+                let removed = index.remove(&key).expect("indexed");
+                assert_eq!(removed, sub, "seed {seed}: remove returns what was inserted");
+            }
+        }
+        assert_eq!(index.len(), live.len());
+        largest = largest.max(live.len());
+        for _ in 0..per_round {
+            check(seed, &index, &live, &publication(&mut rng), &mut scratch);
+            checked += 1;
+        }
+    }
+    if shape.intervals > 0 {
+        // Enough for one group to span several 4,096-slot blocks.
+        assert!(largest > 9000, "seed {seed}: only {largest} subscriptions");
+    }
+    checked
+}
+
+#[test]
+fn index_agrees_with_reference_semantics() {
+    let mut checked = 0;
+    // Many small sets of subscriptions...
+    for seed in 0..400 {
+        checked += run(seed, MIXED, 10, 60, 20);
+    }
+    // ...some large ones...
+    for seed in 1000..1003 {
+        checked += run(seed, MIXED, 6, 6000, 2000);
+    }
+    // ...and dense ones, so that columns split into cells and groups span blocks.
+    for seed in 2000..2002 {
+        checked += run(seed, DENSE, 5, 20_000, 1000);
+    }
+    assert!(checked >= 100_000, "{checked}");
+}
+
+#[test]
+fn advertisement_overlaps_agree_with_reference_semantics() {
+    let mut rng = Rng(42);
+    let mut subs = SubscriptionIndex::new();
+    let mut advs = AdvertisementIndex::new();
+    let all_subs: Vec<Arc<Subscription>> =
+        (0..800).map(|_| Arc::new(subscription(&mut rng, MIXED))).collect();
+    let all_advs: Vec<Arc<Advertisement>> = (0..800).map(|_| Arc::new(advertisement(&mut rng))).collect();
+    for (k, s) in all_subs.iter().enumerate() {
+        subs.insert(k, s.clone());
+    }
+    for (k, a) in all_advs.iter().enumerate() {
+        advs.insert(k, a.clone());
+    }
+    // Remove a third of each.
+    for k in (0..800).step_by(3) {
+        assert!(subs.remove(&k).is_some());
+        assert!(advs.remove(&k).is_some());
+    }
+    let mut positives = 0;
+    for (ka, a) in all_advs.iter().enumerate().filter(|(k, _)| k % 3 != 0) {
+        let mut got = subs.overlapping(a);
+        got.sort_unstable();
+        let expected: Vec<usize> = all_subs
+            .iter()
+            .enumerate()
+            .filter(|(k, s)| k % 3 != 0 && overlaps(s, a))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(got, expected, "subscriptions overlapping adv {ka}: {a}");
+        positives += got.len();
+    }
+    for (ks, s) in all_subs.iter().enumerate().filter(|(k, _)| k % 3 != 0) {
+        let mut got = advs.overlapping(s);
+        got.sort_unstable();
+        let expected: Vec<usize> = all_advs
+            .iter()
+            .enumerate()
+            .filter(|(k, a)| k % 3 != 0 && overlaps(s, a))
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(got, expected, "advertisements overlapping sub {ks}: {s}");
+    }
+    assert!(positives > 1000, "{positives}");
+}
