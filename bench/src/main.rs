@@ -1,0 +1,289 @@
+//! `padres-bench`: measures padres-rs components on seeded workloads and prints each figure
+//! next to a baseline measured in the same run.
+//!
+//! ```sh
+//! cargo run --release -p padres-bench -- matching            # W1–W4 at full size
+//! cargo run --release -p padres-bench -- matching --quick    # smaller, under a minute
+//! cargo run --release -p padres-bench -- matching --workload w4
+//! ```
+
+mod workload;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
+use padres_lang::{Subscription, matches, overlaps};
+use workload::{Generator, Workload};
+
+/// Counts live heap bytes, so memory per subscription is measured, not estimated.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts sizes.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: same layout, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: the pointer came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Benchmarks for padres-rs. Figures are medians and 99th percentiles over many
+/// operations, with ratios against a naive baseline run on the same data.
+#[derive(Debug, Parser)]
+#[command(name = "padres-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The matching engine on workloads W1–W4 and the advertisement index.
+    Matching {
+        /// Smaller sizes (1/20 of the subscriptions) so the whole run takes under a minute.
+        #[arg(long)]
+        quick: bool,
+        /// Run only these workloads (default: all).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        workload: Vec<Which>,
+        /// Seed for the workload generators.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    W1,
+    W2,
+    W3,
+    W4,
+    Adv,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Matching { quick, workload, seed } => {
+            let all = [Which::W1, Which::W2, Which::W3, Which::W4, Which::Adv];
+            let chosen: Vec<Which> = if workload.is_empty() { all.to_vec() } else { workload };
+            print_machine();
+            for which in chosen {
+                match which {
+                    Which::W1 => bench_workload(Workload::W1, "W1 dense", quick, seed),
+                    Which::W2 => bench_workload(Workload::W2, "W2", quick, seed),
+                    Which::W3 => bench_workload(Workload::W3, "W3 sparse", quick, seed),
+                    Which::W4 => bench_workload(Workload::W4, "W4 PADRES-like", quick, seed),
+                    Which::Adv => bench_advertisements(quick, seed),
+                }
+            }
+        }
+    }
+}
+
+fn print_machine() {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    println!("machine: {cpu}, {cores} cores; one thread; release build");
+}
+
+/// Median and 99th percentile.
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    if samples.is_empty() {
+        return (Duration::ZERO, Duration::ZERO);
+    }
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn fmt(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns < 10_000 {
+        format!("{:.2} µs", ns as f64 / 1e3)
+    } else if ns < 10_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    }
+}
+
+fn bench_workload(workload: Workload, label: &str, quick: bool, seed: u64) {
+    let full = Generator::full_size(workload);
+    let n = if quick { full / 20 } else { full };
+    let (publications, naive_publications, churn) = if quick { (200, 5, 2_000) } else { (1_000, 10, 10_000) };
+    println!(
+        "\n{label}: {n} subscriptions, {publications} publications ({naive_publications} for the naive scan)"
+    );
+
+    let mut generator = Generator::new(workload, seed);
+    let subs: Vec<Arc<Subscription>> = (0..n).map(|_| generator.subscription()).collect();
+    let pubs: Vec<_> = (0..publications).map(|_| generator.publication()).collect();
+
+    let before = LIVE.load(Ordering::Relaxed);
+    let start = Instant::now();
+    let mut index = SubscriptionIndex::new();
+    for (key, sub) in subs.iter().enumerate() {
+        index.insert(key, sub.clone());
+    }
+    let build = start.elapsed();
+    let memory = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    println!(
+        "  build    {:>10}  ({} per subscription)",
+        fmt(build),
+        fmt(build / u32::try_from(n).unwrap_or(u32::MAX))
+    );
+    println!("  memory   {:>10} B per subscription (index only; the subscriptions are shared)", memory / n);
+
+    let mut scratch = Scratch::default();
+    let mut out = Vec::new();
+    let mut times = Vec::with_capacity(pubs.len());
+    let mut counts = Vec::with_capacity(pubs.len());
+    for p in &pubs {
+        out.clear();
+        let t = Instant::now();
+        index.matches_into(p, &mut scratch, &mut out);
+        times.push(t.elapsed());
+        counts.push(out.len());
+    }
+    let (median, p99) = percentiles(times);
+    let mean_matches = counts.iter().sum::<usize>() as f64 / counts.len() as f64;
+    println!(
+        "  match    median {:>10}  p99 {:>10}  matches/publication {mean_matches:.1}",
+        fmt(median),
+        fmt(p99)
+    );
+
+    let mut naive = Vec::new();
+    for (p, &count) in pubs.iter().zip(&counts).take(naive_publications) {
+        let t = Instant::now();
+        let found = subs.iter().filter(|s| matches(s, p)).count();
+        naive.push(t.elapsed());
+        assert_eq!(found, count, "index and reference disagree on {p}");
+    }
+    let (naive_median, _) = percentiles(naive);
+    println!(
+        "  naive    median {:>10}  ratio {:.0}x (naive / index, same publications)",
+        fmt(naive_median),
+        naive_median.as_secs_f64() / median.as_secs_f64().max(1e-12)
+    );
+
+    let extra: Vec<Arc<Subscription>> = (0..churn).map(|_| generator.subscription()).collect();
+    let mut inserts = Vec::with_capacity(churn);
+    for (i, sub) in extra.iter().enumerate() {
+        let t = Instant::now();
+        index.insert(n + i, sub.clone());
+        inserts.push(t.elapsed());
+    }
+    let mut rng = workload::Rng::new(seed ^ 0xABCD);
+    let mut removes = Vec::with_capacity(churn);
+    for _ in 0..churn {
+        let key = rng.below((n + churn) as u64) as usize;
+        let t = Instant::now();
+        let removed = index.remove(&key);
+        let elapsed = t.elapsed();
+        if removed.is_some() {
+            removes.push(elapsed);
+        }
+    }
+    let (im, ip) = percentiles(inserts);
+    let (rm, rp) = percentiles(removes);
+    println!("  insert   median {:>10}  p99 {:>10}", fmt(im), fmt(ip));
+    println!("  remove   median {:>10}  p99 {:>10}", fmt(rm), fmt(rp));
+}
+
+fn bench_advertisements(quick: bool, seed: u64) {
+    let advs_n = if quick { 10_000 } else { 100_000 };
+    let subs_n = if quick { 10_000 } else { 200_000 };
+    let queries = 1_000;
+    println!(
+        "\nadvertisements: {advs_n} advertisements, {subs_n} W4 subscriptions, {queries} queries each way"
+    );
+    let mut generator = Generator::new(Workload::W4, seed);
+    let advs: Vec<_> = (0..advs_n).map(|_| generator.advertisement()).collect();
+    let subs: Vec<_> = (0..subs_n).map(|_| generator.subscription()).collect();
+    let mut adv_index = AdvertisementIndex::new();
+    for (k, a) in advs.iter().enumerate() {
+        adv_index.insert(k, a.clone());
+    }
+    let mut sub_index = SubscriptionIndex::new();
+    for (k, s) in subs.iter().enumerate() {
+        sub_index.insert(k, s.clone());
+    }
+
+    let mut times = Vec::new();
+    let mut found = 0;
+    for s in subs.iter().take(queries) {
+        let t = Instant::now();
+        found += adv_index.overlapping(s).len();
+        times.push(t.elapsed());
+    }
+    let (median, p99) = percentiles(times);
+    let mut naive = Vec::new();
+    for s in subs.iter().take(queries / 10) {
+        let t = Instant::now();
+        let _ = advs.iter().filter(|a| overlaps(s, a)).count();
+        naive.push(t.elapsed());
+    }
+    let (naive_median, _) = percentiles(naive);
+    println!(
+        "  advertisements a subscription overlaps: median {:>10}  p99 {:>10}  ({:.1} found)  naive {} ratio {:.0}x",
+        fmt(median),
+        fmt(p99),
+        found as f64 / queries as f64,
+        fmt(naive_median),
+        naive_median.as_secs_f64() / median.as_secs_f64().max(1e-12)
+    );
+
+    let mut times = Vec::new();
+    let mut found = 0;
+    for a in advs.iter().take(queries) {
+        let t = Instant::now();
+        found += sub_index.overlapping(a).len();
+        times.push(t.elapsed());
+    }
+    let (median, p99) = percentiles(times);
+    let mut naive = Vec::new();
+    for a in advs.iter().take(queries / 10) {
+        let t = Instant::now();
+        let _ = subs.iter().filter(|s| overlaps(s, a)).count();
+        naive.push(t.elapsed());
+    }
+    let (naive_median, _) = percentiles(naive);
+    println!(
+        "  subscriptions an advertisement overlaps: median {:>10}  p99 {:>10}  ({:.1} found)  naive {} ratio {:.0}x",
+        fmt(median),
+        fmt(p99),
+        found as f64 / queries as f64,
+        fmt(naive_median),
+        naive_median.as_secs_f64() / median.as_secs_f64().max(1e-12)
+    );
+}
