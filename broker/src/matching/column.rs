@@ -5,8 +5,12 @@
 //! side of its bound. The value axis is cut into cells at quantiles of the bounds; a half
 //! whose bound lies in cell `k` fails for *every* value of the cells wholly on its wrong
 //! side, which is recorded once, at insert, as bits in those cells' mismatch rows. Probing
-//! a value of cell `c` then ORs row `c` into the result and checks exactly only the halves
-//! whose bound lies in cell `c` itself.
+//! a value of cell `c` then ORs row `c` into the result and checks only the halves whose
+//! bound lies in cell `c` itself.
+//!
+//! Those are kept unsorted in four flat lists per cell (lower or upper, strict or not), so
+//! an insert is an append and the check is a branch-free loop: each half computes "fails"
+//! with one comparison and ORs that bit into the result.
 //!
 //! Several predicates of one subscription on one attribute are simply several halves: a
 //! slot fails if any of its halves fails, which is the conjunction.
@@ -33,14 +37,66 @@ pub(super) enum Side {
 pub(super) trait Probe<T> {
     /// How the probe orders against `key`.
     fn cmp_key(&self, key: &T) -> Ordering;
+    /// `probe < key`; override with a branch-free comparison where one exists.
+    fn lt(&self, key: &T) -> bool {
+        self.cmp_key(key) == Ordering::Less
+    }
+    /// `probe <= key`.
+    fn le(&self, key: &T) -> bool {
+        self.cmp_key(key) != Ordering::Greater
+    }
 }
 
+/// Halves of one kind in one cell: bounds and slots side by side.
 #[derive(Clone, Debug)]
-struct Half<T> {
-    slot: u32,
-    bound: T,
-    strict: bool,
+struct Halves<T> {
+    bounds: Vec<T>,
+    slots: Vec<u32>,
 }
+
+impl<T> Default for Halves<T> {
+    fn default() -> Self {
+        Self { bounds: Vec::new(), slots: Vec::new() }
+    }
+}
+
+impl<T: PartialEq> Halves<T> {
+    fn push(&mut self, bound: T, slot: u32) {
+        self.bounds.push(bound);
+        self.slots.push(slot);
+    }
+
+    fn remove(&mut self, bound: &T, slot: u32) -> bool {
+        let found = self.slots.iter().zip(&self.bounds).position(|(&s, b)| s == slot && b == bound);
+        if let Some(i) = found {
+            self.bounds.swap_remove(i);
+            self.slots.swap_remove(i);
+        }
+        found.is_some()
+    }
+
+    /// Crosses out every slot whose half `fails` on the probe.
+    fn check(&self, mismatch: &mut [u64], fails: impl Fn(&T) -> bool) {
+        for (bound, &slot) in self.bounds.iter().zip(&self.slots) {
+            mismatch[slot as usize / 64] |= u64::from(fails(bound)) << (slot % 64);
+        }
+    }
+}
+
+/// The four lists of one cell, indexed by `kind()`.
+type CellHalves<T> = [Halves<T>; 4];
+
+fn kind(side: Side, strict: bool) -> usize {
+    match (side, strict) {
+        (Side::Lower, false) => 0,
+        (Side::Lower, true) => 1,
+        (Side::Upper, false) => 2,
+        (Side::Upper, true) => 3,
+    }
+}
+
+const KINDS: [(Side, bool); 4] =
+    [(Side::Lower, false), (Side::Lower, true), (Side::Upper, false), (Side::Upper, true)];
 
 /// The interval predicates of one attribute in one group (see the module docs).
 #[derive(Debug)]
@@ -49,8 +105,7 @@ pub(super) struct Column<T> {
     bounds: Vec<T>,
     /// Mismatch rows in the group's blocked layout, one row per cell.
     rows: Vec<u64>,
-    lower: Vec<Vec<Half<T>>>,
-    upper: Vec<Vec<Half<T>>>,
+    cells: Vec<CellHalves<T>>,
     halves: usize,
     /// `halves` when the cells were last chosen.
     planned_for: usize,
@@ -61,8 +116,7 @@ impl<T: Ord + Clone> Column<T> {
         Self {
             bounds: Vec::new(),
             rows: vec![0; layout.words],
-            lower: vec![Vec::new()],
-            upper: vec![Vec::new()],
+            cells: vec![Default::default()],
             halves: 0,
             planned_for: 0,
         }
@@ -72,93 +126,88 @@ impl<T: Ord + Clone> Column<T> {
         self.halves == 0
     }
 
-    fn cells(&self) -> usize {
-        self.bounds.len() + 1
-    }
-
     fn cell_of(&self, key: &T) -> usize {
         self.bounds.partition_point(|b| b <= key)
     }
 
-    /// Sets the rows' bits for the cells where this half fails.
-    fn mark(&mut self, layout: Layout, side: Side, cell: usize, slot: u32) {
-        let cells = self.cells();
+    /// Sets (or clears) the rows' bits for the cells where a half in `cell` fails.
+    fn mark(&mut self, layout: Layout, side: Side, cell: usize, slot: u32, on: bool) {
+        let cells = self.cells.len();
         let failing = match side {
             Side::Lower => 0..cell,
             Side::Upper => cell + 1..cells,
         };
         for c in failing {
-            bits::set_word(&mut self.rows, layout.row_word(cells, c, slot), slot);
+            let word = layout.row_word(cells, c, slot);
+            if on {
+                bits::set_word(&mut self.rows, word, slot);
+            } else {
+                bits::clear_word(&mut self.rows, word, slot);
+            }
         }
     }
 
     pub(super) fn insert(&mut self, layout: Layout, side: Side, slot: u32, bound: T, strict: bool) {
         let cell = self.cell_of(&bound);
-        self.mark(layout, side, cell, slot);
-        let half = Half { slot, bound, strict };
-        match side {
-            Side::Lower => self.lower[cell].push(half),
-            Side::Upper => self.upper[cell].push(half),
-        }
+        self.mark(layout, side, cell, slot, true);
+        self.cells[cell][kind(side, strict)].push(bound, slot);
         self.halves += 1;
         if self.halves >= 2 * self.planned_for.max(HALVES_PER_CELL / 2) {
             self.replan(layout);
         }
     }
 
-    /// Removes every half of `slot` (listed in `halves`) and clears its bits.
+    /// Removes every half of `slot` (listed in `halves` with their strictness) and clears
+    /// its bits. The caller removes all of a slot's halves at once.
     pub(super) fn remove_slot<'a>(
         &mut self,
         layout: Layout,
         slot: u32,
-        halves: impl Iterator<Item = (Side, &'a T)>,
+        halves: impl Iterator<Item = (Side, &'a T, bool)>,
     ) where
         T: 'a,
     {
-        for (side, bound) in halves {
+        for (side, bound, strict) in halves {
             let cell = self.cell_of(bound);
-            let list = match side {
-                Side::Lower => &mut self.lower[cell],
-                Side::Upper => &mut self.upper[cell],
-            };
-            if let Some(i) = list.iter().position(|h| h.slot == slot && h.bound == *bound) {
-                list.swap_remove(i);
+            let removed = self.cells[cell][kind(side, strict)].remove(bound, slot);
+            debug_assert!(removed, "a half of slot {slot} was not found");
+            if removed {
                 self.halves -= 1;
+                self.mark(layout, side, cell, slot, false);
             }
-        }
-        let cells = self.cells();
-        for c in 0..cells {
-            bits::clear_word(&mut self.rows, layout.row_word(cells, c, slot), slot);
         }
     }
 
     /// ORs into `mismatch` every slot with a half that fails on `probe`.
     pub(super) fn probe<P: Probe<T> + ?Sized>(&self, layout: Layout, probe: &P, mismatch: &mut [u64]) {
-        let cell = self.bounds.partition_point(|b| probe.cmp_key(b) != Ordering::Less);
-        let cells = self.cells();
+        let cell = self.bounds.partition_point(|b| !probe.lt(b));
+        let cells = self.cells.len();
         for block in 0..layout.blocks() {
             let start = (block * cells + cell) * layout.block;
             let target = &mut mismatch[block * layout.block..(block + 1) * layout.block];
             bits::or_into(target, &self.rows[start..start + layout.block]);
         }
-        for h in &self.lower[cell] {
-            let order = probe.cmp_key(&h.bound);
-            if order == Ordering::Less || (h.strict && order == Ordering::Equal) {
-                bits::set(mismatch, h.slot);
-            }
-        }
-        for h in &self.upper[cell] {
-            let order = probe.cmp_key(&h.bound);
-            if order == Ordering::Greater || (h.strict && order == Ordering::Equal) {
-                bits::set(mismatch, h.slot);
-            }
+        let [lower, lower_strict, upper, upper_strict] = &self.cells[cell];
+        lower.check(mismatch, |b| probe.lt(b));
+        lower_strict.check(mismatch, |b| probe.le(b));
+        upper.check(mismatch, |b| !probe.le(b));
+        upper_strict.check(mismatch, |b| !probe.lt(b));
+    }
+
+    /// Follows the group's slot space from `old` to `new`: whole blocks are appended, any
+    /// other change rebuilds the rows.
+    pub(super) fn grow(&mut self, old: Layout, new: Layout) {
+        if old.block == new.block {
+            self.rows.resize(new.words * self.cells.len(), 0);
+        } else {
+            self.relayout(new);
         }
     }
 
     /// Chooses cells for the current halves (quantiles of their bounds) and rebuilds.
     fn replan(&mut self, layout: Layout) {
         let target = (self.halves / HALVES_PER_CELL).clamp(1, MAX_CELLS);
-        let mut keys: Vec<&T> = self.lower.iter().chain(&self.upper).flatten().map(|h| &h.bound).collect();
+        let mut keys: Vec<&T> = self.cells.iter().flatten().flat_map(|h| &h.bounds).collect();
         keys.sort_unstable();
         let mut bounds: Vec<T> = Vec::with_capacity(target);
         for i in 1..target {
@@ -172,35 +221,20 @@ impl<T: Ord + Clone> Column<T> {
         self.relayout(layout);
     }
 
-    /// Follows the group's slot space from `old` to `new`: whole blocks are appended, any
-    /// other change rebuilds the rows.
-    pub(super) fn grow(&mut self, old: Layout, new: Layout) {
-        if old.block == new.block {
-            self.rows.resize(new.words * self.cells(), 0);
-        } else {
-            self.relayout(new);
-        }
-    }
-
     /// Re-buckets every half and rebuilds the rows for `layout` (after new cells, or when
     /// the group's slot space grew).
-    pub(super) fn relayout(&mut self, layout: Layout) {
-        let halves: Vec<(Side, Half<T>)> = std::mem::take(&mut self.lower)
-            .into_iter()
-            .flatten()
-            .map(|h| (Side::Lower, h))
-            .chain(std::mem::take(&mut self.upper).into_iter().flatten().map(|h| (Side::Upper, h)))
-            .collect();
-        let cells = self.cells();
-        self.lower = vec![Vec::new(); cells];
-        self.upper = vec![Vec::new(); cells];
+    fn relayout(&mut self, layout: Layout) {
+        let old = std::mem::take(&mut self.cells);
+        let cells = self.bounds.len() + 1;
+        self.cells = vec![Default::default(); cells];
         self.rows = vec![0; layout.words * cells];
-        for (side, half) in halves {
-            let cell = self.cell_of(&half.bound);
-            self.mark(layout, side, cell, half.slot);
-            match side {
-                Side::Lower => self.lower[cell].push(half),
-                Side::Upper => self.upper[cell].push(half),
+        for cell in old {
+            for (halves, (side, strict)) in cell.into_iter().zip(KINDS) {
+                for (bound, slot) in halves.bounds.into_iter().zip(halves.slots) {
+                    let c = self.cell_of(&bound);
+                    self.mark(layout, side, c, slot, true);
+                    self.cells[c][kind(side, strict)].push(bound, slot);
+                }
             }
         }
     }
@@ -232,7 +266,7 @@ mod tests {
             column.insert(layout, Side::Lower, s, lo, true);
             column.insert(layout, Side::Upper, s, lo + 10, false);
         }
-        assert!(column.cells() > 1, "replanned into cells");
+        assert!(column.cells.len() > 1, "replanned into cells");
         for v in [-5, 0, 1, 10, 11, 50, 99, 109, 110, 200] {
             let expected: Vec<u32> = (0..5000)
                 .filter(|&s| {
@@ -242,12 +276,15 @@ mod tests {
                 .collect();
             assert_eq!(matching(&column, layout, v, 5000), expected, "v = {v}");
         }
-        // Remove every even slot: they no longer fail anything, so the caller's alive bits
-        // must exclude them; here we only check that their bits are gone.
+        // Removing every even slot clears its bits: it fails nothing any more.
         for s in (0..5000_u32).step_by(2) {
             let lo = i64::from(s % 100);
             let (lower, upper) = (lo, lo + 10);
-            column.remove_slot(layout, s, [(Side::Lower, &lower), (Side::Upper, &upper)].into_iter());
+            column.remove_slot(
+                layout,
+                s,
+                [(Side::Lower, &lower, true), (Side::Upper, &upper, false)].into_iter(),
+            );
         }
         let m = matching(&column, layout, -5, 5000);
         assert!(m.iter().all(|s| s % 2 == 0) && m.len() == 2500);

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use padres_lang::semantics::holds;
-use padres_lang::{Number, Publication, Subscription};
+use padres_lang::{Publication, Subscription};
 
 use super::bits::{self, Layout};
 use super::column::{Column, Side};
-use super::keys::{Num, Placement, exact_float, placement};
+use super::keys::{FloatProbe, Num, Placement, exact_float, placement};
 use super::{AttrId, value_of};
 
 /// Everything one group knows about one attribute.
@@ -203,20 +203,20 @@ impl<K: Clone> Group<K> {
             for b in [&mut columns.has, &mut columns.num_has, &mut columns.str_has] {
                 bits::clear(b, slot);
             }
-            let mut num: Vec<(Side, Num)> = Vec::new();
-            let mut text: Vec<(Side, Arc<str>)> = Vec::new();
+            let mut num: Vec<(Side, Num, bool)> = Vec::new();
+            let mut text: Vec<(Side, Arc<str>, bool)> = Vec::new();
             for i in predicates {
                 match placement(&sub.predicates()[i]) {
-                    Placement::Num(halves) => num.extend(halves.into_iter().map(|(s, b, _)| (s, b))),
-                    Placement::Text(halves) => text.extend(halves.into_iter().map(|(s, b, _)| (s, b))),
+                    Placement::Num(halves) => num.extend(halves),
+                    Placement::Text(halves) => text.extend(halves),
                     Placement::Presence | Placement::Exact => {}
                 }
             }
             if !num.is_empty() {
-                columns.num.remove_slot(layout, slot, num.iter().map(|(s, b)| (*s, b)));
+                columns.num.remove_slot(layout, slot, num.iter().map(|(s, b, strict)| (*s, b, *strict)));
             }
             if !text.is_empty() {
-                columns.text.remove_slot(layout, slot, text.iter().map(|(s, b)| (*s, b)));
+                columns.text.remove_slot(layout, slot, text.iter().map(|(s, b, strict)| (*s, b, *strict)));
             }
             columns.exact.retain(|&(s, _)| s != slot);
             columns.users -= 1;
@@ -248,10 +248,10 @@ impl<K: Clone> Group<K> {
             };
             if !columns.num.is_empty() {
                 match value.as_number() {
-                    Some(n) => {
-                        let probe = exact_float(n).map_or(n, Number::Float);
-                        columns.num.probe(layout, &probe, mismatch);
-                    }
+                    Some(n) => match exact_float(n) {
+                        Some(f) => columns.num.probe(layout, &FloatProbe(f), mismatch),
+                        None => columns.num.probe(layout, &n, mismatch),
+                    },
                     None => bits::or_into(mismatch, &columns.num_has),
                 }
             }

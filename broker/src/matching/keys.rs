@@ -59,6 +59,23 @@ impl Probe<Num> for Number {
     }
 }
 
+/// A number that is exactly a float: compared with plain float comparisons, which the
+/// probe loop turns into branch-free code.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FloatProbe(pub(super) f64);
+
+impl Probe<Num> for FloatProbe {
+    fn cmp_key(&self, key: &Num) -> Ordering {
+        self.0.partial_cmp(&key.0).unwrap_or(Ordering::Equal)
+    }
+    fn lt(&self, key: &Num) -> bool {
+        self.0 < key.0
+    }
+    fn le(&self, key: &Num) -> bool {
+        self.0 <= key.0
+    }
+}
+
 impl Probe<Arc<Self>> for str {
     fn cmp_key(&self, key: &Arc<Self>) -> Ordering {
         self.cmp(&**key)
