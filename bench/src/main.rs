@@ -70,6 +70,9 @@ enum Command {
         /// Seed for the workload generators.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Match the publications this many times (medians are over all passes).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
     },
 }
 
@@ -85,16 +88,16 @@ enum Which {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Command::Matching { quick, workload, seed } => {
+        Command::Matching { quick, workload, seed, repeat } => {
             let all = [Which::W1, Which::W2, Which::W3, Which::W4, Which::Adv];
             let chosen: Vec<Which> = if workload.is_empty() { all.to_vec() } else { workload };
             print_machine();
             for which in chosen {
                 match which {
-                    Which::W1 => bench_workload(Workload::W1, "W1 dense", quick, seed),
-                    Which::W2 => bench_workload(Workload::W2, "W2", quick, seed),
-                    Which::W3 => bench_workload(Workload::W3, "W3 sparse", quick, seed),
-                    Which::W4 => bench_workload(Workload::W4, "W4 PADRES-like", quick, seed),
+                    Which::W1 => bench_workload(Workload::W1, "W1 dense", quick, seed, repeat),
+                    Which::W2 => bench_workload(Workload::W2, "W2", quick, seed, repeat),
+                    Which::W3 => bench_workload(Workload::W3, "W3 sparse", quick, seed, repeat),
+                    Which::W4 => bench_workload(Workload::W4, "W4 PADRES-like", quick, seed, repeat),
                     Which::Adv => bench_advertisements(quick, seed),
                 }
             }
@@ -136,7 +139,7 @@ fn fmt(d: Duration) -> String {
     }
 }
 
-fn bench_workload(workload: Workload, label: &str, quick: bool, seed: u64) {
+fn bench_workload(workload: Workload, label: &str, quick: bool, seed: u64, repeat: usize) {
     let full = Generator::full_size(workload);
     let n = if quick { full / 20 } else { full };
     let (publications, naive_publications, churn) = if quick { (200, 5, 2_000) } else { (1_000, 10, 10_000) };
@@ -165,14 +168,18 @@ fn bench_workload(workload: Workload, label: &str, quick: bool, seed: u64) {
 
     let mut scratch = Scratch::default();
     let mut out = Vec::new();
-    let mut times = Vec::with_capacity(pubs.len());
+    let mut times = Vec::with_capacity(pubs.len() * repeat);
     let mut counts = Vec::with_capacity(pubs.len());
-    for p in &pubs {
-        out.clear();
-        let t = Instant::now();
-        index.matches_into(p, &mut scratch, &mut out);
-        times.push(t.elapsed());
-        counts.push(out.len());
+    for pass in 0..repeat.max(1) {
+        for p in &pubs {
+            out.clear();
+            let t = Instant::now();
+            index.matches_into(p, &mut scratch, &mut out);
+            times.push(t.elapsed());
+            if pass == 0 {
+                counts.push(out.len());
+            }
+        }
     }
     let (median, p99) = percentiles(times);
     let mean_matches = counts.iter().sum::<usize>() as f64 / counts.len() as f64;

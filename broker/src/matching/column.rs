@@ -8,9 +8,10 @@
 //! a value of cell `c` then ORs row `c` into the result and checks only the halves whose
 //! bound lies in cell `c` itself.
 //!
-//! Those are kept unsorted in four flat lists per cell (lower or upper, strict or not), so
-//! an insert is an append and the check is a branch-free loop: each half computes "fails"
-//! with one comparison and ORs that bit into the result.
+//! Those are kept unsorted in one flat list per cell (bounds, and slots tagged with the
+//! half's kind: lower or upper, strict or not), so an insert is an append and the check is
+//! a branch-free loop that reads two contiguous arrays: each half compares its bound, looks
+//! up "fails" for its kind, and ORs that bit into the result.
 //!
 //! Several predicates of one subscription on one attribute are simply several halves: a
 //! slot fails if any of its halves fails, which is the conjunction.
@@ -41,52 +42,33 @@ pub(super) trait Probe<T> {
     fn lt(&self, key: &T) -> bool {
         self.cmp_key(key) == Ordering::Less
     }
-    /// `probe <= key`.
-    fn le(&self, key: &T) -> bool {
-        self.cmp_key(key) != Ordering::Greater
+    /// `probe <= key` in bit 1, `probe < key` in bit 0 (so 0, 2 or 3); override with
+    /// branch-free comparisons where they exist.
+    fn order_bits(&self, key: &T) -> u32 {
+        match self.cmp_key(key) {
+            Ordering::Less => 3,
+            Ordering::Equal => 2,
+            Ordering::Greater => 0,
+        }
     }
 }
 
-/// Halves of one kind in one cell: bounds and slots side by side.
+/// The halves of one cell: bounds, and slots tagged with their kind, side by side.
 #[derive(Clone, Debug)]
 struct Halves<T> {
     bounds: Vec<T>,
-    slots: Vec<u32>,
+    /// `slot << 2 | kind`.
+    tags: Vec<u32>,
 }
 
 impl<T> Default for Halves<T> {
     fn default() -> Self {
-        Self { bounds: Vec::new(), slots: Vec::new() }
+        Self { bounds: Vec::new(), tags: Vec::new() }
     }
 }
 
-impl<T: PartialEq> Halves<T> {
-    fn push(&mut self, bound: T, slot: u32) {
-        self.bounds.push(bound);
-        self.slots.push(slot);
-    }
-
-    fn remove(&mut self, bound: &T, slot: u32) -> bool {
-        let found = self.slots.iter().zip(&self.bounds).position(|(&s, b)| s == slot && b == bound);
-        if let Some(i) = found {
-            self.bounds.swap_remove(i);
-            self.slots.swap_remove(i);
-        }
-        found.is_some()
-    }
-
-    /// Crosses out every slot whose half `fails` on the probe.
-    fn check(&self, mismatch: &mut [u64], fails: impl Fn(&T) -> bool) {
-        for (bound, &slot) in self.bounds.iter().zip(&self.slots) {
-            mismatch[slot as usize / 64] |= u64::from(fails(bound)) << (slot % 64);
-        }
-    }
-}
-
-/// The four lists of one cell, indexed by `kind()`.
-type CellHalves<T> = [Halves<T>; 4];
-
-fn kind(side: Side, strict: bool) -> usize {
+/// The kind of a half, in the low two bits of its tag.
+fn kind(side: Side, strict: bool) -> u32 {
     match (side, strict) {
         (Side::Lower, false) => 0,
         (Side::Lower, true) => 1,
@@ -95,8 +77,43 @@ fn kind(side: Side, strict: bool) -> usize {
     }
 }
 
-const KINDS: [(Side, bool); 4] =
-    [(Side::Lower, false), (Side::Lower, true), (Side::Upper, false), (Side::Upper, true)];
+fn side_of(tag: u32) -> Side {
+    if tag & 2 == 0 { Side::Lower } else { Side::Upper }
+}
+
+/// For kind `k`, bit `order_bits` of nibble `k` says whether the half fails:
+/// lower inclusive fails when v < b (3); lower strict when v <= b (2, 3); upper inclusive
+/// when v > b (0); upper strict when v >= b (0, 2).
+const FAILS: u32 = 0b0101_0001_1100_1000;
+
+/// The most slots a column can tag (two bits of the tag are the kind).
+pub(super) const MAX_SLOTS: u32 = 1 << 30;
+
+impl<T: PartialEq> Halves<T> {
+    fn push(&mut self, bound: T, slot: u32, kind: u32) {
+        self.bounds.push(bound);
+        self.tags.push(slot << 2 | kind);
+    }
+
+    fn remove(&mut self, bound: &T, slot: u32, kind: u32) -> bool {
+        let tag = slot << 2 | kind;
+        let found = self.tags.iter().zip(&self.bounds).position(|(&t, b)| t == tag && b == bound);
+        if let Some(i) = found {
+            self.bounds.swap_remove(i);
+            self.tags.swap_remove(i);
+        }
+        found.is_some()
+    }
+
+    /// Crosses out every slot whose half fails on `probe`.
+    fn check<P: Probe<T> + ?Sized>(&self, mismatch: &mut [u64], probe: &P) {
+        for (bound, &tag) in self.bounds.iter().zip(&self.tags) {
+            let fails = FAILS >> ((tag & 3) * 4 + probe.order_bits(bound)) & 1;
+            let slot = tag >> 2;
+            mismatch[slot as usize / 64] |= u64::from(fails) << (slot % 64);
+        }
+    }
+}
 
 /// The interval predicates of one attribute in one group (see the module docs).
 #[derive(Debug)]
@@ -105,7 +122,7 @@ pub(super) struct Column<T> {
     bounds: Vec<T>,
     /// Mismatch rows in the group's blocked layout, one row per cell.
     rows: Vec<u64>,
-    cells: Vec<CellHalves<T>>,
+    cells: Vec<Halves<T>>,
     halves: usize,
     /// `halves` when the cells were last chosen.
     planned_for: usize,
@@ -150,7 +167,7 @@ impl<T: Ord + Clone> Column<T> {
     pub(super) fn insert(&mut self, layout: Layout, side: Side, slot: u32, bound: T, strict: bool) {
         let cell = self.cell_of(&bound);
         self.mark(layout, side, cell, slot, true);
-        self.cells[cell][kind(side, strict)].push(bound, slot);
+        self.cells[cell].push(bound, slot, kind(side, strict));
         self.halves += 1;
         if self.halves >= 2 * self.planned_for.max(HALVES_PER_CELL / 2) {
             self.replan(layout);
@@ -169,7 +186,7 @@ impl<T: Ord + Clone> Column<T> {
     {
         for (side, bound, strict) in halves {
             let cell = self.cell_of(bound);
-            let removed = self.cells[cell][kind(side, strict)].remove(bound, slot);
+            let removed = self.cells[cell].remove(bound, slot, kind(side, strict));
             debug_assert!(removed, "a half of slot {slot} was not found");
             if removed {
                 self.halves -= 1;
@@ -187,11 +204,7 @@ impl<T: Ord + Clone> Column<T> {
             let target = &mut mismatch[block * layout.block..(block + 1) * layout.block];
             bits::or_into(target, &self.rows[start..start + layout.block]);
         }
-        let [lower, lower_strict, upper, upper_strict] = &self.cells[cell];
-        lower.check(mismatch, |b| probe.lt(b));
-        lower_strict.check(mismatch, |b| probe.le(b));
-        upper.check(mismatch, |b| !probe.le(b));
-        upper_strict.check(mismatch, |b| !probe.lt(b));
+        self.cells[cell].check(mismatch, probe);
     }
 
     /// Follows the group's slot space from `old` to `new`: whole blocks are appended, any
@@ -207,7 +220,7 @@ impl<T: Ord + Clone> Column<T> {
     /// Chooses cells for the current halves (quantiles of their bounds) and rebuilds.
     fn replan(&mut self, layout: Layout) {
         let target = (self.halves / HALVES_PER_CELL).clamp(1, MAX_CELLS);
-        let mut keys: Vec<&T> = self.cells.iter().flatten().flat_map(|h| &h.bounds).collect();
+        let mut keys: Vec<&T> = self.cells.iter().flat_map(|h| &h.bounds).collect();
         keys.sort_unstable();
         let mut bounds: Vec<T> = Vec::with_capacity(target);
         for i in 1..target {
@@ -229,12 +242,10 @@ impl<T: Ord + Clone> Column<T> {
         self.cells = vec![Default::default(); cells];
         self.rows = vec![0; layout.words * cells];
         for cell in old {
-            for (halves, (side, strict)) in cell.into_iter().zip(KINDS) {
-                for (bound, slot) in halves.bounds.into_iter().zip(halves.slots) {
-                    let c = self.cell_of(&bound);
-                    self.mark(layout, side, c, slot, true);
-                    self.cells[c][kind(side, strict)].push(bound, slot);
-                }
+            for (bound, tag) in cell.bounds.into_iter().zip(cell.tags) {
+                let c = self.cell_of(&bound);
+                self.mark(layout, side_of(tag), c, tag >> 2, true);
+                self.cells[c].push(bound, tag >> 2, tag & 3);
             }
         }
     }

@@ -137,7 +137,8 @@ impl<K: Clone> Group<K> {
             }
             self.layout = new;
         }
-        // Slots are capped by the u32 index space long before memory runs out.
+        // A group would run out of memory long before 2^30 slots.
+        debug_assert!(slot < super::column::MAX_SLOTS as usize);
         u32::try_from(slot).unwrap_or(u32::MAX)
     }
 

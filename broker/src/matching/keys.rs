@@ -71,8 +71,8 @@ impl Probe<Num> for FloatProbe {
     fn lt(&self, key: &Num) -> bool {
         self.0 < key.0
     }
-    fn le(&self, key: &Num) -> bool {
-        self.0 <= key.0
+    fn order_bits(&self, key: &Num) -> u32 {
+        (u32::from(self.0 <= key.0) << 1) | u32::from(self.0 < key.0)
     }
 }
 
