@@ -91,6 +91,13 @@ pub(super) const MAX_SLOTS: u32 = 1 << 30;
 
 impl<T: PartialEq> Halves<T> {
     fn push(&mut self, bound: T, slot: u32, kind: u32) {
+        // Grow by an eighth rather than doubling: the lists are most of a column's memory
+        // and are copied rarely enough that the extra copies do not show.
+        if self.tags.len() == self.tags.capacity() {
+            let more = (self.tags.len() / 8).max(4);
+            self.bounds.reserve_exact(more);
+            self.tags.reserve_exact(more);
+        }
         self.bounds.push(bound);
         self.tags.push(slot << 2 | kind);
     }

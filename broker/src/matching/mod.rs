@@ -59,18 +59,22 @@ use group::Group;
 /// An attribute name, interned.
 type AttrId = u32;
 
-/// Where a subscription lives.
-#[derive(Debug, Clone)]
+/// Where a subscription lives: 12 bytes, since there is one per subscription.
+#[derive(Debug, Clone, Copy)]
 struct Location {
-    class: Arc<str>,
-    pivot: Option<AttrId>,
+    class: u32,
+    pivot: Pivot,
     slot: u32,
 }
+
+/// A group's pivot attribute, or [`NO_PIVOT`] for subscriptions on `class` alone.
+type Pivot = AttrId;
+const NO_PIVOT: Pivot = AttrId::MAX;
 
 /// The subscriptions of one class.
 #[derive(Debug)]
 struct Partition<K> {
-    groups: HashMap<Option<AttrId>, Group<K>>,
+    groups: HashMap<Pivot, Group<K>>,
     /// How many subscriptions of the class constrain each attribute (for pivot choice).
     uses: HashMap<AttrId, usize>,
 }
@@ -86,13 +90,20 @@ pub struct Scratch {
 #[derive(Debug)]
 pub struct SubscriptionIndex<K> {
     names: HashMap<Name, AttrId>,
-    classes: HashMap<Arc<str>, Partition<K>>,
+    class_ids: HashMap<Arc<str>, u32>,
+    /// Indexed by class id; a class keeps its (possibly empty) partition once seen.
+    partitions: Vec<Partition<K>>,
     locations: HashMap<K, Location>,
 }
 
 impl<K> Default for SubscriptionIndex<K> {
     fn default() -> Self {
-        Self { names: HashMap::new(), classes: HashMap::new(), locations: HashMap::new() }
+        Self {
+            names: HashMap::new(),
+            class_ids: HashMap::new(),
+            partitions: Vec::new(),
+            locations: HashMap::new(),
+        }
     }
 }
 
@@ -123,12 +134,21 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
                 attrs.push(id);
             }
         }
-        let class: Arc<str> = Arc::from(sub.class());
-        let partition = self
-            .classes
-            .entry(class.clone())
-            .or_insert_with(|| Partition { groups: HashMap::new(), uses: HashMap::new() });
-        let pivot = attrs.iter().copied().min_by_key(|a| (partition.uses.get(a).copied().unwrap_or(0), *a));
+        let class = match self.class_ids.get(sub.class()) {
+            Some(&id) => id,
+            None => {
+                let id = u32::try_from(self.partitions.len()).unwrap_or(u32::MAX);
+                self.class_ids.insert(Arc::from(sub.class()), id);
+                self.partitions.push(Partition { groups: HashMap::new(), uses: HashMap::new() });
+                id
+            }
+        };
+        let partition = &mut self.partitions[class as usize];
+        let pivot = attrs
+            .iter()
+            .copied()
+            .min_by_key(|a| (partition.uses.get(a).copied().unwrap_or(0), *a))
+            .unwrap_or(NO_PIVOT);
         for a in &attrs {
             *partition.uses.entry(*a).or_default() += 1;
         }
@@ -141,7 +161,7 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
     /// Removes the subscription under `key`, returning it.
     pub fn remove(&mut self, key: &K) -> Option<Arc<Subscription>> {
         let location = self.locations.remove(key)?;
-        let partition = self.classes.get_mut(&location.class)?;
+        let partition = self.partitions.get_mut(location.class as usize)?;
         let group = partition.groups.get_mut(&location.pivot)?;
         let names = &self.names;
         let sub = group.remove(location.slot, |name| names.get(name).copied())?;
@@ -162,16 +182,17 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
                 }
             }
         }
-        if partition.groups.is_empty() {
-            self.classes.remove(&location.class);
-        }
         Some(sub)
     }
 
     /// The subscription under `key`.
     pub fn get(&self, key: &K) -> Option<&Arc<Subscription>> {
         let location = self.locations.get(key)?;
-        self.classes.get(&location.class)?.groups.get(&location.pivot)?.subscription(location.slot)
+        self.partitions.get(location.class as usize)?.groups.get(&location.pivot)?.subscription(location.slot)
+    }
+
+    fn partition(&self, class: &str) -> Option<&Partition<K>> {
+        self.partitions.get(*self.class_ids.get(class)? as usize)
     }
 
     /// Calls `visit` with every candidate of `publication`'s class whose pivot it carries,
@@ -183,7 +204,7 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         scratch: &mut Scratch,
         mut visit: impl FnMut(&K, Option<&Subscription>),
     ) {
-        let Some(partition) = self.classes.get(publication.class()) else { return };
+        let Some(partition) = self.partition(publication.class()) else { return };
         scratch.attrs.clear();
         for (i, (name, _)) in publication.attrs().iter().enumerate() {
             if let Some(&id) = self.names.get(name.as_str()) {
@@ -191,8 +212,8 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             }
         }
         scratch.attrs.sort_unstable();
-        let pivots = std::iter::once(None).chain(scratch.attrs.iter().map(|&(id, _)| Some(id)));
-        let pivots: Vec<Option<AttrId>> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
+        let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
+        let pivots: Vec<Pivot> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
         for pivot in pivots {
             if let Some(group) = partition.groups.get(&pivot) {
                 group.candidates(publication, &scratch.attrs, &mut scratch.mismatch, &mut visit);
@@ -240,11 +261,11 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
 
     /// The keys of every subscription that `adv` overlaps (see [`padres_lang::overlaps`]).
     pub fn overlapping(&self, adv: &Advertisement) -> Vec<K> {
-        let Some(partition) = self.classes.get(adv.class()) else { return Vec::new() };
-        let mut advertised: Vec<Option<AttrId>> = vec![None];
+        let Some(partition) = self.partition(adv.class()) else { return Vec::new() };
+        let mut advertised: Vec<Pivot> = vec![NO_PIVOT];
         for p in adv.predicates() {
             if let Some(&id) = self.names.get(p.attr().as_str()) {
-                advertised.push(Some(id));
+                advertised.push(id);
             }
         }
         advertised.sort_unstable();
