@@ -74,11 +74,6 @@ pub(super) fn set_word(bits: &mut [u64], word: usize, slot: u32) {
     bits[word] |= 1 << (slot % 64);
 }
 
-/// Clears `slot`'s bit in `bits[word]`.
-pub(super) fn clear_word(bits: &mut [u64], word: usize, slot: u32) {
-    bits[word] &= !(1 << (slot % 64));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

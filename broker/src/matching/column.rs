@@ -102,14 +102,22 @@ impl<T: PartialEq> Halves<T> {
         self.tags.push(slot << 2 | kind);
     }
 
-    fn remove(&mut self, bound: &T, slot: u32, kind: u32) -> bool {
-        let tag = slot << 2 | kind;
-        let found = self.tags.iter().zip(&self.bounds).position(|(&t, b)| t == tag && b == bound);
-        if let Some(i) = found {
-            self.bounds.swap_remove(i);
-            self.tags.swap_remove(i);
+    /// Drops the halves of the slots set in `dead`; returns how many.
+    fn sweep(&mut self, dead: &[u64]) -> usize {
+        let before = self.tags.len();
+        let mut kept = 0;
+        for i in 0..before {
+            if !bits::get(dead, self.tags[i] >> 2) {
+                self.tags.swap(kept, i);
+                self.bounds.swap(kept, i);
+                kept += 1;
+            }
         }
-        found.is_some()
+        self.tags.truncate(kept);
+        self.bounds.truncate(kept);
+        self.tags.shrink_to(kept + kept / 8);
+        self.bounds.shrink_to(kept + kept / 8);
+        before - kept
     }
 
     /// Crosses out every slot whose half fails on `probe`.
@@ -154,26 +162,21 @@ impl<T: Ord + Clone> Column<T> {
         self.bounds.partition_point(|b| b <= key)
     }
 
-    /// Sets (or clears) the rows' bits for the cells where a half in `cell` fails.
-    fn mark(&mut self, layout: Layout, side: Side, cell: usize, slot: u32, on: bool) {
+    /// Sets the rows' bits for the cells where a half in `cell` fails.
+    fn mark(&mut self, layout: Layout, side: Side, cell: usize, slot: u32) {
         let cells = self.cells.len();
         let failing = match side {
             Side::Lower => 0..cell,
             Side::Upper => cell + 1..cells,
         };
         for c in failing {
-            let word = layout.row_word(cells, c, slot);
-            if on {
-                bits::set_word(&mut self.rows, word, slot);
-            } else {
-                bits::clear_word(&mut self.rows, word, slot);
-            }
+            bits::set_word(&mut self.rows, layout.row_word(cells, c, slot), slot);
         }
     }
 
     pub(super) fn insert(&mut self, layout: Layout, side: Side, slot: u32, bound: T, strict: bool) {
         let cell = self.cell_of(&bound);
-        self.mark(layout, side, cell, slot, true);
+        self.mark(layout, side, cell, slot);
         self.cells[cell].push(bound, slot, kind(side, strict));
         self.halves += 1;
         if self.halves >= 2 * self.planned_for.max(HALVES_PER_CELL / 2) {
@@ -181,24 +184,21 @@ impl<T: Ord + Clone> Column<T> {
         }
     }
 
-    /// Removes every half of `slot` (listed in `halves` with their strictness) and clears
-    /// its bits. The caller removes all of a slot's halves at once.
-    pub(super) fn remove_slot<'a>(
-        &mut self,
-        layout: Layout,
-        slot: u32,
-        halves: impl Iterator<Item = (Side, &'a T, bool)>,
-    ) where
-        T: 'a,
-    {
-        for (side, bound, strict) in halves {
-            let cell = self.cell_of(bound);
-            let removed = self.cells[cell].remove(bound, slot, kind(side, strict));
-            debug_assert!(removed, "a half of slot {slot} was not found");
-            if removed {
-                self.halves -= 1;
-                self.mark(layout, side, cell, slot, false);
+    /// Forgets the slots set in `dead` (removed subscriptions): their halves leave the
+    /// lists and their bits leave the rows, in one pass over the column.
+    pub(super) fn sweep(&mut self, layout: Layout, dead: &[u64]) {
+        let cells = self.cells.len();
+        for block in 0..layout.blocks() {
+            let dead_words = &dead[block * layout.block..(block + 1) * layout.block];
+            for cell in 0..cells {
+                let start = (block * cells + cell) * layout.block;
+                for (row, d) in self.rows[start..start + layout.block].iter_mut().zip(dead_words) {
+                    *row &= !d;
+                }
             }
+        }
+        for cell in &mut self.cells {
+            self.halves -= cell.sweep(dead);
         }
     }
 
@@ -251,7 +251,7 @@ impl<T: Ord + Clone> Column<T> {
         for cell in old {
             for (bound, tag) in cell.bounds.into_iter().zip(cell.tags) {
                 let c = self.cell_of(&bound);
-                self.mark(layout, side_of(tag), c, tag >> 2, true);
+                self.mark(layout, side_of(tag), c, tag >> 2);
                 self.cells[c].push(bound, tag >> 2, tag & 3);
             }
         }
@@ -294,16 +294,13 @@ mod tests {
                 .collect();
             assert_eq!(matching(&column, layout, v, 5000), expected, "v = {v}");
         }
-        // Removing every even slot clears its bits: it fails nothing any more.
+        // Sweeping every even slot clears its bits: it fails nothing any more.
+        let mut dead = vec![0; layout.words];
         for s in (0..5000_u32).step_by(2) {
-            let lo = i64::from(s % 100);
-            let (lower, upper) = (lo, lo + 10);
-            column.remove_slot(
-                layout,
-                s,
-                [(Side::Lower, &lower, true), (Side::Upper, &upper, false)].into_iter(),
-            );
+            bits::set(&mut dead, s);
         }
+        column.sweep(layout, &dead);
+        assert_eq!(column.halves, 5000);
         let m = matching(&column, layout, -5, 5000);
         assert!(m.iter().all(|s| s % 2 == 0) && m.len() == 2500);
     }

@@ -7,7 +7,7 @@ use padres_lang::semantics::holds;
 use padres_lang::{Publication, Subscription};
 
 use super::bits::{self, Layout};
-use super::column::{Column, Side};
+use super::column::Column;
 use super::keys::{FloatProbe, Num, Placement, exact_float, placement};
 use super::{AttrId, value_of};
 
@@ -60,6 +60,9 @@ pub(super) struct Group<K> {
     alive: Vec<u64>,
     /// Slots to confirm with the reference semantics (a variable used twice).
     verify: Vec<u64>,
+    /// Removed slots whose bits and halves are not swept yet (not reusable until then).
+    dead: Vec<u64>,
+    dead_count: usize,
     /// Sorted by attribute.
     columns: Vec<(AttrId, Columns)>,
     len: usize,
@@ -96,6 +99,8 @@ impl<K: Clone> Group<K> {
             free: Vec::new(),
             alive: vec![0; layout.words],
             verify: vec![0; layout.words],
+            dead: vec![0; layout.words],
+            dead_count: 0,
             columns: Vec::new(),
             len: 0,
         }
@@ -132,6 +137,7 @@ impl<K: Clone> Group<K> {
             let new = Layout::for_slots(slot + 1);
             self.alive.resize(new.words, 0);
             self.verify.resize(new.words, 0);
+            self.dead.resize(new.words, 0);
             for (_, c) in &mut self.columns {
                 c.grow(old, new);
             }
@@ -188,6 +194,12 @@ impl<K: Clone> Group<K> {
     }
 
     /// Empties `slot` and returns its subscription.
+    ///
+    /// Removal is lazy: the slot stops matching at once (its alive bit), but its bits and
+    /// halves stay until a sweep, which runs when removed slots reach an eighth of the
+    /// group and clears them all in one pass per column. A removal then costs a few
+    /// writes instead of a cache miss per marked cell, and the sweep is amortized over
+    /// the removals that triggered it.
     pub(super) fn remove(
         &mut self,
         slot: u32,
@@ -197,37 +209,46 @@ impl<K: Clone> Group<K> {
         self.keys[slot as usize] = None;
         bits::clear(&mut self.alive, slot);
         bits::clear(&mut self.verify, slot);
-        let layout = self.layout;
-        for (id, predicates) in attributes(&sub, &resolve) {
+        bits::set(&mut self.dead, slot);
+        self.dead_count += 1;
+        for (id, _) in attributes(&sub, &resolve) {
             let Ok(at) = self.columns.binary_search_by_key(&id, |(a, _)| *a) else { continue };
             let columns = &mut self.columns[at].1;
-            for b in [&mut columns.has, &mut columns.num_has, &mut columns.str_has] {
-                bits::clear(b, slot);
-            }
-            let mut num: Vec<(Side, Num, bool)> = Vec::new();
-            let mut text: Vec<(Side, Arc<str>, bool)> = Vec::new();
-            for i in predicates {
-                match placement(&sub.predicates()[i]) {
-                    Placement::Num(halves) => num.extend(halves),
-                    Placement::Text(halves) => text.extend(halves),
-                    Placement::Presence | Placement::Exact => {}
-                }
-            }
-            if !num.is_empty() {
-                columns.num.remove_slot(layout, slot, num.iter().map(|(s, b, strict)| (*s, b, *strict)));
-            }
-            if !text.is_empty() {
-                columns.text.remove_slot(layout, slot, text.iter().map(|(s, b, strict)| (*s, b, *strict)));
-            }
-            columns.exact.retain(|&(s, _)| s != slot);
             columns.users -= 1;
             if columns.users == 0 {
                 self.columns.remove(at);
             }
         }
-        self.free.push(slot);
         self.len -= 1;
+        if self.dead_count * 8 >= self.keys.len().max(64) {
+            self.sweep();
+        }
         Some(sub)
+    }
+
+    /// Clears every removed slot from every column and makes the slots reusable.
+    fn sweep(&mut self) {
+        let layout = self.layout;
+        let dead = std::mem::take(&mut self.dead);
+        for (_, columns) in &mut self.columns {
+            for b in [&mut columns.has, &mut columns.num_has, &mut columns.str_has] {
+                for (w, d) in b.iter_mut().zip(&dead) {
+                    *w &= !d;
+                }
+            }
+            columns.num.sweep(layout, &dead);
+            columns.text.sweep(layout, &dead);
+            columns.exact.retain(|&(slot, _)| !bits::get(&dead, slot));
+        }
+        for (w, &word) in dead.iter().enumerate() {
+            let mut d = word;
+            while d != 0 {
+                self.free.push((w * 64) as u32 + d.trailing_zeros());
+                d &= d - 1;
+            }
+        }
+        self.dead = vec![0; layout.words];
+        self.dead_count = 0;
     }
 
     /// The bitset pass (see the parent module): calls `visit` for every slot that survives,
