@@ -21,7 +21,7 @@ use std::cmp::Ordering;
 use super::bits::{self, Layout};
 
 /// Aim for about this many halves per cell.
-const HALVES_PER_CELL: usize = 256;
+const HALVES_PER_CELL: usize = 32;
 /// Never more cells than this (memory is one bit per slot per cell).
 const MAX_CELLS: usize = 128;
 

@@ -8,7 +8,7 @@ use padres_lang::{Publication, Subscription};
 
 use super::bits::{self, Layout};
 use super::column::Column;
-use super::keys::{FloatProbe, Num, Placement, exact_float, placement};
+use super::keys::{FloatProbe, Num, Placement, Text, TextProbe, exact_float, placement};
 use super::{AttrId, value_of};
 
 /// Everything one group knows about one attribute.
@@ -21,7 +21,7 @@ struct Columns {
     /// Slots with string halves: they fail on a value that is not a string.
     str_has: Vec<u64>,
     num: Column<Num>,
-    text: Column<Arc<str>>,
+    text: Column<Text>,
     /// `(slot, predicate index)` of the predicates checked one by one.
     exact: Vec<(u32, u16)>,
     /// How many subscriptions constrain the attribute.
@@ -279,7 +279,7 @@ impl<K: Clone> Group<K> {
             }
             if !columns.text.is_empty() {
                 match value.as_str() {
-                    Some(s) => columns.text.probe(layout, s, mismatch),
+                    Some(s) => columns.text.probe(layout, &TextProbe::new(s), mismatch),
                     None => bits::or_into(mismatch, &columns.str_has),
                 }
             }

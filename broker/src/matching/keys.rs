@@ -76,9 +76,56 @@ impl Probe<Num> for FloatProbe {
     }
 }
 
-impl Probe<Arc<Self>> for str {
-    fn cmp_key(&self, key: &Arc<Self>) -> Ordering {
-        self.cmp(&**key)
+/// The first eight bytes of `text`, big-endian, zero-padded. If two strings' prefixes
+/// differ, they order like the strings (a zero pad sorts a shorter string first, as a
+/// real byte above zero would); if equal, only a full comparison decides.
+fn prefix8(text: &str) -> u64 {
+    let mut bytes = [0_u8; 8];
+    let n = text.len().min(8);
+    bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+/// A string bound with its eight-byte prefix, so most comparisons are one integer compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Text {
+    prefix: u64,
+    text: Arc<str>,
+}
+
+impl Text {
+    pub(super) fn new(text: Arc<str>) -> Self {
+        Self { prefix: prefix8(&text), text }
+    }
+}
+
+impl PartialOrd for Text {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Text {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.prefix.cmp(&other.prefix).then_with(|| self.text.cmp(&other.text))
+    }
+}
+
+/// A string value probing a string column.
+#[derive(Debug)]
+pub(super) struct TextProbe<'a> {
+    prefix: u64,
+    text: &'a str,
+}
+
+impl<'a> TextProbe<'a> {
+    pub(super) fn new(text: &'a str) -> Self {
+        Self { prefix: prefix8(text), text }
+    }
+}
+
+impl Probe<Text> for TextProbe<'_> {
+    fn cmp_key(&self, key: &Text) -> Ordering {
+        self.prefix.cmp(&key.prefix).then_with(|| self.text.cmp(&key.text))
     }
 }
 
@@ -90,7 +137,7 @@ pub(super) enum Placement {
     /// Halves on the numeric column.
     Num(Vec<(Side, Num, bool)>),
     /// Halves on the string column.
-    Text(Vec<(Side, Arc<str>, bool)>),
+    Text(Vec<(Side, Text, bool)>),
     /// Checked one by one.
     Exact,
 }
@@ -105,7 +152,7 @@ pub(super) fn placement(p: &Predicate) -> Placement {
     let Operand::Value(value) = p.operand() else { return Placement::Exact };
     match value {
         Value::Str(s) => {
-            let s = s.clone();
+            let s = Text::new(s.clone());
             Placement::Text(match op {
                 Op::Eq => vec![(Lower, s.clone(), false), (Upper, s, false)],
                 Op::StrLt => vec![(Upper, s, true)],
@@ -114,8 +161,8 @@ pub(super) fn placement(p: &Predicate) -> Placement {
                 Op::StrGe => vec![(Lower, s, false)],
                 Op::StrPrefix => {
                     let mut halves = Vec::with_capacity(2);
-                    if let Some(end) = prefix_end(&s) {
-                        halves.push((Upper, Arc::from(end), true));
+                    if let Some(end) = prefix_end(&s.text) {
+                        halves.push((Upper, Text::new(Arc::from(end)), true));
                     }
                     halves.push((Lower, s, false));
                     halves
@@ -173,6 +220,19 @@ mod tests {
             assert!(s < end.as_str());
         }
         assert!("ic" >= end.as_str() && "ia" < "ib");
+    }
+
+    #[test]
+    fn text_keys_order_like_strings() {
+        let words =
+            ["", "a", "ab", "ab\0", "ab\0x", "abcdefgh", "abcdefgh\0", "abcdefghi", "abd", "é", "\u{0}"];
+        for a in words {
+            for b in words {
+                let (ka, kb) = (Text::new(Arc::from(a)), Text::new(Arc::from(b)));
+                assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(TextProbe::new(a).cmp_key(&kb), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
     }
 
     #[test]

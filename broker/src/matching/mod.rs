@@ -10,11 +10,12 @@
 //!
 //! - **Partitions by class.** `class` is mandatory and `eq`, so a publication only looks
 //!   at the subscriptions of its own class.
-//! - **Pivot groups.** Within a class, each subscription is filed under its *pivot*: the
-//!   attribute it constrains that was least used in the class when it arrived (the OpIndex
-//!   idea). A publication only visits the groups whose pivot it carries, since every
-//!   subscription needs all of its attributes present. Sparse, high-dimensional workloads
-//!   touch a few small groups; dense ones lose nothing.
+//! - **Pivot groups.** Within a class, a subscription with a *rare* attribute (used by at
+//!   most 1/16 of the class when it arrives) is filed under its rarest one, its pivot (the
+//!   OpIndex idea). A publication only visits the groups whose pivot it carries, since
+//!   every subscription needs all of its attributes present, so sparse, high-dimensional
+//!   workloads touch a few small groups. Subscriptions whose attributes are all common
+//!   share one group: splitting them would only multiply the per-group work.
 //! - **Interval columns with cells** ([`column`]). Numeric comparisons and the string
 //!   operators that select an interval of the string order (`eq`, `str-lt/le/gt/ge`,
 //!   `str-prefix`) are split into lower and upper halves, bucketed into cells at quantiles of
@@ -70,6 +71,11 @@ struct Location {
 /// A group's pivot attribute, or [`NO_PIVOT`] for subscriptions on `class` alone.
 type Pivot = AttrId;
 const NO_PIVOT: Pivot = AttrId::MAX;
+/// An attribute is rare, and worth a group of its own, if at most 1/`RARE` of its class's
+/// subscriptions use it...
+const RARE: usize = 16;
+/// ...counted once the class has this many subscriptions.
+const PIVOT_AFTER: usize = 256;
 
 /// The subscriptions of one class.
 #[derive(Debug)]
@@ -77,6 +83,8 @@ struct Partition<K> {
     groups: HashMap<Pivot, Group<K>>,
     /// How many subscriptions of the class constrain each attribute (for pivot choice).
     uses: HashMap<AttrId, usize>,
+    /// How many subscriptions the class has.
+    len: usize,
 }
 
 /// Reusable buffers for matching, so that a match allocates nothing in steady state.
@@ -139,16 +147,17 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             None => {
                 let id = u32::try_from(self.partitions.len()).unwrap_or(u32::MAX);
                 self.class_ids.insert(Arc::from(sub.class()), id);
-                self.partitions.push(Partition { groups: HashMap::new(), uses: HashMap::new() });
+                self.partitions.push(Partition { groups: HashMap::new(), uses: HashMap::new(), len: 0 });
                 id
             }
         };
         let partition = &mut self.partitions[class as usize];
-        let pivot = attrs
-            .iter()
-            .copied()
-            .min_by_key(|a| (partition.uses.get(a).copied().unwrap_or(0), *a))
-            .unwrap_or(NO_PIVOT);
+        let rarest = attrs.iter().map(|a| (partition.uses.get(a).copied().unwrap_or(0), *a)).min();
+        let pivot = match rarest {
+            Some((uses, a)) if partition.len >= PIVOT_AFTER && uses * RARE <= partition.len => a,
+            _ => NO_PIVOT,
+        };
+        partition.len += 1;
         for a in &attrs {
             *partition.uses.entry(*a).or_default() += 1;
         }
@@ -168,6 +177,7 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         if group.is_empty() {
             partition.groups.remove(&location.pivot);
         }
+        partition.len -= 1;
         let mut seen: Vec<AttrId> = Vec::new();
         for p in sub.predicates().iter().filter(|p| p.attr() != "class") {
             let Some(&id) = self.names.get(p.attr().as_str()) else { continue };
