@@ -9,6 +9,7 @@ use padres_lang::{Publication, Subscription};
 use super::bits::{self, Layout};
 use super::column::Column;
 use super::keys::{FloatProbe, Num, Placement, Text, TextProbe, exact_float, placement};
+use super::slots::{Slots, clear_dead};
 use super::{AttrId, value_of};
 
 /// Everything one group knows about one attribute.
@@ -53,19 +54,11 @@ impl Columns {
 /// See the module docs.
 #[derive(Debug)]
 pub(super) struct Group<K> {
-    layout: Layout,
-    keys: Vec<Option<K>>,
-    subs: Vec<Option<Arc<Subscription>>>,
-    free: Vec<u32>,
-    alive: Vec<u64>,
+    slots: Slots<K, Subscription>,
     /// Slots to confirm with the reference semantics (a variable used twice).
     verify: Vec<u64>,
-    /// Removed slots whose bits and halves are not swept yet (not reusable until then).
-    dead: Vec<u64>,
-    dead_count: usize,
     /// Sorted by attribute.
     columns: Vec<(AttrId, Columns)>,
-    len: usize,
 }
 
 /// The distinct attributes of `sub` other than `class`, resolved to ids.
@@ -91,61 +84,28 @@ fn shares_a_variable(sub: &Subscription) -> bool {
 
 impl<K: Clone> Group<K> {
     pub(super) fn new() -> Self {
-        let layout = Layout::for_slots(1);
-        Self {
-            layout,
-            keys: Vec::new(),
-            subs: Vec::new(),
-            free: Vec::new(),
-            alive: vec![0; layout.words],
-            verify: vec![0; layout.words],
-            dead: vec![0; layout.words],
-            dead_count: 0,
-            columns: Vec::new(),
-            len: 0,
-        }
+        let slots = Slots::new();
+        let verify = vec![0; slots.layout().words];
+        Self { slots, verify, columns: Vec::new() }
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.len == 0
+        self.slots.is_empty()
     }
 
     pub(super) fn subscription(&self, slot: u32) -> Option<&Arc<Subscription>> {
-        self.subs.get(slot as usize)?.as_ref()
+        self.slots.get(slot)
     }
 
     fn columns_mut(&mut self, id: AttrId) -> &mut Columns {
         let i = match self.columns.binary_search_by_key(&id, |(a, _)| *a) {
             Ok(i) => i,
             Err(i) => {
-                self.columns.insert(i, (id, Columns::new(self.layout)));
+                self.columns.insert(i, (id, Columns::new(self.slots.layout())));
                 i
             }
         };
         &mut self.columns[i].1
-    }
-
-    fn allocate(&mut self) -> u32 {
-        if let Some(slot) = self.free.pop() {
-            return slot;
-        }
-        let slot = self.keys.len();
-        self.keys.push(None);
-        self.subs.push(None);
-        if slot >= self.layout.slots() {
-            let old = self.layout;
-            let new = Layout::for_slots(slot + 1);
-            self.alive.resize(new.words, 0);
-            self.verify.resize(new.words, 0);
-            self.dead.resize(new.words, 0);
-            for (_, c) in &mut self.columns {
-                c.grow(old, new);
-            }
-            self.layout = new;
-        }
-        // A group would run out of memory long before 2^30 slots.
-        debug_assert!(slot < super::column::MAX_SLOTS as usize);
-        u32::try_from(slot).unwrap_or(u32::MAX)
     }
 
     /// Files `sub` under `key` and returns its slot. `resolve` maps attribute names to ids
@@ -156,8 +116,14 @@ impl<K: Clone> Group<K> {
         sub: Arc<Subscription>,
         resolve: impl Fn(&str) -> Option<AttrId>,
     ) -> u32 {
-        let slot = self.allocate();
-        let layout = self.layout;
+        let (slot, grown) = self.slots.allocate();
+        if let Some((old, new)) = grown {
+            self.verify.resize(new.words, 0);
+            for (_, c) in &mut self.columns {
+                c.grow(old, new);
+            }
+        }
+        let layout = self.slots.layout();
         for (id, predicates) in attributes(&sub, &resolve) {
             let columns = self.columns_mut(id);
             columns.users += 1;
@@ -185,32 +151,21 @@ impl<K: Clone> Group<K> {
         }
         if shares_a_variable(&sub) {
             bits::set(&mut self.verify, slot);
+        } else {
+            bits::clear(&mut self.verify, slot);
         }
-        bits::set(&mut self.alive, slot);
-        self.keys[slot as usize] = Some(key);
-        self.subs[slot as usize] = Some(sub);
-        self.len += 1;
+        self.slots.fill(slot, key, sub);
         slot
     }
 
-    /// Empties `slot` and returns its subscription.
-    ///
-    /// Removal is lazy: the slot stops matching at once (its alive bit), but its bits and
-    /// halves stay until a sweep, which runs when removed slots reach an eighth of the
-    /// group and clears them all in one pass per column. A removal then costs a few
-    /// writes instead of a cache miss per marked cell, and the sweep is amortized over
-    /// the removals that triggered it.
+    /// Empties `slot` and returns its subscription. Removal is lazy (see [`Slots`]): the
+    /// slot's bits and halves go at the next sweep.
     pub(super) fn remove(
         &mut self,
         slot: u32,
         resolve: impl Fn(&str) -> Option<AttrId>,
     ) -> Option<Arc<Subscription>> {
-        let sub = self.subs.get_mut(slot as usize)?.take()?;
-        self.keys[slot as usize] = None;
-        bits::clear(&mut self.alive, slot);
-        bits::clear(&mut self.verify, slot);
-        bits::set(&mut self.dead, slot);
-        self.dead_count += 1;
+        let sub = self.slots.take(slot)?;
         for (id, _) in attributes(&sub, &resolve) {
             let Ok(at) = self.columns.binary_search_by_key(&id, |(a, _)| *a) else { continue };
             let columns = &mut self.columns[at].1;
@@ -219,36 +174,19 @@ impl<K: Clone> Group<K> {
                 self.columns.remove(at);
             }
         }
-        self.len -= 1;
-        if self.dead_count * 8 >= self.keys.len().max(64) {
-            self.sweep();
+        if self.slots.sweep_due() {
+            let layout = self.slots.layout();
+            let dead = self.slots.recycle();
+            for (_, columns) in &mut self.columns {
+                for b in [&mut columns.has, &mut columns.num_has, &mut columns.str_has] {
+                    clear_dead(b, &dead);
+                }
+                columns.num.sweep(layout, &dead);
+                columns.text.sweep(layout, &dead);
+                columns.exact.retain(|&(slot, _)| !bits::get(&dead, slot));
+            }
         }
         Some(sub)
-    }
-
-    /// Clears every removed slot from every column and makes the slots reusable.
-    fn sweep(&mut self) {
-        let layout = self.layout;
-        let dead = std::mem::take(&mut self.dead);
-        for (_, columns) in &mut self.columns {
-            for b in [&mut columns.has, &mut columns.num_has, &mut columns.str_has] {
-                for (w, d) in b.iter_mut().zip(&dead) {
-                    *w &= !d;
-                }
-            }
-            columns.num.sweep(layout, &dead);
-            columns.text.sweep(layout, &dead);
-            columns.exact.retain(|&(slot, _)| !bits::get(&dead, slot));
-        }
-        for (w, &word) in dead.iter().enumerate() {
-            let mut d = word;
-            while d != 0 {
-                self.free.push((w * 64) as u32 + d.trailing_zeros());
-                d &= d - 1;
-            }
-        }
-        self.dead = vec![0; layout.words];
-        self.dead_count = 0;
     }
 
     /// The bitset pass (see the parent module): calls `visit` for every slot that survives,
@@ -260,9 +198,9 @@ impl<K: Clone> Group<K> {
         mismatch: &mut Vec<u64>,
         visit: &mut impl FnMut(&K, Option<&Subscription>),
     ) {
-        let layout = self.layout;
+        let layout = self.slots.layout();
         mismatch.clear();
-        mismatch.extend(self.alive.iter().map(|w| !w));
+        mismatch.extend(self.slots.alive().iter().map(|w| !w));
         for (id, columns) in &self.columns {
             let Some(value) = value_of(publication, attrs, *id) else {
                 bits::or_into(mismatch, &columns.has);
@@ -296,28 +234,16 @@ impl<K: Clone> Group<K> {
                 }
             }
         }
-        for (w, &word) in mismatch.iter().enumerate() {
-            let mut survivors = !word;
-            while survivors != 0 {
-                let slot = (w * 64) as u32 + survivors.trailing_zeros();
-                survivors &= survivors - 1;
-                let (Some(Some(key)), Some(Some(sub))) =
-                    (self.keys.get(slot as usize), self.subs.get(slot as usize))
-                else {
-                    continue;
-                };
-                let confirm = bits::get(&self.verify, slot).then_some(&**sub);
-                visit(key, confirm);
-            }
-        }
+        self.slots.survivors(mismatch, |slot, key, sub| {
+            let confirm = bits::get(&self.verify, slot).then_some(&**sub);
+            visit(key, confirm);
+        });
     }
 
     /// Calls `f` with every subscription of the group.
     pub(super) fn for_each(&self, mut f: impl FnMut(&K, &Subscription)) {
-        for (key, sub) in self.keys.iter().zip(&self.subs) {
-            if let (Some(key), Some(sub)) = (key, sub) {
-                f(key, sub);
-            }
+        for (_, key, sub) in self.slots.iter() {
+            f(key, sub);
         }
     }
 }

@@ -47,6 +47,7 @@ mod bits;
 mod column;
 mod group;
 mod keys;
+mod slots;
 
 use std::collections::HashMap;
 use std::hash::Hash;
