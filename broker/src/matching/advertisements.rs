@@ -1,48 +1,153 @@
 //! The advertisement side: which advertisements a subscription overlaps.
 //!
-//! Advertisements are few next to subscriptions (one per publisher and kind of message),
-//! so they are partitioned by class and checked with [`padres_lang::overlaps`] after a
-//! cheap filter: a subscription overlaps only advertisements that advertise every
-//! attribute it constrains, tested first on 64-bit attribute signatures.
+//! The same elimination as for publications, with intervals instead of points. Per class,
+//! each advertisement gets a slot; for every attribute the subscription constrains, an
+//! advertisement is crossed out if it does not advertise the attribute, if its values
+//! there are of the other kind, or if one of its bounds lies beyond the subscription's
+//! interval on that attribute: its lower bounds are probed with the subscription's upper
+//! bound and its upper bounds with the subscription's lower bound, in separate columns.
+//!
+//! For interval predicates on both sides that test is exactly
+//! [`padres_lang::overlaps`]. Subscriptions and advertisements with other predicates
+//! (`neq`, `<>`, `str-postfix`, `str-contains`, `str-regex`, booleans, variables, integers
+//! beyond 2^53) or with an attribute their own predicates rule out are confirmed with
+//! `overlaps` after the bitset pass.
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use padres_lang::{Advertisement, Predicate, Subscription};
+use padres_lang::semantics::satisfiable;
+use padres_lang::{Advertisement, Name, Predicate, Subscription};
 
-/// One bit per attribute name (hashed); a superset test on signatures never rejects a
-/// real superset.
-fn signature(predicates: &[Predicate]) -> u64 {
-    predicates.iter().fold(0, |acc, p| {
-        let mut h = DefaultHasher::new();
-        p.attr().as_str().hash(&mut h);
-        acc | 1 << (h.finish() % 64)
-    })
-}
+use super::AttrId;
+use super::bits::{self, Layout};
+use super::column::{Column, Probe, Side};
+use super::keys::{FloatProbe, Nudged, Num, Placement, Text, TextProbe, placement};
+use super::slots::{Slots, clear_dead};
 
+/// One attribute's advertised intervals, lower and upper bounds apart.
 #[derive(Debug)]
-struct Entry<K> {
-    key: K,
-    adv: Arc<Advertisement>,
-    signature: u64,
+struct AdvColumns {
+    /// Advertisements that advertise the attribute.
+    has: Vec<u64>,
+    /// Advertisements with numeric bounds on it (they refuse strings).
+    num_has: Vec<u64>,
+    /// Advertisements with string bounds on it (they refuse numbers).
+    str_has: Vec<u64>,
+    num_lower: Column<Num>,
+    num_upper: Column<Num>,
+    text_lower: Column<Text>,
+    text_upper: Column<Text>,
+    users: usize,
 }
 
-/// Advertisements under keys of type `K`, partitioned by class.
+impl AdvColumns {
+    fn new(layout: Layout) -> Self {
+        Self {
+            has: vec![0; layout.words],
+            num_has: vec![0; layout.words],
+            str_has: vec![0; layout.words],
+            num_lower: Column::new(layout),
+            num_upper: Column::new(layout),
+            text_lower: Column::new(layout),
+            text_upper: Column::new(layout),
+            users: 0,
+        }
+    }
+}
+
+/// The advertisements of one class.
+#[derive(Debug)]
+struct Partition<K> {
+    slots: Slots<K, Advertisement>,
+    /// Advertisements to confirm with `overlaps`.
+    confirm: Vec<u64>,
+    columns: HashMap<AttrId, AdvColumns>,
+}
+
+/// Advertisements under keys of type `K` (see the module docs).
 #[derive(Debug)]
 pub struct AdvertisementIndex<K> {
-    classes: HashMap<Arc<str>, Vec<Entry<K>>>,
-    len: usize,
+    names: HashMap<Name, AttrId>,
+    classes: HashMap<Arc<str>, Partition<K>>,
+    locations: HashMap<K, (Arc<str>, u32)>,
 }
 
 impl<K> Default for AdvertisementIndex<K> {
     fn default() -> Self {
-        Self { classes: HashMap::new(), len: 0 }
+        Self { names: HashMap::new(), classes: HashMap::new(), locations: HashMap::new() }
     }
 }
 
-impl<K: Clone + Eq> AdvertisementIndex<K> {
+/// A subscription's interval on one attribute: the tightest lower and upper bounds of
+/// one kind, with strictness.
+#[derive(Debug)]
+struct Hull<T> {
+    lower: Option<(T, bool)>,
+    upper: Option<(T, bool)>,
+}
+
+impl<T: Ord> Hull<T> {
+    fn new() -> Self {
+        Self { lower: None, upper: None }
+    }
+
+    fn add(&mut self, side: Side, bound: T, strict: bool) {
+        match side {
+            Side::Lower => {
+                if self.lower.as_ref().is_none_or(|(b, s)| bound > *b || (bound == *b && strict && !s)) {
+                    self.lower = Some((bound, strict));
+                }
+            }
+            Side::Upper => {
+                if self.upper.as_ref().is_none_or(|(b, s)| bound < *b || (bound == *b && strict && !s)) {
+                    self.upper = Some((bound, strict));
+                }
+            }
+        }
+    }
+}
+
+/// Crosses out the advertisements whose bounds exclude the subscription's interval: an
+/// upper bound below the interval's lower end (probed just above it when strict), or a
+/// lower bound above its upper end (just below it when strict).
+fn probe_interval<T: Ord + Clone, P: Probe<T>>(
+    layout: Layout,
+    lower_bounds: &Column<T>,
+    upper_bounds: &Column<T>,
+    from: Option<(P, bool)>,
+    to: Option<(P, bool)>,
+    mismatch: &mut [u64],
+) {
+    if let Some((p, strict)) = from {
+        if strict {
+            upper_bounds.probe(layout, &Nudged::up(&p), mismatch);
+        } else {
+            upper_bounds.probe(layout, &p, mismatch);
+        }
+    }
+    if let Some((p, strict)) = to {
+        if strict {
+            lower_bounds.probe(layout, &Nudged::down(&p), mismatch);
+        } else {
+            lower_bounds.probe(layout, &p, mismatch);
+        }
+    }
+}
+
+/// The predicates of each attribute other than `class`.
+fn attributes(predicates: &[Predicate]) -> Vec<(&Name, Vec<&Predicate>)> {
+    let mut out: Vec<(&Name, Vec<&Predicate>)> = Vec::new();
+    for p in predicates.iter().filter(|p| p.attr() != "class") {
+        match out.iter_mut().find(|(a, _)| *a == p.attr()) {
+            Some((_, list)) => list.push(p),
+            None => out.push((p.attr(), vec![p])),
+        }
+    }
+    out
+}
+
+impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
     /// An empty index.
     pub fn new() -> Self {
         Self::default()
@@ -50,43 +155,174 @@ impl<K: Clone + Eq> AdvertisementIndex<K> {
 
     /// How many advertisements are indexed.
     pub fn len(&self) -> usize {
-        self.len
+        self.locations.len()
     }
 
     /// True if none is.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.locations.is_empty()
     }
 
-    /// Indexes `adv` under `key` (keys are expected to be unique).
+    /// Indexes `adv` under `key`, replacing whatever `key` held before.
     pub fn insert(&mut self, key: K, adv: Arc<Advertisement>) {
-        let signature = signature(adv.predicates());
-        self.classes.entry(Arc::from(adv.class())).or_default().push(Entry { key, adv, signature });
-        self.len += 1;
+        self.remove(&key);
+        let class: Arc<str> = Arc::from(adv.class());
+        let partition = self.classes.entry(class.clone()).or_insert_with(|| Partition {
+            slots: Slots::new(),
+            confirm: vec![0; Layout::for_slots(1).words],
+            columns: HashMap::new(),
+        });
+        let (slot, grown) = partition.slots.allocate();
+        if let Some((old, new)) = grown {
+            partition.confirm.resize(new.words, 0);
+            for c in partition.columns.values_mut() {
+                for b in [&mut c.has, &mut c.num_has, &mut c.str_has] {
+                    b.resize(new.words, 0);
+                }
+                c.num_lower.grow(old, new);
+                c.num_upper.grow(old, new);
+                c.text_lower.grow(old, new);
+                c.text_upper.grow(old, new);
+            }
+        }
+        let layout = partition.slots.layout();
+        let mut confirm = false;
+        for (attr, predicates) in attributes(adv.predicates()) {
+            let next = AttrId::try_from(self.names.len()).unwrap_or(AttrId::MAX);
+            let id = *self.names.entry(attr.clone()).or_insert(next);
+            let columns = partition.columns.entry(id).or_insert_with(|| AdvColumns::new(layout));
+            columns.users += 1;
+            bits::set(&mut columns.has, slot);
+            confirm |= !satisfiable(predicates.iter().copied());
+            for p in predicates {
+                match placement(p) {
+                    Placement::Presence => {}
+                    Placement::Exact => confirm = true,
+                    Placement::Num(halves) => {
+                        bits::set(&mut columns.num_has, slot);
+                        for (side, bound, strict) in halves {
+                            let column = if side == Side::Lower {
+                                &mut columns.num_lower
+                            } else {
+                                &mut columns.num_upper
+                            };
+                            column.insert(layout, side, slot, bound, strict);
+                        }
+                    }
+                    Placement::Text(halves) => {
+                        bits::set(&mut columns.str_has, slot);
+                        for (side, bound, strict) in halves {
+                            let column = if side == Side::Lower {
+                                &mut columns.text_lower
+                            } else {
+                                &mut columns.text_upper
+                            };
+                            column.insert(layout, side, slot, bound, strict);
+                        }
+                    }
+                }
+            }
+        }
+        if confirm {
+            bits::set(&mut partition.confirm, slot);
+        } else {
+            bits::clear(&mut partition.confirm, slot);
+        }
+        partition.slots.fill(slot, key.clone(), adv);
+        self.locations.insert(key, (class, slot));
     }
 
     /// Removes the advertisement under `key`.
     pub fn remove(&mut self, key: &K) -> Option<Arc<Advertisement>> {
-        let (class, i) = self.classes.iter().find_map(|(class, entries)| {
-            Some((class.clone(), entries.iter().position(|e| e.key == *key)?))
-        })?;
-        let entries = self.classes.get_mut(&class)?;
-        let entry = entries.swap_remove(i);
-        if entries.is_empty() {
-            self.classes.remove(&class);
+        let (class, slot) = self.locations.remove(key)?;
+        let partition = self.classes.get_mut(&class)?;
+        let adv = partition.slots.take(slot)?;
+        for (attr, _) in attributes(adv.predicates()) {
+            let Some(id) = self.names.get(attr.as_str()).copied() else { continue };
+            if let Some(columns) = partition.columns.get_mut(&id) {
+                columns.users -= 1;
+                if columns.users == 0 {
+                    partition.columns.remove(&id);
+                }
+            }
         }
-        self.len -= 1;
-        Some(entry.adv)
+        if partition.slots.is_empty() {
+            self.classes.remove(&class);
+        } else if partition.slots.sweep_due() {
+            let layout = partition.slots.layout();
+            let dead = partition.slots.recycle();
+            for c in partition.columns.values_mut() {
+                for b in [&mut c.has, &mut c.num_has, &mut c.str_has] {
+                    clear_dead(b, &dead);
+                }
+                c.num_lower.sweep(layout, &dead);
+                c.num_upper.sweep(layout, &dead);
+                c.text_lower.sweep(layout, &dead);
+                c.text_upper.sweep(layout, &dead);
+            }
+        }
+        Some(adv)
     }
 
     /// The keys of the advertisements `sub` overlaps.
     pub fn overlapping(&self, sub: &Subscription) -> Vec<K> {
-        let Some(entries) = self.classes.get(sub.class()) else { return Vec::new() };
-        let wanted = signature(sub.predicates());
-        entries
-            .iter()
-            .filter(|e| wanted & !e.signature == 0 && padres_lang::overlaps(sub, &e.adv))
-            .map(|e| e.key.clone())
-            .collect()
+        let mut out = Vec::new();
+        self.for_each_overlapping(sub, |key| out.push(key.clone()));
+        out
+    }
+
+    /// Calls `f` with the key of every advertisement `sub` overlaps.
+    pub fn for_each_overlapping(&self, sub: &Subscription, mut f: impl FnMut(&K)) {
+        let Some(partition) = self.classes.get(sub.class()) else { return };
+        let layout = partition.slots.layout();
+        let mut mismatch: Vec<u64> = partition.slots.alive().iter().map(|w| !w).collect();
+        let mismatch = &mut mismatch[..];
+        let mut confirm_all = false;
+        for (attr, predicates) in attributes(sub.predicates()) {
+            let Some(columns) = self.names.get(attr.as_str()).and_then(|id| partition.columns.get(id)) else {
+                return; // nobody advertises this attribute
+            };
+            if !satisfiable(predicates.iter().copied()) {
+                return; // nothing matches the subscription at all
+            }
+            for (m, h) in mismatch.iter_mut().zip(&columns.has) {
+                *m |= !h;
+            }
+            let mut num = Hull::new();
+            let mut text = Hull::new();
+            for p in predicates {
+                match placement(p) {
+                    Placement::Presence => {}
+                    Placement::Exact => confirm_all = true,
+                    Placement::Num(halves) => {
+                        for (side, bound, strict) in halves {
+                            num.add(side, bound, strict);
+                        }
+                    }
+                    Placement::Text(halves) => {
+                        for (side, bound, strict) in halves {
+                            text.add(side, bound, strict);
+                        }
+                    }
+                }
+            }
+            if num.lower.is_some() || num.upper.is_some() {
+                bits::or_into(mismatch, &columns.str_has);
+                let probe = |(b, strict): &(Num, bool)| (FloatProbe(b.value()), *strict);
+                let (from, to) = (num.lower.as_ref().map(probe), num.upper.as_ref().map(probe));
+                probe_interval(layout, &columns.num_lower, &columns.num_upper, from, to, mismatch);
+            }
+            if text.lower.is_some() || text.upper.is_some() {
+                bits::or_into(mismatch, &columns.num_has);
+                let from = text.lower.as_ref().map(|(b, strict)| (TextProbe::new(b.as_str()), *strict));
+                let to = text.upper.as_ref().map(|(b, strict)| (TextProbe::new(b.as_str()), *strict));
+                probe_interval(layout, &columns.text_lower, &columns.text_upper, from, to, mismatch);
+            }
+        }
+        partition.slots.survivors(mismatch, |slot, key, adv| {
+            if !(confirm_all || bits::get(&partition.confirm, slot)) || padres_lang::overlaps(sub, adv) {
+                f(key);
+            }
+        });
     }
 }

@@ -17,6 +17,10 @@ impl Num {
     fn new(f: f64) -> Self {
         Self(if f == 0.0 { 0.0 } else { f })
     }
+
+    pub(super) fn value(self) -> f64 {
+        self.0
+    }
 }
 
 impl PartialEq for Num {
@@ -97,6 +101,10 @@ impl Text {
     pub(super) fn new(text: Arc<str>) -> Self {
         Self { prefix: prefix8(&text), text }
     }
+
+    pub(super) fn as_str(&self) -> &str {
+        &self.text
+    }
 }
 
 impl PartialOrd for Text {
@@ -126,6 +134,34 @@ impl<'a> TextProbe<'a> {
 impl Probe<Text> for TextProbe<'_> {
     fn cmp_key(&self, key: &Text) -> Ordering {
         self.prefix.cmp(&key.prefix).then_with(|| self.text.cmp(&key.text))
+    }
+}
+
+/// A probe just above (or just below) a value, for a strict bound: it orders like the
+/// value against every key except the value itself, which it passes (or falls short of).
+#[derive(Debug)]
+pub(super) struct Nudged<'p, P> {
+    inner: &'p P,
+    up: bool,
+}
+
+impl<'p, P> Nudged<'p, P> {
+    pub(super) fn up(inner: &'p P) -> Self {
+        Self { inner, up: true }
+    }
+
+    pub(super) fn down(inner: &'p P) -> Self {
+        Self { inner, up: false }
+    }
+}
+
+impl<T, P: Probe<T>> Probe<T> for Nudged<'_, P> {
+    fn cmp_key(&self, key: &T) -> Ordering {
+        match self.inner.cmp_key(key) {
+            Ordering::Equal if self.up => Ordering::Greater,
+            Ordering::Equal => Ordering::Less,
+            other => other,
+        }
     }
 }
 
