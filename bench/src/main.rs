@@ -144,7 +144,7 @@ fn bench_workload(workload: Workload, label: &str, quick: bool, seed: u64, repea
     let n = if quick { full / 20 } else { full };
     let (publications, naive_publications, churn) = if quick { (200, 5, 2_000) } else { (1_000, 10, 10_000) };
     println!(
-        "\n{label}: {n} subscriptions, {publications} publications ({naive_publications} for the naive scan)"
+        "\n{label}: {n} subscriptions, {publications} publications x {repeat} passes ({naive_publications} for the naive scan)"
     );
 
     let mut generator = Generator::new(workload, seed);

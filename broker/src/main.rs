@@ -1,6 +1,6 @@
 //! `padres-broker`: one broker of a padres-rs federation.
 //!
-//! Only the command-line surface exists so far; routing, matching and the QUIC transport
+//! Only the command-line surface exists so far; routing and the QUIC transport
 //! are being built (see the README's status section). Running it says so and exits
 //! non-zero rather than pretending to serve.
 
@@ -20,8 +20,9 @@ struct Args {}
 fn main() -> ExitCode {
     let _args = Args::parse();
     eprintln!(
-        "padres-broker {}: the broker (routing, matching, QUIC transport) is not built yet; \
-         only the message language (crate padres-lang) exists so far",
+        "padres-broker {}: the broker process (routing, QUIC transport) is not built yet; \
+         so far there are the message language (padres-lang) and the matching engine \
+         (the padres-broker library)",
         env!("CARGO_PKG_VERSION")
     );
     ExitCode::from(2)

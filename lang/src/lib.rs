@@ -12,8 +12,8 @@
 //! - [`publication`]: [`Publication`] (attributes plus an optional opaque payload).
 //! - [`composite`]: [`CompositeSubscription`] (`&`, `||`, `;`, `Times`, variables).
 //! - [`id`]: [`MessageId`] (`BROKER/SEQ`); [`message`]: [`Message`], what clients send.
-//! - [`parse`] and [`print`]: the text syntax; `parse(print(x)) == x` for every message.
-//! - [`semantics`]: the reference [`matches`], [`conforms`], [`overlaps`], [`covers`] and
+//! - [`parse`] and [`print`](mod@print): the text syntax; `parse(print(x)) == x` for every message.
+//! - [`semantics`]: the reference [`matches`](fn@matches), [`conforms`], [`overlaps`], [`covers`] and
 //!   [`adv_covers`] that every optimized index is tested against.
 //! - [`wire`]: [`Frame`]s and the length-prefixed bincode codec with hard limits.
 //! - [`limits`]: [`Limits`] on message size, composite depth and regex size.

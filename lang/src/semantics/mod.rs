@@ -3,7 +3,7 @@
 //! These functions are written to be obviously right rather than fast; every optimized
 //! index is tested against them.
 //!
-//! - [`matches`]: a publication matches a subscription when every predicate holds on the
+//! - [`matches`](fn@matches): a publication matches a subscription when every predicate holds on the
 //!   publication's value of its attribute (the attribute must be present), and each
 //!   variable used more than once sees equal values.
 //! - [`conforms`]: a publication conforms to an advertisement when every attribute it
