@@ -246,50 +246,44 @@ fn bench_advertisements(quick: bool, seed: u64) {
         sub_index.insert(k, s.clone());
     }
 
-    let mut times = Vec::new();
-    let mut found = 0;
-    for s in subs.iter().take(queries) {
-        let t = Instant::now();
-        found += adv_index.overlapping(s).len();
-        times.push(t.elapsed());
-    }
-    let (median, p99) = percentiles(times);
-    let mut naive = Vec::new();
-    for s in subs.iter().take(queries / 10) {
-        let t = Instant::now();
-        let _ = advs.iter().filter(|a| overlaps(s, a)).count();
-        naive.push(t.elapsed());
-    }
-    let (naive_median, _) = percentiles(naive);
-    println!(
-        "  advertisements a subscription overlaps: median {:>10}  p99 {:>10}  ({:.1} found)  naive {} ratio {:.0}x",
-        fmt(median),
-        fmt(p99),
-        found as f64 / queries as f64,
-        fmt(naive_median),
-        naive_median.as_secs_f64() / median.as_secs_f64().max(1e-12)
+    report_queries(
+        "advertisements a subscription overlaps",
+        &subs[..queries.min(subs.len())],
+        |s| adv_index.overlapping(s).len(),
+        |s| advs.iter().filter(|a| overlaps(s, a)).count(),
     );
+    report_queries(
+        "subscriptions an advertisement overlaps",
+        &advs[..queries.min(advs.len())],
+        |a| sub_index.overlapping(a).len(),
+        |a| subs.iter().filter(|s| overlaps(s, a)).count(),
+    );
+}
 
-    let mut times = Vec::new();
-    let mut found = 0;
-    for a in advs.iter().take(queries) {
+/// Times `indexed` on every query and `naive` on a tenth of them, checks that both find
+/// as many, and prints the medians and their ratio.
+fn report_queries<Q>(label: &str, queries: &[Q], indexed: impl Fn(&Q) -> usize, naive: impl Fn(&Q) -> usize) {
+    let mut times = Vec::with_capacity(queries.len());
+    let mut found = Vec::with_capacity(queries.len());
+    for q in queries {
         let t = Instant::now();
-        found += sub_index.overlapping(a).len();
+        found.push(indexed(q));
         times.push(t.elapsed());
     }
     let (median, p99) = percentiles(times);
-    let mut naive = Vec::new();
-    for a in advs.iter().take(queries / 10) {
+    let mut naive_times = Vec::new();
+    for (q, &n) in queries.iter().zip(&found).take(queries.len() / 10) {
         let t = Instant::now();
-        let _ = subs.iter().filter(|s| overlaps(s, a)).count();
-        naive.push(t.elapsed());
+        let count = naive(q);
+        naive_times.push(t.elapsed());
+        assert_eq!(count, n, "{label}: index and reference disagree");
     }
-    let (naive_median, _) = percentiles(naive);
+    let (naive_median, _) = percentiles(naive_times);
     println!(
-        "  subscriptions an advertisement overlaps: median {:>10}  p99 {:>10}  ({:.1} found)  naive {} ratio {:.0}x",
+        "  {label}: median {:>10}  p99 {:>10}  ({:.1} found)  naive {} ratio {:.0}x",
         fmt(median),
         fmt(p99),
-        found as f64 / queries as f64,
+        found.iter().sum::<usize>() as f64 / queries.len().max(1) as f64,
         fmt(naive_median),
         naive_median.as_secs_f64() / median.as_secs_f64().max(1e-12)
     );

@@ -34,11 +34,17 @@ struct AdvColumns {
     num_has: Vec<u64>,
     /// Advertisements with string bounds on it (they refuse numbers).
     str_has: Vec<u64>,
-    num_lower: Column<Num>,
-    num_upper: Column<Num>,
-    text_lower: Column<Text>,
-    text_upper: Column<Text>,
+    /// Lower bounds, then upper bounds (indexed by [`side`]).
+    num: [Column<Num>; 2],
+    text: [Column<Text>; 2],
     users: usize,
+}
+
+fn side(side: Side) -> usize {
+    match side {
+        Side::Lower => 0,
+        Side::Upper => 1,
+    }
 }
 
 impl AdvColumns {
@@ -47,12 +53,26 @@ impl AdvColumns {
             has: vec![0; layout.words],
             num_has: vec![0; layout.words],
             str_has: vec![0; layout.words],
-            num_lower: Column::new(layout),
-            num_upper: Column::new(layout),
-            text_lower: Column::new(layout),
-            text_upper: Column::new(layout),
+            num: [Column::new(layout), Column::new(layout)],
+            text: [Column::new(layout), Column::new(layout)],
             users: 0,
         }
+    }
+
+    fn grow(&mut self, old: Layout, new: Layout) {
+        for b in [&mut self.has, &mut self.num_has, &mut self.str_has] {
+            b.resize(new.words, 0);
+        }
+        self.num.iter_mut().for_each(|c| c.grow(old, new));
+        self.text.iter_mut().for_each(|c| c.grow(old, new));
+    }
+
+    fn sweep(&mut self, layout: Layout, dead: &[u64]) {
+        for b in [&mut self.has, &mut self.num_has, &mut self.str_has] {
+            clear_dead(b, dead);
+        }
+        self.num.iter_mut().for_each(|c| c.sweep(layout, dead));
+        self.text.iter_mut().for_each(|c| c.sweep(layout, dead));
     }
 }
 
@@ -113,8 +133,7 @@ impl<T: Ord> Hull<T> {
 /// lower bound above its upper end (just below it when strict).
 fn probe_interval<T: Ord + Clone, P: Probe<T>>(
     layout: Layout,
-    lower_bounds: &Column<T>,
-    upper_bounds: &Column<T>,
+    [lower_bounds, upper_bounds]: &[Column<T>; 2],
     from: Option<(P, bool)>,
     to: Option<(P, bool)>,
     mismatch: &mut [u64],
@@ -175,15 +194,7 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
         let (slot, grown) = partition.slots.allocate();
         if let Some((old, new)) = grown {
             partition.confirm.resize(new.words, 0);
-            for c in partition.columns.values_mut() {
-                for b in [&mut c.has, &mut c.num_has, &mut c.str_has] {
-                    b.resize(new.words, 0);
-                }
-                c.num_lower.grow(old, new);
-                c.num_upper.grow(old, new);
-                c.text_lower.grow(old, new);
-                c.text_upper.grow(old, new);
-            }
+            partition.columns.values_mut().for_each(|c| c.grow(old, new));
         }
         let layout = partition.slots.layout();
         let mut confirm = false;
@@ -200,24 +211,14 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
                     Placement::Exact => confirm = true,
                     Placement::Num(halves) => {
                         bits::set(&mut columns.num_has, slot);
-                        for (side, bound, strict) in halves {
-                            let column = if side == Side::Lower {
-                                &mut columns.num_lower
-                            } else {
-                                &mut columns.num_upper
-                            };
-                            column.insert(layout, side, slot, bound, strict);
+                        for (s, bound, strict) in halves {
+                            columns.num[side(s)].insert(layout, s, slot, bound, strict);
                         }
                     }
                     Placement::Text(halves) => {
                         bits::set(&mut columns.str_has, slot);
-                        for (side, bound, strict) in halves {
-                            let column = if side == Side::Lower {
-                                &mut columns.text_lower
-                            } else {
-                                &mut columns.text_upper
-                            };
-                            column.insert(layout, side, slot, bound, strict);
+                        for (s, bound, strict) in halves {
+                            columns.text[side(s)].insert(layout, s, slot, bound, strict);
                         }
                     }
                 }
@@ -251,15 +252,7 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
         } else if partition.slots.sweep_due() {
             let layout = partition.slots.layout();
             let dead = partition.slots.recycle();
-            for c in partition.columns.values_mut() {
-                for b in [&mut c.has, &mut c.num_has, &mut c.str_has] {
-                    clear_dead(b, &dead);
-                }
-                c.num_lower.sweep(layout, &dead);
-                c.num_upper.sweep(layout, &dead);
-                c.text_lower.sweep(layout, &dead);
-                c.text_upper.sweep(layout, &dead);
-            }
+            partition.columns.values_mut().for_each(|c| c.sweep(layout, &dead));
         }
         Some(adv)
     }
@@ -310,13 +303,13 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
                 bits::or_into(mismatch, &columns.str_has);
                 let probe = |(b, strict): &(Num, bool)| (FloatProbe(b.value()), *strict);
                 let (from, to) = (num.lower.as_ref().map(probe), num.upper.as_ref().map(probe));
-                probe_interval(layout, &columns.num_lower, &columns.num_upper, from, to, mismatch);
+                probe_interval(layout, &columns.num, from, to, mismatch);
             }
             if text.lower.is_some() || text.upper.is_some() {
                 bits::or_into(mismatch, &columns.num_has);
                 let from = text.lower.as_ref().map(|(b, strict)| (TextProbe::new(b.as_str()), *strict));
                 let to = text.upper.as_ref().map(|(b, strict)| (TextProbe::new(b.as_str()), *strict));
-                probe_interval(layout, &columns.text_lower, &columns.text_upper, from, to, mismatch);
+                probe_interval(layout, &columns.text, from, to, mismatch);
             }
         }
         partition.slots.survivors(mismatch, |slot, key, adv| {
