@@ -2,7 +2,11 @@
 //!
 //! - [`matching`]: the indexed matching engine ([`matching::SubscriptionIndex`]) and the
 //!   advertisement overlap index ([`matching::AdvertisementIndex`]).
+//! - [`router`]: publish–subscribe–advertise routing as a sans-IO state machine
+//!   ([`router::Router`]).
 //!
-//! Routing, composite detection, history and the QUIC transport are not built yet.
+//! Covering, cyclic overlays, composite detection, history and the QUIC transport are not
+//! built yet.
 
 pub mod matching;
+pub mod router;

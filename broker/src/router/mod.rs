@@ -1,0 +1,503 @@
+//! The router: publish–subscribe–advertise routing as a sans-IO state machine.
+//!
+//! A [`Router`] is one broker's routing state: its neighbours (the overlay routing table),
+//! the advertisements it knows with the hop each came from (the SRT), and the
+//! subscriptions with the hop each came from and the brokers each was forwarded to (the
+//! PRT). Inputs are `(time, input)`; every decision comes out as [`Output`]s to send.
+//! There is no socket, clock, task or lock inside, so a test can run many routers in one
+//! thread and replay any run exactly.
+//!
+//! Routing, after SIENA and PADRES (DESIGN §4):
+//!
+//! - An **advertisement** is stored and flooded to every neighbour but the one it came
+//!   from; the stored subscriptions it overlaps are forwarded toward it ("late
+//!   advertisement pulls subscriptions").
+//! - A **subscription** is stored and forwarded, once per hop, to the hop of every
+//!   advertisement it overlaps, never back where it came from.
+//! - A **publication** from a client must conform to one of that client's advertisements
+//!   (an error reply otherwise); it is matched against the stored subscriptions and sent
+//!   once to each matching next hop, never back to its last hop. A client gets one
+//!   notification per publication, naming every subscription of its that matched.
+//! - **Unsubscribe** and **unadvertise** undo this along the same paths: a subscription
+//!   is withdrawn from every broker it was sent to; a withdrawn advertisement also
+//!   withdraws subscriptions from its hop that no remaining advertisement there overlaps.
+//! - A client that disconnects is unsubscribed and unadvertised everywhere; a neighbour
+//!   that goes away takes its advertisements and subscriptions with it; a neighbour that
+//!   (re)appears is sent every advertisement, and pulls subscriptions as its own arrive.
+//!
+//! Matching and overlap queries use the indexes of [`crate::matching`].
+//!
+//! Not yet here: subscription covering, cyclic overlays, composite subscriptions (refused
+//! with an error), the history store hop.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use padres_lang::wire::ErrorCode;
+use padres_lang::{Advertisement, Message, MessageId, Name, Publication, Subscription, conforms};
+
+use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
+
+/// A client connection, numbered by the I/O shell.
+pub type ClientId = u64;
+
+/// Where a message came from or goes to: a local client or a neighbour broker.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hop {
+    /// A client connected to this broker.
+    Client(ClientId),
+    /// A neighbour broker.
+    Broker(Name),
+}
+
+impl fmt::Display for Hop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Client(c) => write!(f, "client {c}"),
+            Self::Broker(b) => write!(f, "broker {b}"),
+        }
+    }
+}
+
+/// A message between neighbour brokers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BrokerMessage {
+    /// An advertisement, flooded.
+    Advertise {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The advertisement.
+        adv: Arc<Advertisement>,
+    },
+    /// An advertisement withdrawn.
+    Unadvertise {
+        /// Its id.
+        id: MessageId,
+    },
+    /// A subscription, routed toward overlapping advertisements.
+    Subscribe {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The subscription.
+        sub: Arc<Subscription>,
+    },
+    /// A subscription withdrawn.
+    Unsubscribe {
+        /// Its id.
+        id: MessageId,
+    },
+    /// A publication, routed toward matching subscriptions.
+    Publish {
+        /// The publication.
+        publication: Arc<Publication>,
+    },
+}
+
+/// What happens to a router.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// A client's request, numbered by the client.
+    Client {
+        /// The client.
+        client: ClientId,
+        /// Its request number, echoed in the reply.
+        req: u64,
+        /// What it asks.
+        message: Message,
+    },
+    /// A client went away.
+    ClientGone(ClientId),
+    /// A message from a neighbour.
+    Broker {
+        /// The neighbour.
+        from: Name,
+        /// What it sent.
+        message: BrokerMessage,
+    },
+    /// A link to a neighbour is up (first time or again).
+    NeighbourUp(Name),
+    /// A link to a neighbour is down.
+    NeighbourDown(Name),
+}
+
+/// What a router asks its I/O shell to do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Send `message` to neighbour `to`.
+    ToBroker {
+        /// The neighbour.
+        to: Name,
+        /// The message.
+        message: BrokerMessage,
+    },
+    /// Answer a client's request.
+    Reply {
+        /// The client.
+        client: ClientId,
+        /// The request answered.
+        req: u64,
+        /// The id assigned, or why the request failed.
+        result: Result<Option<MessageId>, (ErrorCode, String)>,
+    },
+    /// Deliver a publication to a client.
+    Notify {
+        /// The client.
+        client: ClientId,
+        /// Every subscription of the client that matched.
+        subs: Vec<MessageId>,
+        /// The publication.
+        publication: Arc<Publication>,
+    },
+}
+
+#[derive(Debug)]
+struct AdvEntry {
+    adv: Arc<Advertisement>,
+    last: Hop,
+}
+
+#[derive(Debug)]
+struct SubEntry {
+    sub: Arc<Subscription>,
+    last: Hop,
+    /// Brokers this subscription was forwarded to.
+    sent_to: BTreeSet<Name>,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    advs: BTreeSet<MessageId>,
+    subs: BTreeSet<MessageId>,
+}
+
+/// A snapshot of a router's tables, for `broker routes` and for tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Routes {
+    /// The neighbours.
+    pub neighbours: Vec<Name>,
+    /// Advertisements: id, text, hop they came from.
+    pub srt: Vec<(MessageId, String, Hop)>,
+    /// Subscriptions: id, text, hop they came from, brokers they were sent to.
+    pub prt: Vec<(MessageId, String, Hop, Vec<Name>)>,
+}
+
+/// One broker's routing state (see the module docs).
+#[derive(Debug)]
+pub struct Router {
+    name: Name,
+    seq: u64,
+    neighbours: BTreeSet<Name>,
+    clients: HashMap<ClientId, ClientState>,
+    advs: HashMap<MessageId, AdvEntry>,
+    adv_index: AdvertisementIndex<MessageId>,
+    subs: HashMap<MessageId, SubEntry>,
+    sub_index: SubscriptionIndex<MessageId>,
+    scratch: Scratch,
+}
+
+impl Router {
+    /// A router for broker `name` with no neighbours yet.
+    pub fn new(name: Name) -> Self {
+        Self {
+            name,
+            seq: 0,
+            neighbours: BTreeSet::new(),
+            clients: HashMap::new(),
+            advs: HashMap::new(),
+            adv_index: AdvertisementIndex::new(),
+            subs: HashMap::new(),
+            sub_index: SubscriptionIndex::new(),
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// The broker's name.
+    pub fn name(&self) -> &Name {
+        &self.name
+    }
+
+    /// Handles one input at time `now` (milliseconds, from the caller's clock), appending
+    /// what to send to `out`.
+    pub fn handle(&mut self, now: u64, input: Input, out: &mut Vec<Output>) {
+        // No timers yet; the time is part of the contract for the ones to come.
+        let _ = now;
+        match input {
+            Input::Client { client, req, message } => self.client_request(client, req, message, out),
+            Input::ClientGone(client) => self.client_gone(client, out),
+            Input::Broker { from, message } => self.broker_message(from, message, out),
+            Input::NeighbourUp(name) => self.neighbour_up(name, out),
+            Input::NeighbourDown(name) => self.neighbour_down(&name, out),
+        }
+    }
+
+    /// A copy of the routing tables, sorted.
+    pub fn routes(&self) -> Routes {
+        let mut srt: Vec<_> =
+            self.advs.iter().map(|(id, e)| (id.clone(), e.adv.to_string(), e.last.clone())).collect();
+        srt.sort();
+        let mut prt: Vec<_> = self
+            .subs
+            .iter()
+            .map(|(id, e)| {
+                (id.clone(), e.sub.to_string(), e.last.clone(), e.sent_to.iter().cloned().collect())
+            })
+            .collect();
+        prt.sort();
+        Routes { neighbours: self.neighbours.iter().cloned().collect(), srt, prt }
+    }
+
+    fn next_id(&mut self) -> MessageId {
+        self.seq += 1;
+        MessageId::new(self.name.clone(), self.seq)
+    }
+
+    fn client_request(&mut self, client: ClientId, req: u64, message: Message, out: &mut Vec<Output>) {
+        self.clients.entry(client).or_default();
+        let result = match message {
+            Message::Advertise(adv) => {
+                let id = self.next_id();
+                self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), out);
+                self.clients.entry(client).or_default().advs.insert(id.clone());
+                Ok(Some(id))
+            }
+            Message::Subscribe(sub) => {
+                let id = self.next_id();
+                self.install_sub(id.clone(), Arc::new(sub), Hop::Client(client), out);
+                self.clients.entry(client).or_default().subs.insert(id.clone());
+                Ok(Some(id))
+            }
+            Message::CompositeSubscribe(_) => Err((
+                ErrorCode::BadRequest,
+                "composite subscriptions are not supported by this broker yet".to_owned(),
+            )),
+            Message::Publish(publication) => {
+                let advertised = self.clients.get(&client).is_some_and(|c| {
+                    c.advs.iter().any(|id| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.adv)))
+                });
+                if advertised {
+                    self.route_publication(Arc::new(publication), &Hop::Client(client), out);
+                    Ok(None)
+                } else {
+                    Err((
+                        ErrorCode::NotAdvertised,
+                        format!(
+                            "{publication} conforms to none of this client's advertisements: advertise first"
+                        ),
+                    ))
+                }
+            }
+            Message::Unsubscribe(id) => {
+                if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
+                    self.remove_sub(&id, out);
+                    Ok(None)
+                } else {
+                    Err((ErrorCode::UnknownId, format!("no subscription {id} of this client")))
+                }
+            }
+            Message::Unadvertise(id) => {
+                if self.clients.get_mut(&client).is_some_and(|c| c.advs.remove(&id)) {
+                    self.remove_adv(&id, out);
+                    Ok(None)
+                } else {
+                    Err((ErrorCode::UnknownId, format!("no advertisement {id} of this client")))
+                }
+            }
+        };
+        out.push(Output::Reply { client, req, result });
+    }
+
+    fn client_gone(&mut self, client: ClientId, out: &mut Vec<Output>) {
+        let Some(state) = self.clients.remove(&client) else { return };
+        for id in &state.subs {
+            self.remove_sub(id, out);
+        }
+        for id in &state.advs {
+            self.remove_adv(id, out);
+        }
+    }
+
+    fn broker_message(&mut self, from: Name, message: BrokerMessage, out: &mut Vec<Output>) {
+        if !self.neighbours.contains(&from) {
+            // A message racing a link that is already down; its state would be dropped.
+            return;
+        }
+        let hop = Hop::Broker(from);
+        match message {
+            BrokerMessage::Advertise { id, adv } => self.install_adv(id, adv, hop, out),
+            BrokerMessage::Subscribe { id, sub } => self.install_sub(id, sub, hop, out),
+            BrokerMessage::Publish { publication } => self.route_publication(publication, &hop, out),
+            BrokerMessage::Unsubscribe { id } => {
+                if self.subs.get(&id).is_some_and(|e| e.last == hop) {
+                    self.remove_sub(&id, out);
+                }
+            }
+            BrokerMessage::Unadvertise { id } => {
+                if self.advs.get(&id).is_some_and(|e| e.last == hop) {
+                    self.remove_adv(&id, out);
+                }
+            }
+        }
+    }
+
+    fn neighbour_up(&mut self, name: Name, out: &mut Vec<Output>) {
+        self.neighbours.insert(name.clone());
+        let hop = Hop::Broker(name.clone());
+        let mut advs: Vec<(&MessageId, &AdvEntry)> =
+            self.advs.iter().filter(|(_, e)| e.last != hop).collect();
+        advs.sort_by(|a, b| a.0.cmp(b.0));
+        for (id, e) in advs {
+            out.push(Output::ToBroker {
+                to: name.clone(),
+                message: BrokerMessage::Advertise { id: id.clone(), adv: e.adv.clone() },
+            });
+        }
+    }
+
+    fn neighbour_down(&mut self, name: &Name, out: &mut Vec<Output>) {
+        if !self.neighbours.remove(name) {
+            return;
+        }
+        for e in self.subs.values_mut() {
+            e.sent_to.remove(name);
+        }
+        let hop = Hop::Broker(name.clone());
+        let mut subs: Vec<MessageId> =
+            self.subs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
+        subs.sort();
+        for id in subs {
+            self.remove_sub(&id, out);
+        }
+        let mut advs: Vec<MessageId> =
+            self.advs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
+        advs.sort();
+        for id in advs {
+            self.remove_adv(&id, out);
+        }
+    }
+
+    fn install_adv(&mut self, id: MessageId, adv: Arc<Advertisement>, last: Hop, out: &mut Vec<Output>) {
+        if self.advs.contains_key(&id) {
+            return;
+        }
+        for n in &self.neighbours {
+            if last != Hop::Broker(n.clone()) {
+                out.push(Output::ToBroker {
+                    to: n.clone(),
+                    message: BrokerMessage::Advertise { id: id.clone(), adv: adv.clone() },
+                });
+            }
+        }
+        if let Hop::Broker(b) = &last {
+            let mut pulled = self.sub_index.overlapping(&adv);
+            pulled.sort();
+            for sub_id in pulled {
+                if let Some(e) = self.subs.get_mut(&sub_id) {
+                    if e.last != last && e.sent_to.insert(b.clone()) {
+                        out.push(Output::ToBroker {
+                            to: b.clone(),
+                            message: BrokerMessage::Subscribe { id: sub_id.clone(), sub: e.sub.clone() },
+                        });
+                    }
+                }
+            }
+        }
+        self.adv_index.insert(id.clone(), adv.clone());
+        self.advs.insert(id, AdvEntry { adv, last });
+    }
+
+    fn install_sub(&mut self, id: MessageId, sub: Arc<Subscription>, last: Hop, out: &mut Vec<Output>) {
+        if self.subs.contains_key(&id) {
+            return;
+        }
+        let mut sent_to = BTreeSet::new();
+        for adv_id in self.adv_index.overlapping(&sub) {
+            if let Some(AdvEntry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
+                if last != Hop::Broker(b.clone()) {
+                    sent_to.insert(b.clone());
+                }
+            }
+        }
+        for b in &sent_to {
+            out.push(Output::ToBroker {
+                to: b.clone(),
+                message: BrokerMessage::Subscribe { id: id.clone(), sub: sub.clone() },
+            });
+        }
+        self.sub_index.insert(id.clone(), sub.clone());
+        self.subs.insert(id, SubEntry { sub, last, sent_to });
+    }
+
+    fn remove_sub(&mut self, id: &MessageId, out: &mut Vec<Output>) {
+        let Some(e) = self.subs.remove(id) else { return };
+        self.sub_index.remove(id);
+        for b in e.sent_to {
+            out.push(Output::ToBroker { to: b, message: BrokerMessage::Unsubscribe { id: id.clone() } });
+        }
+    }
+
+    fn remove_adv(&mut self, id: &MessageId, out: &mut Vec<Output>) {
+        let Some(e) = self.advs.remove(id) else { return };
+        self.adv_index.remove(id);
+        for n in &self.neighbours {
+            if e.last != Hop::Broker(n.clone()) {
+                out.push(Output::ToBroker {
+                    to: n.clone(),
+                    message: BrokerMessage::Unadvertise { id: id.clone() },
+                });
+            }
+        }
+        // Subscriptions sent toward this advertisement's hop stay there only while some
+        // other advertisement from that hop still overlaps them.
+        let Hop::Broker(b) = &e.last else { return };
+        let mut withdrawn: Vec<MessageId> = Vec::new();
+        for (sub_id, s) in &self.subs {
+            if s.sent_to.contains(b) {
+                let still = self
+                    .adv_index
+                    .overlapping(&s.sub)
+                    .iter()
+                    .any(|a| self.advs.get(a).is_some_and(|a| a.last == e.last));
+                if !still {
+                    withdrawn.push(sub_id.clone());
+                }
+            }
+        }
+        withdrawn.sort();
+        for sub_id in withdrawn {
+            if let Some(s) = self.subs.get_mut(&sub_id) {
+                s.sent_to.remove(b);
+            }
+            out.push(Output::ToBroker { to: b.clone(), message: BrokerMessage::Unsubscribe { id: sub_id } });
+        }
+    }
+
+    fn route_publication(&mut self, publication: Arc<Publication>, last: &Hop, out: &mut Vec<Output>) {
+        let mut matched = Vec::new();
+        self.sub_index.matches_into(&publication, &mut self.scratch, &mut matched);
+        let mut clients: BTreeMap<ClientId, Vec<MessageId>> = BTreeMap::new();
+        let mut brokers: BTreeSet<&Name> = BTreeSet::new();
+        for id in &matched {
+            let Some(e) = self.subs.get(id) else { continue };
+            if e.last == *last {
+                continue;
+            }
+            match &e.last {
+                Hop::Client(c) => clients.entry(*c).or_default().push(id.clone()),
+                Hop::Broker(b) => {
+                    brokers.insert(b);
+                }
+            }
+        }
+        for b in brokers {
+            out.push(Output::ToBroker {
+                to: b.clone(),
+                message: BrokerMessage::Publish { publication: publication.clone() },
+            });
+        }
+        for (client, mut subs) in clients {
+            subs.sort();
+            out.push(Output::Notify { client, subs, publication: publication.clone() });
+        }
+    }
+}

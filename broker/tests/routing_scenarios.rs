@@ -1,0 +1,198 @@
+//! Routing scenarios in the style of the PADRES test suite, each with its topology,
+//! messages and expected deliveries written out, run in the deterministic simulator.
+
+mod sim;
+
+use padres_lang::wire::ErrorCode;
+use sim::Sim;
+
+const P: u64 = 1;
+const S: u64 = 2;
+const S2: u64 = 3;
+
+fn prt_has(sim: &Sim, broker: usize, sub: &str) -> bool {
+    sim.routes(broker).prt.iter().any(|(_, text, _, _)| text == sub)
+}
+
+fn srt_has(sim: &Sim, broker: usize, adv: &str) -> bool {
+    sim.routes(broker).srt.iter().any(|(_, text, _)| text == adv)
+}
+
+/// B1 — B2, publisher at B1, subscriber at B2.
+fn two_brokers() -> Sim {
+    let mut sim = Sim::new(2);
+    sim.link(0, 1, 5);
+    sim.attach(P, 0);
+    sim.attach(S, 1);
+    sim.run();
+    sim
+}
+
+#[test]
+fn a_subscription_crosses_only_when_it_overlaps() {
+    let mut sim = two_brokers();
+    sim.id(P, "a [class,eq,'stock'],[price,>,80]");
+    sim.id(S, "s [class,eq,'stock'],[price,=,100]");
+    assert!(prt_has(&sim, 0, "[class,eq,'stock'],[price,=,100]"), "forwarded to the advertiser's broker");
+
+    sim.id(P, "a [class,eq,'bond'],[price,>,100]");
+    sim.id(S, "s [class,eq,'bond'],[price,<,50]");
+    assert!(!prt_has(&sim, 0, "[class,eq,'bond'],[price,<,50]"), "no overlap, not forwarded");
+    assert!(prt_has(&sim, 1, "[class,eq,'bond'],[price,<,50]"), "kept where it was issued");
+}
+
+#[test]
+fn a_later_advertisement_pulls_held_subscriptions() {
+    let mut sim = two_brokers();
+    sim.id(S, "s [class,eq,'stock'],[price,>,10]");
+    assert!(!prt_has(&sim, 0, "[class,eq,'stock'],[price,>,10]"), "held: nothing advertised yet");
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    assert!(prt_has(&sim, 0, "[class,eq,'stock'],[price,>,10]"), "pulled by the advertisement");
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,20]".to_owned())]);
+}
+
+#[test]
+fn a_publication_before_any_subscription_reaches_nobody() {
+    let mut sim = two_brokers();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20]"), Ok(None));
+    assert!(sim.delivered_since(before).is_empty());
+    // Subscribing afterwards does not replay it.
+    sim.id(S, "s [class,eq,'stock']");
+    assert!(sim.delivered_since(before).is_empty());
+}
+
+#[test]
+fn two_subscriptions_of_one_client_get_one_copy() {
+    let mut sim = two_brokers();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    let s1 = sim.id(S, "s [class,eq,'stock'],[price,>,10]");
+    let s2 = sim.id(S, "s [class,eq,'stock'],[price,<,50]");
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20]"), Ok(None));
+    let got = &sim.deliveries[before..];
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].client, S);
+    assert_eq!(got[0].subs, vec![s1, s2], "the one copy names both subscriptions");
+    // Only one copy crossed the link, too: B1 forwards per hop, not per subscription.
+}
+
+#[test]
+fn bad_requests_get_errors_and_change_nothing() {
+    let mut sim = two_brokers();
+    let no_adv = sim.call(P, "p [class,'stock'],[price,20]");
+    assert!(matches!(no_adv, Err((ErrorCode::NotAdvertised, _))), "{no_adv:?}");
+    sim.id(P, "a [class,eq,'stock'],[price,>,0]");
+    let outside = sim.call(P, "p [class,'stock'],[price,-5]");
+    assert!(matches!(outside, Err((ErrorCode::NotAdvertised, _))), "{outside:?}");
+    let unknown = sim.call(S, "unsub B2/999");
+    assert!(matches!(unknown, Err((ErrorCode::UnknownId, _))), "{unknown:?}");
+    let not_yours = sim.call(S, "unadv B1/1");
+    assert!(matches!(not_yours, Err((ErrorCode::UnknownId, _))), "{not_yours:?}");
+    let composite = sim.call(S, "cs {[class,eq,a]}&{[class,eq,b]}");
+    assert!(matches!(composite, Err((ErrorCode::BadRequest, _))), "{composite:?}");
+    assert_eq!(sim.routes(0).srt.len(), 1);
+}
+
+/// B1 in the centre, B2..B5 around it.
+fn star() -> Sim {
+    let mut sim = Sim::new(5);
+    for leaf in 1..5 {
+        sim.link(0, leaf, 3);
+    }
+    sim.attach(P, 1); // at B2
+    sim.attach(S, 4); // at B5
+    sim.attach(S2, 2); // at B3
+    sim.run();
+    sim
+}
+
+#[test]
+fn star_unsubscribe_and_unadvertise_clean_every_broker_on_the_path() {
+    let mut sim = star();
+    let adv = "[class,eq,'stock'],[price,isPresent,0]";
+    let a = sim.id(P, &format!("a {adv}"));
+    for b in 0..5 {
+        assert!(srt_has(&sim, b, adv), "advertisement flooded to B{}", b + 1);
+    }
+    let sub = "[class,eq,'stock'],[price,>,10]";
+    let s = sim.id(S, &format!("s {sub}"));
+    // On the path B5 -> B1 -> B2 only.
+    let on_path: Vec<bool> = (0..5).map(|b| prt_has(&sim, b, sub)).collect();
+    assert_eq!(on_path, [true, true, false, false, true]);
+
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,20]".to_owned())]);
+
+    assert_eq!(sim.call(S, &format!("unsub {s}")), Ok(None));
+    for b in 0..5 {
+        assert!(!prt_has(&sim, b, sub), "B{} still has the subscription", b + 1);
+    }
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,30]"), Ok(None));
+    assert!(sim.delivered_since(before).is_empty());
+
+    assert_eq!(sim.call(P, &format!("unadv {a}")), Ok(None));
+    for b in 0..5 {
+        assert!(sim.routes(b).srt.is_empty(), "B{} still has the advertisement", b + 1);
+    }
+}
+
+#[test]
+fn star_client_disconnect_cleans_up_everywhere() {
+    let mut sim = star();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    sim.id(S2, "s [class,eq,'stock']");
+    assert!(prt_has(&sim, 0, "[class,eq,'stock']") && prt_has(&sim, 1, "[class,eq,'stock']"));
+    sim.disconnect(S2);
+    sim.run();
+    for b in 0..5 {
+        assert!(sim.routes(b).prt.is_empty(), "B{} kept a subscription of a gone client", b + 1);
+    }
+    sim.disconnect(P);
+    sim.run();
+    for b in 0..5 {
+        assert!(sim.routes(b).srt.is_empty(), "B{} kept an advertisement of a gone client", b + 1);
+    }
+}
+
+#[test]
+fn unadvertising_withdraws_subscriptions_no_longer_needed() {
+    let mut sim = two_brokers();
+    let a1 = sim.id(P, "a [class,eq,'stock'],[price,>,100]");
+    let a2 = sim.id(P, "a [class,eq,'stock'],[price,<,10]");
+    let sub = "[class,eq,'stock'],[price,>,50]";
+    sim.id(S, &format!("s {sub}"));
+    assert!(prt_has(&sim, 0, sub));
+    // The other advertisement does not overlap: the subscription is withdrawn from B1.
+    assert_eq!(sim.call(P, &format!("unadv {a1}")), Ok(None));
+    assert!(!prt_has(&sim, 0, sub));
+    assert_eq!(sim.call(P, &format!("unadv {a2}")), Ok(None));
+    assert!(sim.routes(1).srt.is_empty());
+}
+
+#[test]
+fn a_link_that_comes_back_resynchronises() {
+    let mut sim = Sim::new(3);
+    sim.link(0, 1, 2);
+    sim.link(1, 2, 2);
+    sim.attach(P, 0);
+    sim.attach(S, 2);
+    sim.run();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    sim.id(S, "s [class,eq,'stock']");
+    sim.unlink(0, 1);
+    sim.run();
+    assert!(sim.routes(2).srt.is_empty(), "the advertisement went with the link");
+    assert!(!prt_has(&sim, 0, "[class,eq,'stock']"));
+    sim.link(0, 1, 2);
+    sim.run();
+    assert!(prt_has(&sim, 0, "[class,eq,'stock']"), "pulled again by the re-sent advertisement");
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,1]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,1]".to_owned())]);
+}

@@ -1,0 +1,181 @@
+//! A deterministic overlay simulator: routers wired in memory, virtual time, FIFO links
+//! with latency, link failures. Everything happens in one thread in a fixed order, so a
+//! run is a pure function of its inputs and seed.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use padres_broker::router::{ClientId, Input, Output, Router, Routes};
+use padres_lang::wire::ErrorCode;
+use padres_lang::{Message, MessageId, Name, Publication};
+
+/// A publication delivered to a client.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub client: ClientId,
+    pub subs: Vec<MessageId>,
+    pub publication: Arc<Publication>,
+    pub time: u64,
+}
+
+pub type Reply = Result<Option<MessageId>, (ErrorCode, String)>;
+
+/// A message in flight: deliver `input` to broker `to` at the key's time.
+#[derive(Debug)]
+struct Event {
+    to: usize,
+    input: Input,
+}
+
+/// The simulated federation.
+#[derive(Debug)]
+pub struct Sim {
+    pub routers: Vec<Router>,
+    names: Vec<Name>,
+    /// Latency of each directed link that is up.
+    links: HashMap<(usize, usize), u64>,
+    /// Arrival time of the last message on each directed link (FIFO).
+    last_arrival: HashMap<(usize, usize), u64>,
+    queue: BTreeMap<(u64, u64), Event>,
+    now: u64,
+    seq: u64,
+    clients: HashMap<ClientId, usize>,
+    next_req: u64,
+    pub replies: HashMap<(ClientId, u64), Reply>,
+    pub deliveries: Vec<Delivery>,
+}
+
+impl Sim {
+    /// `n` brokers named B1..Bn with no links.
+    pub fn new(n: usize) -> Self {
+        let names: Vec<Name> = (1..=n).map(|i| Name::new(&format!("B{i}")).expect("name")).collect();
+        Self {
+            routers: names.iter().cloned().map(Router::new).collect(),
+            names,
+            links: HashMap::new(),
+            last_arrival: HashMap::new(),
+            queue: BTreeMap::new(),
+            now: 0,
+            seq: 0,
+            clients: HashMap::new(),
+            next_req: 0,
+            replies: HashMap::new(),
+            deliveries: Vec::new(),
+        }
+    }
+
+    /// Brokers `a` and `b` (0-based) linked with `latency` ms each way.
+    pub fn link(&mut self, a: usize, b: usize, latency: u64) {
+        self.links.insert((a, b), latency);
+        self.links.insert((b, a), latency);
+        let (na, nb) = (self.names[a].clone(), self.names[b].clone());
+        self.input(a, Input::NeighbourUp(nb));
+        self.input(b, Input::NeighbourUp(na));
+    }
+
+    /// The link between `a` and `b` fails: both ends are told, messages in flight are lost.
+    pub fn unlink(&mut self, a: usize, b: usize) {
+        self.links.remove(&(a, b));
+        self.links.remove(&(b, a));
+        let (na, nb) = (self.names[a].clone(), self.names[b].clone());
+        self.queue.retain(|_, e| {
+            let on_link = |to: usize, peer: &Name| {
+                e.to == to && matches!(&e.input, Input::Broker { from, .. } if from == peer)
+            };
+            !(on_link(a, &nb) || on_link(b, &na))
+        });
+        self.input(a, Input::NeighbourDown(nb));
+        self.input(b, Input::NeighbourDown(na));
+    }
+
+    pub fn name(&self, broker: usize) -> &Name {
+        &self.names[broker]
+    }
+
+    pub fn index_of(&self, name: &Name) -> usize {
+        self.names.iter().position(|n| n == name).expect("known broker")
+    }
+
+    /// Attaches client `client` to `broker`.
+    pub fn attach(&mut self, client: ClientId, broker: usize) {
+        self.clients.insert(client, broker);
+    }
+
+    /// Sends `text` (command form: `a …`, `s …`, `p …`, `unsub ID`, …) from `client`;
+    /// returns the request number.
+    pub fn send(&mut self, client: ClientId, text: &str) -> u64 {
+        let message: Message = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        self.next_req += 1;
+        let req = self.next_req;
+        let broker = self.clients[&client];
+        self.input(broker, Input::Client { client, req, message });
+        req
+    }
+
+    /// Sends and runs until quiet; returns the reply.
+    pub fn call(&mut self, client: ClientId, text: &str) -> Reply {
+        let req = self.send(client, text);
+        self.run();
+        self.replies.get(&(client, req)).cloned().expect("every request is answered")
+    }
+
+    /// The id returned for a successful `a`/`s`.
+    pub fn id(&mut self, client: ClientId, text: &str) -> MessageId {
+        match self.call(client, text) {
+            Ok(Some(id)) => id,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    pub fn disconnect(&mut self, client: ClientId) {
+        let broker = self.clients.remove(&client).expect("attached");
+        self.input(broker, Input::ClientGone(client));
+    }
+
+    fn input(&mut self, broker: usize, input: Input) {
+        let mut out = Vec::new();
+        self.routers[broker].handle(self.now, input, &mut out);
+        for o in out {
+            match o {
+                Output::ToBroker { to, message } => {
+                    let target = self.index_of(&to);
+                    let Some(&latency) = self.links.get(&(broker, target)) else {
+                        panic!("{} sent to {} without a link", self.names[broker], to);
+                    };
+                    let last = self.last_arrival.get(&(broker, target)).copied().unwrap_or(0);
+                    let at = (self.now + latency).max(last);
+                    self.last_arrival.insert((broker, target), at);
+                    self.seq += 1;
+                    let from = self.names[broker].clone();
+                    self.queue
+                        .insert((at, self.seq), Event { to: target, input: Input::Broker { from, message } });
+                }
+                Output::Reply { client, req, result } => {
+                    self.replies.insert((client, req), result);
+                }
+                Output::Notify { client, subs, publication } => {
+                    self.deliveries.push(Delivery { client, subs, publication, time: self.now });
+                }
+            }
+        }
+    }
+
+    /// Delivers messages in time order until none is in flight.
+    pub fn run(&mut self) {
+        while let Some(((at, _), event)) = self.queue.pop_first() {
+            self.now = self.now.max(at);
+            self.input(event.to, event.input);
+        }
+    }
+
+    pub fn routes(&self, broker: usize) -> Routes {
+        self.routers[broker].routes()
+    }
+
+    /// Deliveries since `from` as `(client, publication text)`.
+    pub fn delivered_since(&self, from: usize) -> Vec<(ClientId, String)> {
+        self.deliveries[from..].iter().map(|d| (d.client, d.publication.to_string())).collect()
+    }
+}
