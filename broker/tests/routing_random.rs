@@ -11,6 +11,7 @@ mod sim;
 
 use std::collections::BTreeSet;
 
+use padres_broker::router::Covering;
 use padres_lang::wire::ErrorCode;
 use padres_lang::{Advertisement, MessageId, Publication, Subscription, conforms, matches};
 use sim::Sim;
@@ -78,11 +79,11 @@ fn random_pub(rng: &mut Rng, n: u64) -> String {
     text
 }
 
-/// Runs one seed; returns how many deliveries its publications made.
-fn run_seed(seed: u64) -> usize {
+/// Runs one seed; returns every delivery as (publication number, client), in order.
+fn run_seed(seed: u64, covering: Covering) -> Vec<(i64, u64)> {
     let mut rng = Rng::new(seed);
     let brokers = 3 + rng.below(8) as usize;
-    let mut sim = Sim::new(brokers);
+    let mut sim = Sim::with_covering(brokers, covering);
     for b in 1..brokers {
         let parent = rng.below(b as u64) as usize;
         sim.link(b, parent, 1 + rng.below(10));
@@ -167,7 +168,13 @@ fn run_seed(seed: u64) -> usize {
         let routes = sim.routes(b);
         assert!(routes.srt.is_empty() && routes.prt.is_empty(), "seed {seed}: B{} kept {routes:?}", b + 1);
     }
-    sim.deliveries.len()
+    sim.deliveries
+        .iter()
+        .filter_map(|d| match d.publication.get("n") {
+            Some(padres_lang::Value::Int(n)) => Some((*n, d.client)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn check_burst(
@@ -227,10 +234,21 @@ fn check_burst(
 #[test]
 fn random_trees_deliver_exactly_what_the_oracle_says() {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        run_seed(seed);
+        run_seed(seed, Covering::Off);
         return;
     }
-    let delivered: usize = (0..1000).map(run_seed).sum();
+    let delivered: usize = (0..1000).map(|seed| run_seed(seed, Covering::Off).len()).sum();
     // The workload is dense enough that the oracle's sets are mostly non-empty.
     assert!(delivered > 10_000, "only {delivered} deliveries in 1,000 seeds");
+}
+
+#[test]
+fn covering_changes_no_delivery() {
+    for seed in 0..1000 {
+        let off = run_seed(seed, Covering::Off);
+        for covering in [Covering::Lazy, Covering::Active] {
+            let with = run_seed(seed, covering);
+            assert_eq!(with, off, "seed {seed}: {covering:?} delivered differently");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 
 mod sim;
 
+use padres_broker::router::Covering;
 use padres_lang::wire::ErrorCode;
 use sim::Sim;
 
@@ -195,4 +196,60 @@ fn a_link_that_comes_back_resynchronises() {
     let before = sim.deliveries.len();
     assert_eq!(sim.call(P, "p [class,'stock'],[price,1]"), Ok(None));
     assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,1]".to_owned())]);
+}
+
+#[test]
+fn covering_holds_back_covered_subscriptions_and_releases_them() {
+    for covering in [Covering::Lazy, Covering::Active] {
+        let mut sim = Sim::with_covering(5, covering);
+        for leaf in 1..5 {
+            sim.link(0, leaf, 3);
+        }
+        sim.attach(P, 1); // B2
+        sim.attach(S, 2); // B3
+        sim.attach(S2, 3); // B4
+        sim.run();
+        sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+        let wide = sim.id(S, "s [class,eq,'stock'],[price,>,100]");
+        sim.id(S2, "s [class,eq,'stock'],[price,>,150]");
+        assert!(prt_has(&sim, 0, "[class,eq,'stock'],[price,>,150]"), "{covering:?}: B1 has it");
+        assert!(!prt_has(&sim, 1, "[class,eq,'stock'],[price,>,150]"), "{covering:?}: not forwarded past B1");
+
+        let before = sim.deliveries.len();
+        assert_eq!(sim.call(P, "p [class,'stock'],[price,200]"), Ok(None));
+        let mut got = sim.delivered_since(before);
+        got.sort();
+        assert_eq!(
+            got,
+            [(S, "[class,'stock'],[price,200]".to_owned()), (S2, "[class,'stock'],[price,200]".to_owned())]
+        );
+
+        // The covering subscription goes: the covered one is forwarded, delivery goes on.
+        assert_eq!(sim.call(S, &format!("unsub {wide}")), Ok(None));
+        assert!(prt_has(&sim, 1, "[class,eq,'stock'],[price,>,150]"), "{covering:?}: re-forwarded");
+        let before = sim.deliveries.len();
+        assert_eq!(sim.call(P, "p [class,'stock'],[price,300]"), Ok(None));
+        assert_eq!(sim.delivered_since(before), [(S2, "[class,'stock'],[price,300]".to_owned())]);
+    }
+}
+
+#[test]
+fn active_covering_withdraws_subscriptions_a_new_one_covers() {
+    let mut sim = Sim::with_covering(5, Covering::Active);
+    for leaf in 1..5 {
+        sim.link(0, leaf, 3);
+    }
+    sim.attach(P, 1);
+    sim.attach(S, 2);
+    sim.attach(S2, 3);
+    sim.run();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    sim.id(S2, "s [class,eq,'stock'],[price,>,150]");
+    assert!(prt_has(&sim, 1, "[class,eq,'stock'],[price,>,150]"));
+    sim.id(S, "s [class,eq,'stock'],[price,>,100]");
+    assert!(!prt_has(&sim, 1, "[class,eq,'stock'],[price,>,150]"), "withdrawn from B2 once covered");
+    assert!(prt_has(&sim, 1, "[class,eq,'stock'],[price,>,100]"));
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,200]"), Ok(None));
+    assert_eq!(sim.delivered_since(before).len(), 2);
 }

@@ -25,9 +25,17 @@
 //!   that goes away takes its advertisements and subscriptions with it; a neighbour that
 //!   (re)appears is sent every advertisement, and pulls subscriptions as its own arrive.
 //!
+//! **Covering** ([`Covering`]) keeps subscriptions off links where a more general one
+//! already goes: with `Lazy`, a subscription covered at a hop (by another subscription
+//! already sent there, from elsewhere) is held back, and sent when the covering one goes
+//! away (before the covering one's withdrawal, so a link never lacks either); `Active`
+//! also withdraws, when a covering subscription is sent, the ones it covers. Deliveries
+//! are the same in every mode, since each broker matches against all its subscriptions;
+//! only the subscriptions on links and in upstream tables shrink.
+//!
 //! Matching and overlap queries use the indexes of [`crate::matching`].
 //!
-//! Not yet here: subscription covering, cyclic overlays, composite subscriptions (refused
+//! Not yet here: advertisement covering, cyclic overlays, composite subscriptions (refused
 //! with an error), the history store hop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -35,7 +43,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use padres_lang::wire::ErrorCode;
-use padres_lang::{Advertisement, Message, MessageId, Name, Publication, Subscription, conforms};
+use padres_lang::{Advertisement, Message, MessageId, Name, Publication, Subscription, conforms, covers};
 
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 
@@ -163,6 +171,20 @@ struct SubEntry {
     last: Hop,
     /// Brokers this subscription was forwarded to.
     sent_to: BTreeSet<Name>,
+    /// Brokers it should reach but is held back from, covered by one sent there.
+    held: BTreeSet<Name>,
+}
+
+/// Subscription covering (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Covering {
+    /// Every subscription goes to every hop it overlaps.
+    #[default]
+    Off,
+    /// A covered subscription is held back, and sent when its cover goes away.
+    Lazy,
+    /// As `Lazy`, and sending a subscription withdraws those it covers.
+    Active,
 }
 
 #[derive(Debug, Default)]
@@ -186,6 +208,7 @@ pub struct Routes {
 #[derive(Debug)]
 pub struct Router {
     name: Name,
+    covering: Covering,
     seq: u64,
     neighbours: BTreeSet<Name>,
     clients: HashMap<ClientId, ClientState>,
@@ -197,10 +220,16 @@ pub struct Router {
 }
 
 impl Router {
-    /// A router for broker `name` with no neighbours yet.
+    /// A router for broker `name` with no neighbours yet and covering off.
     pub fn new(name: Name) -> Self {
+        Self::with_covering(name, Covering::Off)
+    }
+
+    /// A router for broker `name` with the given covering mode.
+    pub fn with_covering(name: Name, covering: Covering) -> Self {
         Self {
             name,
+            covering,
             seq: 0,
             neighbours: BTreeSet::new(),
             clients: HashMap::new(),
@@ -360,6 +389,7 @@ impl Router {
         }
         for e in self.subs.values_mut() {
             e.sent_to.remove(name);
+            e.held.remove(name);
         }
         let hop = Hop::Broker(name.clone());
         let mut subs: Vec<MessageId> =
@@ -388,50 +418,114 @@ impl Router {
                 });
             }
         }
+        self.adv_index.insert(id.clone(), adv.clone());
+        self.advs.insert(id, AdvEntry { adv: adv.clone(), last: last.clone() });
         if let Hop::Broker(b) = &last {
             let mut pulled = self.sub_index.overlapping(&adv);
             pulled.sort();
             for sub_id in pulled {
-                if let Some(e) = self.subs.get_mut(&sub_id) {
-                    if e.last != last && e.sent_to.insert(b.clone()) {
-                        out.push(Output::ToBroker {
-                            to: b.clone(),
-                            message: BrokerMessage::Subscribe { id: sub_id.clone(), sub: e.sub.clone() },
-                        });
-                    }
+                if self.subs.get(&sub_id).is_some_and(|e| e.last != last) {
+                    self.offer(&sub_id, b, out);
                 }
             }
         }
-        self.adv_index.insert(id.clone(), adv.clone());
-        self.advs.insert(id, AdvEntry { adv, last });
     }
 
     fn install_sub(&mut self, id: MessageId, sub: Arc<Subscription>, last: Hop, out: &mut Vec<Output>) {
         if self.subs.contains_key(&id) {
             return;
         }
-        let mut sent_to = BTreeSet::new();
+        let mut hops = BTreeSet::new();
         for adv_id in self.adv_index.overlapping(&sub) {
             if let Some(AdvEntry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
                 if last != Hop::Broker(b.clone()) {
-                    sent_to.insert(b.clone());
+                    hops.insert(b.clone());
                 }
             }
         }
-        for b in &sent_to {
-            out.push(Output::ToBroker {
-                to: b.clone(),
-                message: BrokerMessage::Subscribe { id: id.clone(), sub: sub.clone() },
-            });
-        }
         self.sub_index.insert(id.clone(), sub.clone());
-        self.subs.insert(id, SubEntry { sub, last, sent_to });
+        self.subs.insert(id.clone(), SubEntry { sub, last, sent_to: BTreeSet::new(), held: BTreeSet::new() });
+        for b in &hops {
+            self.offer(&id, b, out);
+        }
+    }
+
+    /// Subscription `id` should reach broker `to`: send it, or hold it back if covered
+    /// there; with active covering, sending it withdraws the ones it covers.
+    fn offer(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
+        let Some(e) = self.subs.get(id) else { return };
+        if e.sent_to.contains(to) {
+            return;
+        }
+        let sub = e.sub.clone();
+        if self.covering != Covering::Off && self.covered_at(id, &sub, to) {
+            if let Some(e) = self.subs.get_mut(id) {
+                e.held.insert(to.clone());
+            }
+            return;
+        }
+        if let Some(e) = self.subs.get_mut(id) {
+            e.held.remove(to);
+            e.sent_to.insert(to.clone());
+        }
+        out.push(Output::ToBroker {
+            to: to.clone(),
+            message: BrokerMessage::Subscribe { id: id.clone(), sub: sub.clone() },
+        });
+        if self.covering == Covering::Active {
+            let hop = Hop::Broker(to.clone());
+            let mut covered: Vec<MessageId> = self
+                .subs
+                .iter()
+                .filter(|(other, e)| {
+                    *other != id && e.last != hop && e.sent_to.contains(to) && covers(&sub, &e.sub)
+                })
+                .map(|(other, _)| other.clone())
+                .collect();
+            covered.sort();
+            for other in covered {
+                if let Some(e) = self.subs.get_mut(&other) {
+                    e.sent_to.remove(to);
+                    e.held.insert(to.clone());
+                }
+                out.push(Output::ToBroker {
+                    to: to.clone(),
+                    message: BrokerMessage::Unsubscribe { id: other },
+                });
+            }
+        }
+    }
+
+    /// True if another subscription already sent to `to`, from elsewhere, covers `sub`.
+    fn covered_at(&self, id: &MessageId, sub: &Subscription, to: &Name) -> bool {
+        let hop = Hop::Broker(to.clone());
+        self.subs
+            .iter()
+            .any(|(other, e)| other != id && e.last != hop && e.sent_to.contains(to) && covers(&e.sub, sub))
+    }
+
+    /// Sends, in a stable order, the subscriptions held back at `to` that nothing sent
+    /// there covers any more.
+    fn release_held(&mut self, to: &Name, out: &mut Vec<Output>) {
+        let mut held: Vec<MessageId> =
+            self.subs.iter().filter(|(_, e)| e.held.contains(to)).map(|(id, _)| id.clone()).collect();
+        held.sort();
+        for id in held {
+            if let Some(e) = self.subs.get_mut(&id) {
+                e.held.remove(to);
+            }
+            self.offer(&id, to, out);
+        }
     }
 
     fn remove_sub(&mut self, id: &MessageId, out: &mut Vec<Output>) {
         let Some(e) = self.subs.remove(id) else { return };
         self.sub_index.remove(id);
         for b in e.sent_to {
+            // What this one covered goes first, so the link is never without either.
+            if self.covering != Covering::Off {
+                self.release_held(&b, out);
+            }
             out.push(Output::ToBroker { to: b, message: BrokerMessage::Unsubscribe { id: id.clone() } });
         }
     }
@@ -447,12 +541,12 @@ impl Router {
                 });
             }
         }
-        // Subscriptions sent toward this advertisement's hop stay there only while some
-        // other advertisement from that hop still overlaps them.
+        // Subscriptions sent (or held) toward this advertisement's hop stay there only
+        // while some other advertisement from that hop still overlaps them.
         let Hop::Broker(b) = &e.last else { return };
         let mut withdrawn: Vec<MessageId> = Vec::new();
         for (sub_id, s) in &self.subs {
-            if s.sent_to.contains(b) {
+            if s.sent_to.contains(b) || s.held.contains(b) {
                 let still = self
                     .adv_index
                     .overlapping(&s.sub)
@@ -465,10 +559,14 @@ impl Router {
         }
         withdrawn.sort();
         for sub_id in withdrawn {
-            if let Some(s) = self.subs.get_mut(&sub_id) {
-                s.sent_to.remove(b);
+            let Some(s) = self.subs.get_mut(&sub_id) else { continue };
+            s.held.remove(b);
+            if s.sent_to.remove(b) {
+                out.push(Output::ToBroker {
+                    to: b.clone(),
+                    message: BrokerMessage::Unsubscribe { id: sub_id },
+                });
             }
-            out.push(Output::ToBroker { to: b.clone(), message: BrokerMessage::Unsubscribe { id: sub_id } });
         }
     }
 

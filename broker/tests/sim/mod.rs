@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use padres_broker::router::{ClientId, Input, Output, Router, Routes};
+use padres_broker::router::{BrokerMessage, ClientId, Covering, Input, Output, Router, Routes};
 use padres_lang::wire::ErrorCode;
 use padres_lang::{Message, MessageId, Name, Publication};
 
@@ -45,14 +45,21 @@ pub struct Sim {
     next_req: u64,
     pub replies: HashMap<(ClientId, u64), Reply>,
     pub deliveries: Vec<Delivery>,
+    /// Messages sent on each directed link, by kind: (subscription traffic, others).
+    pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
 }
 
 impl Sim {
-    /// `n` brokers named B1..Bn with no links.
+    /// `n` brokers named B1..Bn with no links and covering off.
     pub fn new(n: usize) -> Self {
+        Self::with_covering(n, Covering::Off)
+    }
+
+    /// `n` brokers named B1..Bn with no links, covering as given.
+    pub fn with_covering(n: usize, covering: Covering) -> Self {
         let names: Vec<Name> = (1..=n).map(|i| Name::new(&format!("B{i}")).expect("name")).collect();
         Self {
-            routers: names.iter().cloned().map(Router::new).collect(),
+            routers: names.iter().cloned().map(|name| Router::with_covering(name, covering)).collect(),
             names,
             links: HashMap::new(),
             last_arrival: HashMap::new(),
@@ -63,6 +70,7 @@ impl Sim {
             next_req: 0,
             replies: HashMap::new(),
             deliveries: Vec::new(),
+            traffic: BTreeMap::new(),
         }
     }
 
@@ -144,6 +152,11 @@ impl Sim {
                     let Some(&latency) = self.links.get(&(broker, target)) else {
                         panic!("{} sent to {} without a link", self.names[broker], to);
                     };
+                    let counts = self.traffic.entry((broker, target)).or_default();
+                    match message {
+                        BrokerMessage::Subscribe { .. } | BrokerMessage::Unsubscribe { .. } => counts.0 += 1,
+                        _ => counts.1 += 1,
+                    }
                     let last = self.last_arrival.get(&(broker, target)).copied().unwrap_or(0);
                     let at = (self.now + latency).max(last);
                     self.last_arrival.insert((broker, target), at);
