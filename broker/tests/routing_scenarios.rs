@@ -253,3 +253,48 @@ fn active_covering_withdraws_subscriptions_a_new_one_covers() {
     assert_eq!(sim.call(P, "p [class,'stock'],[price,200]"), Ok(None));
     assert_eq!(sim.delivered_since(before).len(), 2);
 }
+
+#[test]
+fn covered_advertisements_are_held_back_and_released() {
+    const P2: u64 = 4;
+    let mut sim = Sim::with_covering(3, Covering::Active);
+    sim.link(0, 1, 2);
+    sim.link(1, 2, 2);
+    sim.attach(P, 0);
+    sim.attach(P2, 0);
+    sim.attach(S, 2);
+    sim.run();
+    let wide = sim.id(P, "a [class,eq,'stock'],[price,>,0]");
+    sim.id(P2, "a [class,eq,'stock'],[price,>,10]");
+    assert!(srt_has(&sim, 1, "[class,eq,'stock'],[price,>,0]"));
+    assert!(!srt_has(&sim, 1, "[class,eq,'stock'],[price,>,10]"), "covered: not flooded");
+    sim.id(S, "s [class,eq,'stock'],[price,>,20]");
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P2, "p [class,'stock'],[price,30]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,30]".to_owned())]);
+    // The cover goes: the covered advertisement is flooded and delivery goes on.
+    assert_eq!(sim.call(P, &format!("unadv {wide}")), Ok(None));
+    assert!(srt_has(&sim, 2, "[class,eq,'stock'],[price,>,10]"));
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P2, "p [class,'stock'],[price,40]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,40]".to_owned())]);
+}
+
+#[test]
+fn a_restarted_broker_rejoins_and_delivery_resumes() {
+    let mut sim = Sim::new(3);
+    sim.link(0, 1, 2);
+    sim.link(1, 2, 2);
+    sim.attach(P, 0);
+    sim.attach(S, 2);
+    sim.run();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    sim.id(S, "s [class,eq,'stock']");
+    // B2, in the middle, crashes: its state is gone; it comes back empty.
+    sim.restart(1);
+    sim.run();
+    assert!(sim.routes(1).srt.len() == 1 && sim.routes(1).prt.len() == 1, "{:?}", sim.routes(1));
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,1]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,1]".to_owned())]);
+}

@@ -35,15 +35,22 @@
 //!
 //! Matching and overlap queries use the indexes of [`crate::matching`].
 //!
-//! Not yet here: advertisement covering, cyclic overlays, composite subscriptions (refused
-//! with an error), the history store hop.
+//! Advertisements are covered the same way (`adv_covers`): one covered at a neighbour by
+//! an advertisement already flooded there is held back, and flooded when the cover is
+//! withdrawn. A subscription overlapping the covered one overlaps its cover, so it still
+//! finds its way to this broker, which knows both.
+//!
+//! Not yet here: cyclic overlays, composite subscriptions (refused with an error), the
+//! history store hop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
 use padres_lang::wire::ErrorCode;
-use padres_lang::{Advertisement, Message, MessageId, Name, Publication, Subscription, conforms, covers};
+use padres_lang::{
+    Advertisement, Message, MessageId, Name, Publication, Subscription, adv_covers, conforms, covers,
+};
 
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 
@@ -163,6 +170,10 @@ pub enum Output {
 struct AdvEntry {
     adv: Arc<Advertisement>,
     last: Hop,
+    /// Neighbours this advertisement was flooded to.
+    sent_to: BTreeSet<Name>,
+    /// Neighbours it is held back from, covered by one flooded there.
+    held: BTreeSet<Name>,
 }
 
 #[derive(Debug)]
@@ -372,14 +383,11 @@ impl Router {
     fn neighbour_up(&mut self, name: Name, out: &mut Vec<Output>) {
         self.neighbours.insert(name.clone());
         let hop = Hop::Broker(name.clone());
-        let mut advs: Vec<(&MessageId, &AdvEntry)> =
-            self.advs.iter().filter(|(_, e)| e.last != hop).collect();
-        advs.sort_by(|a, b| a.0.cmp(b.0));
-        for (id, e) in advs {
-            out.push(Output::ToBroker {
-                to: name.clone(),
-                message: BrokerMessage::Advertise { id: id.clone(), adv: e.adv.clone() },
-            });
+        let mut advs: Vec<MessageId> =
+            self.advs.iter().filter(|(_, e)| e.last != hop).map(|(id, _)| id.clone()).collect();
+        advs.sort();
+        for id in advs {
+            self.offer_adv(&id, &name, out);
         }
     }
 
@@ -388,6 +396,10 @@ impl Router {
             return;
         }
         for e in self.subs.values_mut() {
+            e.sent_to.remove(name);
+            e.held.remove(name);
+        }
+        for e in self.advs.values_mut() {
             e.sent_to.remove(name);
             e.held.remove(name);
         }
@@ -410,16 +422,19 @@ impl Router {
         if self.advs.contains_key(&id) {
             return;
         }
-        for n in &self.neighbours {
-            if last != Hop::Broker(n.clone()) {
-                out.push(Output::ToBroker {
-                    to: n.clone(),
-                    message: BrokerMessage::Advertise { id: id.clone(), adv: adv.clone() },
-                });
-            }
-        }
         self.adv_index.insert(id.clone(), adv.clone());
-        self.advs.insert(id, AdvEntry { adv: adv.clone(), last: last.clone() });
+        let entry = AdvEntry {
+            adv: adv.clone(),
+            last: last.clone(),
+            sent_to: BTreeSet::new(),
+            held: BTreeSet::new(),
+        };
+        self.advs.insert(id.clone(), entry);
+        let flood: Vec<Name> =
+            self.neighbours.iter().filter(|n| last != Hop::Broker((*n).clone())).cloned().collect();
+        for n in &flood {
+            self.offer_adv(&id, n, out);
+        }
         if let Hop::Broker(b) = &last {
             let mut pulled = self.sub_index.overlapping(&adv);
             pulled.sort();
@@ -530,16 +545,74 @@ impl Router {
         }
     }
 
+    /// Advertisement `id` should be flooded to `to`: send it, or hold it back if one
+    /// flooded there covers it; with active covering, sending it withdraws the ones it
+    /// covers.
+    fn offer_adv(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
+        let Some(e) = self.advs.get(id) else { return };
+        if e.sent_to.contains(to) {
+            return;
+        }
+        let adv = e.adv.clone();
+        let hop = Hop::Broker(to.clone());
+        let flooded_here = |e: &AdvEntry| e.last != hop && e.sent_to.contains(to);
+        if self.covering != Covering::Off
+            && self.advs.iter().any(|(other, e)| other != id && flooded_here(e) && adv_covers(&e.adv, &adv))
+        {
+            if let Some(e) = self.advs.get_mut(id) {
+                e.held.insert(to.clone());
+            }
+            return;
+        }
+        if let Some(e) = self.advs.get_mut(id) {
+            e.held.remove(to);
+            e.sent_to.insert(to.clone());
+        }
+        out.push(Output::ToBroker {
+            to: to.clone(),
+            message: BrokerMessage::Advertise { id: id.clone(), adv: adv.clone() },
+        });
+        if self.covering == Covering::Active {
+            let mut covered: Vec<MessageId> = self
+                .advs
+                .iter()
+                .filter(|(other, e)| *other != id && flooded_here(e) && adv_covers(&adv, &e.adv))
+                .map(|(other, _)| other.clone())
+                .collect();
+            covered.sort();
+            for other in covered {
+                if let Some(e) = self.advs.get_mut(&other) {
+                    e.sent_to.remove(to);
+                    e.held.insert(to.clone());
+                }
+                out.push(Output::ToBroker {
+                    to: to.clone(),
+                    message: BrokerMessage::Unadvertise { id: other },
+                });
+            }
+        }
+    }
+
     fn remove_adv(&mut self, id: &MessageId, out: &mut Vec<Output>) {
         let Some(e) = self.advs.remove(id) else { return };
         self.adv_index.remove(id);
-        for n in &self.neighbours {
-            if e.last != Hop::Broker(n.clone()) {
-                out.push(Output::ToBroker {
-                    to: n.clone(),
-                    message: BrokerMessage::Unadvertise { id: id.clone() },
-                });
+        for n in &e.sent_to {
+            // What this one covered goes first, so the neighbour never lacks either.
+            if self.covering != Covering::Off {
+                let mut held: Vec<MessageId> =
+                    self.advs.iter().filter(|(_, a)| a.held.contains(n)).map(|(id, _)| id.clone()).collect();
+                held.sort();
+                for other in held {
+                    if let Some(a) = self.advs.get_mut(&other) {
+                        a.held.remove(n);
+                    }
+                    self.offer_adv(&other, n, out);
+                }
             }
+            out.push(Output::ToBroker {
+                to: n.clone(),
+                message: BrokerMessage::Unadvertise { id: id.clone() },
+            });
         }
         // Subscriptions sent (or held) toward this advertisement's hop stay there only
         // while some other advertisement from that hop still overlaps them.

@@ -47,6 +47,7 @@ pub struct Sim {
     pub deliveries: Vec<Delivery>,
     /// Messages sent on each directed link, by kind: (subscription traffic, others).
     pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
+    covering: Covering,
 }
 
 impl Sim {
@@ -71,6 +72,7 @@ impl Sim {
             replies: HashMap::new(),
             deliveries: Vec::new(),
             traffic: BTreeMap::new(),
+            covering,
         }
     }
 
@@ -96,6 +98,22 @@ impl Sim {
         });
         self.input(a, Input::NeighbourDown(nb));
         self.input(b, Input::NeighbourDown(na));
+    }
+
+    /// Broker `broker` crashes and restarts with empty tables: its links drop (in-flight
+    /// messages are lost, its neighbours clean up), its clients are gone, then the links
+    /// come back.
+    pub fn restart(&mut self, broker: usize) {
+        let peers: Vec<(usize, u64)> =
+            self.links.iter().filter(|((a, _), _)| *a == broker).map(|((_, b), l)| (*b, *l)).collect();
+        for &(peer, _) in &peers {
+            self.unlink(broker, peer);
+        }
+        self.clients.retain(|_, b| *b != broker);
+        self.routers[broker] = Router::with_covering(self.names[broker].clone(), self.covering);
+        for (peer, latency) in peers {
+            self.link(broker, peer, latency);
+        }
     }
 
     pub fn name(&self, broker: usize) -> &Name {
