@@ -11,7 +11,7 @@ mod sim;
 
 use std::collections::BTreeSet;
 
-use padres_broker::router::Covering;
+use padres_broker::router::{Covering, Options};
 use padres_lang::wire::ErrorCode;
 use padres_lang::{Advertisement, MessageId, Publication, Subscription, conforms, matches};
 use sim::Sim;
@@ -80,13 +80,25 @@ fn random_pub(rng: &mut Rng, n: u64) -> String {
 }
 
 /// Runs one seed; returns every delivery as (publication number, client), in order.
-fn run_seed(seed: u64, covering: Covering) -> Vec<(i64, u64)> {
+fn run_seed(seed: u64, options: Options) -> Vec<(i64, u64)> {
     let mut rng = Rng::new(seed);
     let brokers = 3 + rng.below(8) as usize;
-    let mut sim = Sim::with_covering(brokers, covering);
+    let mut sim = Sim::with_options(brokers, options);
+    let mut edges = Vec::new();
     for b in 1..brokers {
         let parent = rng.below(b as u64) as usize;
+        edges.push((parent, b));
         sim.link(b, parent, 1 + rng.below(10));
+    }
+    if options.cycles {
+        // One to three extra links close cycles.
+        for _ in 0..1 + rng.below(3) {
+            let (a, b) = (rng.below(brokers as u64) as usize, rng.below(brokers as u64) as usize);
+            if a != b && !edges.contains(&(a.min(b), a.max(b))) {
+                edges.push((a.min(b), a.max(b)));
+                sim.link(a, b, 1 + rng.below(10));
+            }
+        }
     }
     let mut clients: Vec<Client> = Vec::new();
     let mut next_client = 1;
@@ -166,7 +178,8 @@ fn run_seed(seed: u64, covering: Covering) -> Vec<(i64, u64)> {
     sim.run();
     for b in 0..brokers {
         let routes = sim.routes(b);
-        assert!(routes.srt.is_empty() && routes.prt.is_empty(), "seed {seed}: B{} kept {routes:?}", b + 1);
+        let empty = routes.srt.is_empty() && routes.prt.is_empty() && routes.tree_prt.is_empty();
+        assert!(empty, "seed {seed}: B{} kept {routes:?}", b + 1);
     }
     sim.deliveries
         .iter()
@@ -234,10 +247,10 @@ fn check_burst(
 #[test]
 fn random_trees_deliver_exactly_what_the_oracle_says() {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        run_seed(seed, Covering::Off);
+        run_seed(seed, Options::default());
         return;
     }
-    let delivered: usize = (0..1000).map(|seed| run_seed(seed, Covering::Off).len()).sum();
+    let delivered: usize = (0..1000).map(|seed| run_seed(seed, Options::default()).len()).sum();
     // The workload is dense enough that the oracle's sets are mostly non-empty.
     assert!(delivered > 10_000, "only {delivered} deliveries in 1,000 seeds");
 }
@@ -245,10 +258,21 @@ fn random_trees_deliver_exactly_what_the_oracle_says() {
 #[test]
 fn covering_changes_no_delivery() {
     for seed in 0..1000 {
-        let off = run_seed(seed, Covering::Off);
+        let off = run_seed(seed, Options::default());
         for covering in [Covering::Lazy, Covering::Active] {
-            let with = run_seed(seed, covering);
+            let with = run_seed(seed, Options { covering, cycles: false });
             assert_eq!(with, off, "seed {seed}: {covering:?} delivered differently");
         }
     }
+}
+
+#[test]
+fn random_graphs_with_cycles_deliver_exactly_once() {
+    let cycles = Options { covering: Covering::Off, cycles: true };
+    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        run_seed(seed, cycles);
+        return;
+    }
+    let delivered: usize = (0..1000).map(|seed| run_seed(seed, cycles).len()).sum();
+    assert!(delivered > 5_000, "only {delivered} deliveries in 1,000 seeds");
 }

@@ -3,7 +3,7 @@
 
 mod sim;
 
-use padres_broker::router::Covering;
+use padres_broker::router::{Covering, Options};
 use padres_lang::wire::ErrorCode;
 use sim::Sim;
 
@@ -297,4 +297,50 @@ fn a_restarted_broker_rejoins_and_delivery_resumes() {
     let before = sim.deliveries.len();
     assert_eq!(sim.call(P, "p [class,'stock'],[price,1]"), Ok(None));
     assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,1]".to_owned())]);
+}
+
+#[test]
+fn a_ring_with_cycles_on_delivers_each_publication_once() {
+    // B1–B2–B3–B4–B1, plus B5–B1.
+    let mut sim = Sim::with_options(5, Options { covering: Covering::Off, cycles: true });
+    for (a, b) in [(0, 1), (1, 2), (2, 3), (3, 0), (4, 0)] {
+        sim.link(a, b, 1 + a as u64);
+    }
+    const S3: u64 = 5;
+    sim.attach(P, 2); // B3
+    sim.attach(S, 4); // B5
+    sim.attach(S2, 0); // B1
+    sim.attach(S3, 3); // B4
+    sim.run();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    // The advertisement reaches every broker once; each forwards it once to every other
+    // neighbour, and duplicates stop there: no loop.
+    for b in 0..5 {
+        assert_eq!(sim.routes(b).srt.len(), 1, "B{}", b + 1);
+    }
+    assert!(sim.advertise_messages() <= 2 * 5, "{} advertisement messages", sim.advertise_messages());
+    sim.id(S, "s [class,eq,'stock'],[price,>,10]");
+    sim.id(S2, "s [class,eq,'stock']");
+    sim.id(S3, "s [class,eq,'stock'],[price,<,100]");
+    for (price, expected) in [(50, vec![S, S2, S3]), (5, vec![S2, S3]), (500, vec![S, S2])] {
+        let before = sim.deliveries.len();
+        assert_eq!(sim.call(P, &format!("p [class,'stock'],[price,{price}]")), Ok(None));
+        let mut got: Vec<u64> = sim.delivered_since(before).into_iter().map(|(c, _)| c).collect();
+        got.sort_unstable();
+        assert_eq!(got, expected, "price {price}: each subscriber exactly once");
+    }
+    // Unadvertising removes the advertisement and its tree everywhere.
+    let adv = sim.routes(2).srt[0].0.clone();
+    assert_eq!(sim.call(P, &format!("unadv {adv}")), Ok(None));
+    for b in 0..5 {
+        let routes = sim.routes(b);
+        assert!(routes.srt.is_empty() && routes.tree_prt.is_empty(), "B{}: {routes:?}", b + 1);
+    }
+}
+
+#[test]
+fn covering_and_cycles_cannot_be_combined_yet() {
+    let name = padres_lang::Name::new("B1").expect("name");
+    let options = Options { covering: Covering::Active, cycles: true };
+    assert!(padres_broker::router::Router::with_options(name, options).is_err());
 }

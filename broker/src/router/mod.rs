@@ -40,8 +40,13 @@
 //! withdrawn. A subscription overlapping the covered one overlaps its cover, so it still
 //! finds its way to this broker, which knows both.
 //!
-//! Not yet here: cyclic overlays, composite subscriptions (refused with an error), the
-//! history store hop.
+//! **Cyclic overlays** are opt-in ([`Options::cycles`]): every advertisement then defines
+//! its own spanning tree and subscriptions and publications travel tagged with it
+//! (`trees.rs`), so each subscriber gets a publication once whatever the loops. Covering
+//! is not combined with cycles, and a tree that loses a link is not rebuilt until the
+//! link returns.
+//!
+//! Not yet here: composite subscriptions (refused with an error), the history store hop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -53,6 +58,9 @@ use padres_lang::{
 };
 
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
+
+mod trees;
+use trees::Trees;
 
 /// A client connection, numbered by the I/O shell.
 pub type ClientId = u64;
@@ -104,6 +112,29 @@ pub enum BrokerMessage {
     },
     /// A publication, routed toward matching subscriptions.
     Publish {
+        /// The publication.
+        publication: Arc<Publication>,
+    },
+    /// With cycles: a subscription routed along advertisement `tree`'s spanning tree.
+    TreeSubscribe {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The advertisement whose tree carries it.
+        tree: MessageId,
+        /// The subscription.
+        sub: Arc<Subscription>,
+    },
+    /// With cycles: a subscription withdrawn from one tree.
+    TreeUnsubscribe {
+        /// Its id.
+        id: MessageId,
+        /// The tree.
+        tree: MessageId,
+    },
+    /// With cycles: a publication travelling on advertisement `tree`'s spanning tree.
+    TreePublish {
+        /// The advertisement it conforms to.
+        tree: MessageId,
         /// The publication.
         publication: Arc<Publication>,
     },
@@ -186,6 +217,15 @@ struct SubEntry {
     held: BTreeSet<Name>,
 }
 
+/// How a router routes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Subscription and advertisement covering.
+    pub covering: Covering,
+    /// Allow cycles in the overlay (per-advertisement trees).
+    pub cycles: bool,
+}
+
 /// Subscription covering (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Covering {
@@ -213,6 +253,8 @@ pub struct Routes {
     pub srt: Vec<(MessageId, String, Hop)>,
     /// Subscriptions: id, text, hop they came from, brokers they were sent to.
     pub prt: Vec<(MessageId, String, Hop, Vec<Name>)>,
+    /// With cycles: tree, subscription id, text, hop it came from, broker it went to.
+    pub tree_prt: Vec<(MessageId, MessageId, String, Hop, Option<Name>)>,
 }
 
 /// One broker's routing state (see the module docs).
@@ -220,6 +262,8 @@ pub struct Routes {
 pub struct Router {
     name: Name,
     covering: Covering,
+    cycles: bool,
+    trees: Trees,
     seq: u64,
     neighbours: BTreeSet<Name>,
     clients: HashMap<ClientId, ClientState>,
@@ -238,9 +282,24 @@ impl Router {
 
     /// A router for broker `name` with the given covering mode.
     pub fn with_covering(name: Name, covering: Covering) -> Self {
+        Self::build(name, Options { covering, cycles: false })
+    }
+
+    /// A router for broker `name` with `options`; covering cannot be combined with cycles
+    /// yet.
+    pub fn with_options(name: Name, options: Options) -> Result<Self, String> {
+        if options.cycles && options.covering != Covering::Off {
+            return Err("covering cannot be combined with cycles yet: set covering off".to_owned());
+        }
+        Ok(Self::build(name, options))
+    }
+
+    fn build(name: Name, options: Options) -> Self {
         Self {
             name,
-            covering,
+            covering: options.covering,
+            cycles: options.cycles,
+            trees: Trees::default(),
             seq: 0,
             neighbours: BTreeSet::new(),
             clients: HashMap::new(),
@@ -284,7 +343,12 @@ impl Router {
             })
             .collect();
         prt.sort();
-        Routes { neighbours: self.neighbours.iter().cloned().collect(), srt, prt }
+        Routes {
+            neighbours: self.neighbours.iter().cloned().collect(),
+            srt,
+            prt,
+            tree_prt: self.trees.entries(),
+        }
     }
 
     fn next_id(&mut self) -> MessageId {
@@ -312,11 +376,19 @@ impl Router {
                 "composite subscriptions are not supported by this broker yet".to_owned(),
             )),
             Message::Publish(publication) => {
-                let advertised = self.clients.get(&client).is_some_and(|c| {
-                    c.advs.iter().any(|id| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.adv)))
+                let tree = self.clients.get(&client).and_then(|c| {
+                    c.advs
+                        .iter()
+                        .find(|id| self.advs.get(*id).is_some_and(|e| conforms(&publication, &e.adv)))
+                        .cloned()
                 });
-                if advertised {
-                    self.route_publication(Arc::new(publication), &Hop::Client(client), out);
+                if let Some(tree) = tree {
+                    let publication = Arc::new(publication);
+                    if self.cycles {
+                        self.route_on_tree(&tree, publication, &Hop::Client(client), out);
+                    } else {
+                        self.route_publication(publication, &Hop::Client(client), out);
+                    }
                     Ok(None)
                 } else {
                     Err((
@@ -377,6 +449,74 @@ impl Router {
                     self.remove_adv(&id, out);
                 }
             }
+            BrokerMessage::TreeSubscribe { id, tree, sub } => {
+                let root = self.advs.get(&tree).map(|e| e.last.clone());
+                if let Some(root) = root {
+                    self.add_to_tree(&tree, &root, &id, &sub, hop, out);
+                }
+            }
+            BrokerMessage::TreeUnsubscribe { id, tree } => {
+                let from_there = self.trees.select(|e| e.last == hop).contains(&(tree.clone(), id.clone()));
+                if from_there {
+                    self.remove_from_tree(&tree, &id, out);
+                }
+            }
+            BrokerMessage::TreePublish { tree, publication } => {
+                self.route_on_tree(&tree, publication, &hop, out);
+            }
+        }
+    }
+
+    /// Files `id` on `tree` and forwards it along the tree.
+    fn add_to_tree(
+        &mut self,
+        tree: &MessageId,
+        root: &Hop,
+        id: &MessageId,
+        sub: &Arc<Subscription>,
+        last: Hop,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(next) = self.trees.add(tree, root, id, sub, last) {
+            out.push(Output::ToBroker {
+                to: next,
+                message: BrokerMessage::TreeSubscribe {
+                    id: id.clone(),
+                    tree: tree.clone(),
+                    sub: sub.clone(),
+                },
+            });
+        }
+    }
+
+    fn remove_from_tree(&mut self, tree: &MessageId, id: &MessageId, out: &mut Vec<Output>) {
+        if let Some(e) = self.trees.remove(tree, id) {
+            if let Some(next) = e.sent_to {
+                out.push(Output::ToBroker {
+                    to: next,
+                    message: BrokerMessage::TreeUnsubscribe { id: id.clone(), tree: tree.clone() },
+                });
+            }
+        }
+    }
+
+    fn route_on_tree(
+        &mut self,
+        tree: &MessageId,
+        publication: Arc<Publication>,
+        last: &Hop,
+        out: &mut Vec<Output>,
+    ) {
+        let next = self.trees.route(tree, &publication, last, &mut self.scratch);
+        for b in next.brokers {
+            out.push(Output::ToBroker {
+                to: b,
+                message: BrokerMessage::TreePublish { tree: tree.clone(), publication: publication.clone() },
+            });
+        }
+        for (client, mut subs) in next.clients {
+            subs.sort();
+            out.push(Output::Notify { client, subs, publication: publication.clone() });
         }
     }
 
@@ -403,7 +543,11 @@ impl Router {
             e.sent_to.remove(name);
             e.held.remove(name);
         }
+        self.trees.forget_hop(name);
         let hop = Hop::Broker(name.clone());
+        for (tree, id) in self.trees.select(|e| e.last == hop) {
+            self.remove_from_tree(&tree, &id, out);
+        }
         let mut subs: Vec<MessageId> =
             self.subs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
         subs.sort();
@@ -435,7 +579,17 @@ impl Router {
         for n in &flood {
             self.offer_adv(&id, n, out);
         }
-        if let Hop::Broker(b) = &last {
+        if self.cycles {
+            // Every local subscription it overlaps joins its tree.
+            let mut pulled = self.sub_index.overlapping(&adv);
+            pulled.sort();
+            for sub_id in pulled {
+                let Some(e) = self.subs.get(&sub_id) else { continue };
+                let sub = e.sub.clone();
+                let from = e.last.clone();
+                self.add_to_tree(&id, &last, &sub_id, &sub, from, out);
+            }
+        } else if let Hop::Broker(b) = &last {
             let mut pulled = self.sub_index.overlapping(&adv);
             pulled.sort();
             for sub_id in pulled {
@@ -459,7 +613,29 @@ impl Router {
             }
         }
         self.sub_index.insert(id.clone(), sub.clone());
-        self.subs.insert(id.clone(), SubEntry { sub, last, sent_to: BTreeSet::new(), held: BTreeSet::new() });
+        self.subs.insert(
+            id.clone(),
+            SubEntry {
+                sub: sub.clone(),
+                last: last.clone(),
+                sent_to: BTreeSet::new(),
+                held: BTreeSet::new(),
+            },
+        );
+        if self.cycles {
+            // On the tree of every advertisement it overlaps, local ones included.
+            let mut trees: Vec<(MessageId, Hop)> = self
+                .adv_index
+                .overlapping(&sub)
+                .into_iter()
+                .filter_map(|a| Some((a.clone(), self.advs.get(&a)?.last.clone())))
+                .collect();
+            trees.sort();
+            for (tree, root) in trees {
+                self.add_to_tree(&tree, &root, &id, &sub, last.clone(), out);
+            }
+            return;
+        }
         for b in &hops {
             self.offer(&id, b, out);
         }
@@ -536,6 +712,9 @@ impl Router {
     fn remove_sub(&mut self, id: &MessageId, out: &mut Vec<Output>) {
         let Some(e) = self.subs.remove(id) else { return };
         self.sub_index.remove(id);
+        for tree in self.trees.trees_of(id) {
+            self.remove_from_tree(&tree, id, out);
+        }
         for b in e.sent_to {
             // What this one covered goes first, so the link is never without either.
             if self.covering != Covering::Off {
@@ -613,6 +792,11 @@ impl Router {
                 to: n.clone(),
                 message: BrokerMessage::Unadvertise { id: id.clone() },
             });
+        }
+        if self.cycles {
+            // Every broker drops the tree with the advertisement.
+            self.trees.drop_tree(id);
+            return;
         }
         // Subscriptions sent (or held) toward this advertisement's hop stay there only
         // while some other advertisement from that hop still overlaps them.

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use padres_broker::router::{BrokerMessage, ClientId, Covering, Input, Output, Router, Routes};
+use padres_broker::router::{BrokerMessage, ClientId, Covering, Input, Options, Output, Router, Routes};
 use padres_lang::wire::ErrorCode;
 use padres_lang::{Message, MessageId, Name, Publication};
 
@@ -47,7 +47,8 @@ pub struct Sim {
     pub deliveries: Vec<Delivery>,
     /// Messages sent on each directed link, by kind: (subscription traffic, others).
     pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
-    covering: Covering,
+    options: Options,
+    adv_messages: u64,
 }
 
 impl Sim {
@@ -58,9 +59,18 @@ impl Sim {
 
     /// `n` brokers named B1..Bn with no links, covering as given.
     pub fn with_covering(n: usize, covering: Covering) -> Self {
+        Self::with_options(n, Options { covering, cycles: false })
+    }
+
+    /// `n` brokers named B1..Bn with no links, routing with `options`.
+    pub fn with_options(n: usize, options: Options) -> Self {
         let names: Vec<Name> = (1..=n).map(|i| Name::new(&format!("B{i}")).expect("name")).collect();
         Self {
-            routers: names.iter().cloned().map(|name| Router::with_covering(name, covering)).collect(),
+            routers: names
+                .iter()
+                .cloned()
+                .map(|name| Router::with_options(name, options).expect("valid options"))
+                .collect(),
             names,
             links: HashMap::new(),
             last_arrival: HashMap::new(),
@@ -72,7 +82,8 @@ impl Sim {
             replies: HashMap::new(),
             deliveries: Vec::new(),
             traffic: BTreeMap::new(),
-            covering,
+            options,
+            adv_messages: 0,
         }
     }
 
@@ -110,7 +121,8 @@ impl Sim {
             self.unlink(broker, peer);
         }
         self.clients.retain(|_, b| *b != broker);
-        self.routers[broker] = Router::with_covering(self.names[broker].clone(), self.covering);
+        self.routers[broker] =
+            Router::with_options(self.names[broker].clone(), self.options).expect("valid options");
         for (peer, latency) in peers {
             self.link(broker, peer, latency);
         }
@@ -170,9 +182,15 @@ impl Sim {
                     let Some(&latency) = self.links.get(&(broker, target)) else {
                         panic!("{} sent to {} without a link", self.names[broker], to);
                     };
+                    if matches!(message, BrokerMessage::Advertise { .. }) {
+                        self.adv_messages += 1;
+                    }
                     let counts = self.traffic.entry((broker, target)).or_default();
                     match message {
-                        BrokerMessage::Subscribe { .. } | BrokerMessage::Unsubscribe { .. } => counts.0 += 1,
+                        BrokerMessage::Subscribe { .. }
+                        | BrokerMessage::Unsubscribe { .. }
+                        | BrokerMessage::TreeSubscribe { .. }
+                        | BrokerMessage::TreeUnsubscribe { .. } => counts.0 += 1,
                         _ => counts.1 += 1,
                     }
                     let last = self.last_arrival.get(&(broker, target)).copied().unwrap_or(0);
@@ -199,6 +217,11 @@ impl Sim {
             self.now = self.now.max(at);
             self.input(event.to, event.input);
         }
+    }
+
+    /// Advertisement messages sent on all links so far.
+    pub fn advertise_messages(&self) -> u64 {
+        self.adv_messages
     }
 
     pub fn routes(&self, broker: usize) -> Routes {

@@ -1,0 +1,159 @@
+//! Per-advertisement spanning trees, for overlays with cycles.
+//!
+//! In a cyclic overlay an advertisement still floods once per broker (duplicates are
+//! dropped by id), and the hop it first arrived from at each broker defines *its* spanning
+//! tree. A subscription is routed along the tree of every advertisement it overlaps,
+//! tagged with that tree; a publication travels on the tree of the advertisement it
+//! conforms to, tagged too, and each broker matches it only against the subscriptions of
+//! that tree. One tree has one path between two brokers, so every subscriber gets a
+//! publication exactly once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use padres_lang::{MessageId, Name, Publication, Subscription};
+
+use super::{ClientId, Hop};
+use crate::matching::{Scratch, SubscriptionIndex};
+
+/// A subscription on one tree: where it came from and where it went.
+#[derive(Debug)]
+pub(super) struct TreeSub {
+    pub(super) sub: Arc<Subscription>,
+    pub(super) last: Hop,
+    pub(super) sent_to: Option<Name>,
+}
+
+#[derive(Debug, Default)]
+struct Tree {
+    index: SubscriptionIndex<MessageId>,
+    subs: HashMap<MessageId, TreeSub>,
+}
+
+/// The subscriptions of every tree at one broker.
+#[derive(Debug, Default)]
+pub(super) struct Trees {
+    trees: HashMap<MessageId, Tree>,
+}
+
+/// Where a publication goes next on its tree.
+#[derive(Debug, Default)]
+pub(super) struct Next {
+    pub(super) brokers: BTreeSet<Name>,
+    pub(super) clients: BTreeMap<ClientId, Vec<MessageId>>,
+}
+
+impl Trees {
+    /// Files subscription `id` on `tree` (whose advertisement came from `root`), from
+    /// `last`; returns the broker to forward it to, if it is new and the tree continues.
+    pub(super) fn add(
+        &mut self,
+        tree: &MessageId,
+        root: &Hop,
+        id: &MessageId,
+        sub: &Arc<Subscription>,
+        last: Hop,
+    ) -> Option<Name> {
+        let t = self.trees.entry(tree.clone()).or_default();
+        if t.subs.contains_key(id) {
+            return None;
+        }
+        let sent_to = match root {
+            Hop::Broker(b) if *root != last => Some(b.clone()),
+            _ => None,
+        };
+        t.index.insert(id.clone(), sub.clone());
+        t.subs.insert(id.clone(), TreeSub { sub: sub.clone(), last, sent_to: sent_to.clone() });
+        sent_to
+    }
+
+    /// Removes subscription `id` from `tree`.
+    pub(super) fn remove(&mut self, tree: &MessageId, id: &MessageId) -> Option<TreeSub> {
+        let t = self.trees.get_mut(tree)?;
+        t.index.remove(id);
+        t.subs.remove(id)
+    }
+
+    /// The trees `id` is on.
+    pub(super) fn trees_of(&self, id: &MessageId) -> Vec<MessageId> {
+        let mut trees: Vec<MessageId> = self
+            .trees
+            .iter()
+            .filter(|(_, t)| t.subs.contains_key(id))
+            .map(|(tree, _)| tree.clone())
+            .collect();
+        trees.sort();
+        trees
+    }
+
+    /// Forgets a tree whose advertisement is gone (every broker forgets it too).
+    pub(super) fn drop_tree(&mut self, tree: &MessageId) {
+        self.trees.remove(tree);
+    }
+
+    /// Every `(tree, subscription)` whose entry satisfies `pick`, sorted.
+    pub(super) fn select(&self, pick: impl Fn(&TreeSub) -> bool) -> Vec<(MessageId, MessageId)> {
+        let mut out: Vec<(MessageId, MessageId)> = self
+            .trees
+            .iter()
+            .flat_map(|(tree, t)| {
+                t.subs.iter().filter(|(_, e)| pick(e)).map(move |(id, _)| (tree.clone(), id.clone()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Stops forwarding anything to `broker` (its link is gone).
+    pub(super) fn forget_hop(&mut self, broker: &Name) {
+        for t in self.trees.values_mut() {
+            for e in t.subs.values_mut() {
+                if e.sent_to.as_ref() == Some(broker) {
+                    e.sent_to = None;
+                }
+            }
+        }
+    }
+
+    /// The next hops of `publication` on `tree`, never back to `last`.
+    pub(super) fn route(
+        &self,
+        tree: &MessageId,
+        publication: &Publication,
+        last: &Hop,
+        scratch: &mut Scratch,
+    ) -> Next {
+        let mut next = Next::default();
+        let Some(t) = self.trees.get(tree) else { return next };
+        let mut matched = Vec::new();
+        t.index.matches_into(publication, scratch, &mut matched);
+        for id in matched {
+            let Some(e) = t.subs.get(&id) else { continue };
+            if e.last == *last {
+                continue;
+            }
+            match &e.last {
+                Hop::Client(c) => next.clients.entry(*c).or_default().push(id),
+                Hop::Broker(b) => {
+                    next.brokers.insert(b.clone());
+                }
+            }
+        }
+        next
+    }
+
+    /// `(tree, subscription, text, from, sent to)` for the routes snapshot.
+    pub(super) fn entries(&self) -> Vec<(MessageId, MessageId, String, Hop, Option<Name>)> {
+        let mut out: Vec<_> = self
+            .trees
+            .iter()
+            .flat_map(|(tree, t)| {
+                t.subs.iter().map(move |(id, e)| {
+                    (tree.clone(), id.clone(), e.sub.to_string(), e.last.clone(), e.sent_to.clone())
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
