@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod scenario;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
