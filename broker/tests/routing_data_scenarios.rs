@@ -11,6 +11,10 @@ const P: u64 = 1;
 const S: u64 = 2;
 const S2: u64 = 3;
 
+const TREE: Options = Options { covering: Covering::Off, cycles: false, incarnation: 0 };
+const ACTIVE: Options = Options { covering: Covering::Active, cycles: false, incarnation: 0 };
+const CYCLES: Options = Options { covering: Covering::Off, cycles: true, incarnation: 0 };
+
 const TWO_BROKERS: &[(usize, usize, u64)] = &[(0, 1, 5)];
 const STAR: &[(usize, usize, u64)] = &[(0, 1, 3), (0, 2, 3), (0, 3, 3), (0, 4, 3)];
 
@@ -19,7 +23,7 @@ const SCENARIOS: &[Scenario] = &[
         name: "two brokers: a subscription crosses when it overlaps",
         brokers: 2,
         links: TWO_BROKERS,
-        options: Options { covering: Covering::Off, cycles: false },
+        options: TREE,
         clients: &[(P, 0), (S, 1)],
         steps: &[
             Ok(P, "a [class,eq,'stock'],[price,>,80]"),
@@ -36,7 +40,7 @@ const SCENARIOS: &[Scenario] = &[
         name: "two brokers: held subscriptions, early publications, one copy",
         brokers: 2,
         links: TWO_BROKERS,
-        options: Options { covering: Covering::Off, cycles: false },
+        options: TREE,
         clients: &[(P, 0), (S, 1)],
         steps: &[
             Ok(S, "s [class,eq,'stock'],[price,>,10]"),
@@ -56,7 +60,7 @@ const SCENARIOS: &[Scenario] = &[
         name: "star: unsubscribe, unadvertise and disconnect clean every broker",
         brokers: 5,
         links: STAR,
-        options: Options { covering: Covering::Off, cycles: false },
+        options: TREE,
         clients: &[(P, 1), (S, 4), (S2, 2)],
         steps: &[
             Issue("a", P, "a [class,eq,'stock'],[price,isPresent,0]"),
@@ -82,7 +86,7 @@ const SCENARIOS: &[Scenario] = &[
         name: "star with active covering: >150 stays at B1 while >100 covers it",
         brokers: 5,
         links: STAR,
-        options: Options { covering: Covering::Active, cycles: false },
+        options: ACTIVE,
         clients: &[(P, 1), (S, 2), (S2, 3)],
         steps: &[
             Ok(P, "a [class,eq,'stock'],[price,isPresent,0]"),
@@ -100,7 +104,7 @@ const SCENARIOS: &[Scenario] = &[
         name: "chain: a middle broker restarts, a link fails and returns",
         brokers: 3,
         links: &[(0, 1, 2), (1, 2, 2)],
-        options: Options { covering: Covering::Off, cycles: false },
+        options: TREE,
         clients: &[(P, 0), (S, 2)],
         steps: &[
             Ok(P, "a [class,eq,'stock'],[price,isPresent,0]"),
@@ -117,7 +121,7 @@ const SCENARIOS: &[Scenario] = &[
         name: "ring with cycles: each publication once",
         brokers: 5,
         links: &[(0, 1, 1), (1, 2, 2), (2, 3, 3), (3, 0, 4), (4, 0, 1)],
-        options: Options { covering: Covering::Off, cycles: true },
+        options: CYCLES,
         clients: &[(P, 2), (S, 4), (S2, 0)],
         steps: &[
             Ok(P, "a [class,eq,'stock'],[price,isPresent,0]"),

@@ -260,7 +260,7 @@ fn covering_changes_no_delivery() {
     for seed in 0..1000 {
         let off = run_seed(seed, Options::default());
         for covering in [Covering::Lazy, Covering::Active] {
-            let with = run_seed(seed, Options { covering, cycles: false });
+            let with = run_seed(seed, Options { covering, ..Options::default() });
             assert_eq!(with, off, "seed {seed}: {covering:?} delivered differently");
         }
     }
@@ -268,7 +268,7 @@ fn covering_changes_no_delivery() {
 
 #[test]
 fn random_graphs_with_cycles_deliver_exactly_once() {
-    let cycles = Options { covering: Covering::Off, cycles: true };
+    let cycles = Options { cycles: true, ..Options::default() };
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         run_seed(seed, cycles);
         return;

@@ -302,7 +302,7 @@ fn a_restarted_broker_rejoins_and_delivery_resumes() {
 #[test]
 fn a_ring_with_cycles_on_delivers_each_publication_once() {
     // B1–B2–B3–B4–B1, plus B5–B1.
-    let mut sim = Sim::with_options(5, Options { covering: Covering::Off, cycles: true });
+    let mut sim = Sim::with_options(5, Options { cycles: true, ..Options::default() });
     for (a, b) in [(0, 1), (1, 2), (2, 3), (3, 0), (4, 0)] {
         sim.link(a, b, 1 + a as u64);
     }
@@ -341,6 +341,106 @@ fn a_ring_with_cycles_on_delivers_each_publication_once() {
 #[test]
 fn covering_and_cycles_cannot_be_combined_yet() {
     let name = padres_lang::Name::new("B1").expect("name");
-    let options = Options { covering: Covering::Active, cycles: true };
+    let options = Options { covering: Covering::Active, cycles: true, ..Options::default() };
     assert!(padres_broker::router::Router::with_options(name, options).is_err());
+}
+
+fn receivers(sim: &mut Sim, client: u64, text: &str) -> Vec<u64> {
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(client, text), Ok(None), "{text}");
+    let mut got: Vec<u64> = sim.delivered_since(before).into_iter().map(|(c, _)| c).collect();
+    got.sort_unstable();
+    got
+}
+
+#[test]
+fn a_rewired_tree_keeps_advertisements_arriving_the_new_way() {
+    // B1 - B2 - B3 becomes B2 - B3 - B1 while B2's withdrawal is still travelling: B3
+    // gets the advertisement again from B1 first, and must not lose it to B2's message.
+    let mut sim = Sim::new(3);
+    sim.link(0, 1, 1);
+    sim.link(1, 2, 10);
+    sim.attach(P, 0);
+    sim.attach(S, 2);
+    sim.run();
+    sim.id(P, "a [class,eq,'x']");
+    sim.id(S, "s [class,eq,'x']");
+    assert_eq!(receivers(&mut sim, P, "p [class,'x']"), [S]);
+    sim.unlink(0, 1);
+    sim.link(0, 2, 1);
+    sim.run();
+    assert_eq!(receivers(&mut sim, P, "p [class,'x']"), [S]);
+}
+
+#[test]
+fn a_rewired_tree_keeps_subscriptions_arriving_the_new_way() {
+    // B1 - B2 - B3 becomes B2 - B1 - B3: B1 gets the subscription from B3 before B2's
+    // withdrawal of the old copy.
+    let mut sim = Sim::new(3);
+    sim.link(0, 1, 20);
+    sim.link(1, 2, 1);
+    sim.attach(P, 0);
+    sim.attach(S, 2);
+    sim.run();
+    sim.id(P, "a [class,eq,'x']");
+    sim.id(S, "s [class,eq,'x']");
+    assert_eq!(receivers(&mut sim, P, "p [class,'x']"), [S]);
+    sim.unlink(1, 2);
+    sim.link(0, 2, 1);
+    sim.run();
+    assert_eq!(receivers(&mut sim, P, "p [class,'x']"), [S]);
+}
+
+#[test]
+fn cycles_withdrawal_racing_its_own_flood_goes_quiet() {
+    let mut sim = Sim::with_options(3, Options { cycles: true, ..Options::default() });
+    sim.link(0, 1, 10);
+    sim.link(0, 2, 1);
+    sim.link(1, 2, 1);
+    sim.attach(P, 0);
+    sim.attach(S, 1);
+    sim.run();
+    sim.id(S, "s [class,eq,'x']");
+    sim.send(P, "a [class,eq,'x']"); // the flood is still in flight...
+    sim.disconnect(P); // ...when the owner goes
+    assert!(sim.run_bounded(100_000), "no quiet: a withdrawn advertisement keeps circling");
+    for b in 0..3 {
+        assert!(sim.routes(b).srt.is_empty(), "B{} kept {:?}", b + 1, sim.routes(b));
+    }
+}
+
+#[test]
+fn cycles_restart_of_the_publishers_broker_goes_quiet() {
+    let mut sim = Sim::with_options(3, Options { cycles: true, ..Options::default() });
+    sim.link(0, 1, 1);
+    sim.link(1, 2, 1);
+    sim.link(0, 2, 10);
+    sim.attach(P, 0);
+    sim.attach(S, 2);
+    sim.run();
+    sim.id(P, "a [class,eq,'x']");
+    sim.id(S, "s [class,eq,'x']");
+    assert_eq!(receivers(&mut sim, P, "p [class,'x']"), [S]);
+    sim.restart(0); // the publisher goes with its broker
+    assert!(sim.run_bounded(100_000), "no quiet after the restart");
+    for b in 0..3 {
+        assert!(sim.routes(b).srt.is_empty(), "B{} kept {:?}", b + 1, sim.routes(b));
+    }
+}
+
+#[test]
+fn neighbour_up_again_without_down_starts_over() {
+    use padres_broker::router::{Input, Output, Router};
+    let b2 = padres_lang::Name::new("B2").expect("name");
+    let mut router = Router::new(padres_lang::Name::new("B1").expect("name"));
+    let mut out = Vec::new();
+    router.handle(0, Input::NeighbourUp(b2.clone()), &mut out);
+    let adv = "a [class,eq,'x']".parse().expect("valid");
+    router.handle(0, Input::Client { client: 1, req: 1, message: adv }, &mut out);
+    let sent = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::ToBroker { .. })).count();
+    assert_eq!(sent(&out), 1);
+    out.clear();
+    // The peer restarted and reconnected; the shell reports only the new link.
+    router.handle(1, Input::NeighbourUp(b2), &mut out);
+    assert_eq!(sent(&out), 1, "the advertisement is sent again");
 }

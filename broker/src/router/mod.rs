@@ -40,15 +40,27 @@
 //! withdrawn. A subscription overlapping the covered one overlaps its cover, so it still
 //! finds its way to this broker, which knows both.
 //!
+//! **Overlay changes.** An `Unadvertise` says whether the sender *lost* its path (a link
+//! went down) or the owner *withdrew* the advertisement. In a tree, a known advertisement
+//! or subscription arriving from another hop means the tree was rewired while messages
+//! were in flight: the router follows the copy that came the new way, so the old path's
+//! late withdrawal finds nothing to remove. `NeighbourUp` for a neighbour already up
+//! starts over with it (the peer may have restarted).
+//!
 //! **Cyclic overlays** are opt-in ([`Options::cycles`]): every advertisement then defines
 //! its own spanning tree and subscriptions and publications travel tagged with it
-//! (`trees.rs`), so each subscriber gets a publication once whatever the loops. Covering
-//! is not combined with cycles, and a tree that loses a link is not rebuilt until the
-//! link returns.
+//! (`trees.rs`), so each subscriber gets a publication once whatever the loops. Owner
+//! withdrawals are remembered (late copies of a withdrawn advertisement still circling are
+//! dropped) and ids carry the broker's incarnation ([`Options::incarnation`]), so a
+//! restarted broker recognises, and withdraws, its own advertisements from an earlier life.
+//! Limits: covering is not combined with cycles; a tree that loses a link is not rebuilt
+//! until the link returns; one publisher's publications keep their order per
+//! advertisement, not across advertisements with different trees; the memory of
+//! withdrawals is not yet pruned.
 //!
 //! Not yet here: composite subscriptions (refused with an error), the history store hop.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -97,6 +109,9 @@ pub enum BrokerMessage {
     Unadvertise {
         /// Its id.
         id: MessageId,
+        /// True if the sender lost its path to the advertisement (a link went down),
+        /// false if its owner withdrew it.
+        lost: bool,
     },
     /// A subscription, routed toward overlapping advertisements.
     Subscribe {
@@ -224,6 +239,9 @@ pub struct Options {
     pub covering: Covering,
     /// Allow cycles in the overlay (per-advertisement trees).
     pub cycles: bool,
+    /// Which life of this broker this is (e.g. its start time): the high half of every
+    /// id it assigns, so ids of an earlier life never come back.
+    pub incarnation: u32,
 }
 
 /// Subscription covering (see the module docs).
@@ -264,6 +282,9 @@ pub struct Router {
     covering: Covering,
     cycles: bool,
     trees: Trees,
+    /// With cycles: advertisements withdrawn by their owners, so late copies still
+    /// travelling round a loop are not installed again.
+    withdrawn: HashSet<MessageId>,
     seq: u64,
     neighbours: BTreeSet<Name>,
     clients: HashMap<ClientId, ClientState>,
@@ -282,7 +303,7 @@ impl Router {
 
     /// A router for broker `name` with the given covering mode.
     pub fn with_covering(name: Name, covering: Covering) -> Self {
-        Self::build(name, Options { covering, cycles: false })
+        Self::build(name, Options { covering, ..Options::default() })
     }
 
     /// A router for broker `name` with `options`; covering cannot be combined with cycles
@@ -296,11 +317,12 @@ impl Router {
 
     fn build(name: Name, options: Options) -> Self {
         Self {
+            seq: u64::from(options.incarnation) << 32,
+            withdrawn: HashSet::new(),
             name,
             covering: options.covering,
             cycles: options.cycles,
             trees: Trees::default(),
-            seq: 0,
             neighbours: BTreeSet::new(),
             clients: HashMap::new(),
             advs: HashMap::new(),
@@ -409,7 +431,7 @@ impl Router {
             }
             Message::Unadvertise(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.advs.remove(&id)) {
-                    self.remove_adv(&id, out);
+                    self.withdraw_adv(&id, out);
                     Ok(None)
                 } else {
                     Err((ErrorCode::UnknownId, format!("no advertisement {id} of this client")))
@@ -425,7 +447,7 @@ impl Router {
             self.remove_sub(id, out);
         }
         for id in &state.advs {
-            self.remove_adv(id, out);
+            self.withdraw_adv(id, out);
         }
     }
 
@@ -444,9 +466,23 @@ impl Router {
                     self.remove_sub(&id, out);
                 }
             }
-            BrokerMessage::Unadvertise { id } => {
+            BrokerMessage::Unadvertise { id, lost: false } if self.cycles => {
+                // A withdrawal by the owner: final, whichever way it arrives.
+                if self.withdrawn.insert(id.clone()) {
+                    self.remove_adv(&id, false, out);
+                    for n in &self.neighbours {
+                        if hop != Hop::Broker(n.clone()) {
+                            out.push(Output::ToBroker {
+                                to: n.clone(),
+                                message: BrokerMessage::Unadvertise { id: id.clone(), lost: false },
+                            });
+                        }
+                    }
+                }
+            }
+            BrokerMessage::Unadvertise { id, lost } => {
                 if self.advs.get(&id).is_some_and(|e| e.last == hop) {
-                    self.remove_adv(&id, out);
+                    self.remove_adv(&id, lost, out);
                 }
             }
             BrokerMessage::TreeSubscribe { id, tree, sub } => {
@@ -521,6 +557,11 @@ impl Router {
     }
 
     fn neighbour_up(&mut self, name: Name, out: &mut Vec<Output>) {
+        if self.neighbours.contains(&name) {
+            // Up again without a down in between: the peer may have restarted, so
+            // start over with it.
+            self.neighbour_down(&name, out);
+        }
         self.neighbours.insert(name.clone());
         let hop = Hop::Broker(name.clone());
         let mut advs: Vec<MessageId> =
@@ -558,13 +599,31 @@ impl Router {
             self.advs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
         advs.sort();
         for id in advs {
-            self.remove_adv(&id, out);
+            self.remove_adv(&id, true, out);
         }
     }
 
     fn install_adv(&mut self, id: MessageId, adv: Arc<Advertisement>, last: Hop, out: &mut Vec<Output>) {
-        if self.advs.contains_key(&id) {
+        if let Some(e) = self.advs.get(&id) {
+            if !self.cycles && e.last != last {
+                self.rehome_adv(&id, last, out);
+            }
             return;
+        }
+        if self.cycles {
+            if self.withdrawn.contains(&id) {
+                return;
+            }
+            if let Hop::Broker(b) = &last {
+                if id.origin == self.name {
+                    // One of ours we do not know: from an earlier life of this broker,
+                    // still circulating. Withdraw it for good.
+                    self.withdrawn.insert(id.clone());
+                    let message = BrokerMessage::Unadvertise { id, lost: false };
+                    out.push(Output::ToBroker { to: b.clone(), message });
+                    return;
+                }
+            }
         }
         self.adv_index.insert(id.clone(), adv.clone());
         let entry = AdvEntry {
@@ -601,17 +660,22 @@ impl Router {
     }
 
     fn install_sub(&mut self, id: MessageId, sub: Arc<Subscription>, last: Hop, out: &mut Vec<Output>) {
-        if self.subs.contains_key(&id) {
-            return;
-        }
-        let mut hops = BTreeSet::new();
-        for adv_id in self.adv_index.overlapping(&sub) {
-            if let Some(AdvEntry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
-                if last != Hop::Broker(b.clone()) {
-                    hops.insert(b.clone());
+        if let Some(e) = self.subs.get_mut(&id) {
+            if !self.cycles && e.last != last {
+                // The overlay changed under it: this copy came the current way.
+                if let Hop::Broker(b) = &last {
+                    e.sent_to.remove(b);
+                    e.held.remove(b);
+                }
+                e.last = last.clone();
+                let sub = e.sub.clone();
+                for b in self.hops_for(&sub, &last) {
+                    self.offer(&id, &b, out);
                 }
             }
+            return;
         }
+        let hops = self.hops_for(&sub, &last);
         self.sub_index.insert(id.clone(), sub.clone());
         self.subs.insert(
             id.clone(),
@@ -766,13 +830,64 @@ impl Router {
                 }
                 out.push(Output::ToBroker {
                     to: to.clone(),
-                    message: BrokerMessage::Unadvertise { id: other },
+                    message: BrokerMessage::Unadvertise { id: other, lost: true },
                 });
             }
         }
     }
 
-    fn remove_adv(&mut self, id: &MessageId, out: &mut Vec<Output>) {
+    /// The brokers of the advertisements `sub` overlaps, except `last`.
+    fn hops_for(&self, sub: &Subscription, last: &Hop) -> BTreeSet<Name> {
+        let mut hops = BTreeSet::new();
+        for adv_id in self.adv_index.overlapping(sub) {
+            if let Some(AdvEntry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
+                if *last != Hop::Broker(b.clone()) {
+                    hops.insert(b.clone());
+                }
+            }
+        }
+        hops
+    }
+
+    /// The owner withdraws advertisement `id` (with cycles, for good).
+    fn withdraw_adv(&mut self, id: &MessageId, out: &mut Vec<Output>) {
+        if self.cycles {
+            self.withdrawn.insert(id.clone());
+        }
+        self.remove_adv(id, false, out);
+    }
+
+    /// A known advertisement arrived from another hop: the tree changed under it (a link
+    /// went, another came). Follow the copy that came the current way.
+    fn rehome_adv(&mut self, id: &MessageId, last: Hop, out: &mut Vec<Output>) {
+        let Some(e) = self.advs.get_mut(id) else { return };
+        let old = std::mem::replace(&mut e.last, last.clone());
+        let adv = e.adv.clone();
+        if let Hop::Broker(b) = &last {
+            e.sent_to.remove(b);
+            e.held.remove(b);
+        }
+        // The old side now reaches it through here.
+        if let Hop::Broker(o) = &old {
+            if self.neighbours.contains(o) {
+                self.offer_adv(id, &o.clone(), out);
+            }
+        }
+        if let Hop::Broker(b) = &last {
+            let mut pulled = self.sub_index.overlapping(&adv);
+            pulled.sort();
+            for sub_id in pulled {
+                if self.subs.get(&sub_id).is_some_and(|s| s.last != last) {
+                    self.offer(&sub_id, b, out);
+                }
+            }
+        }
+        if let Hop::Broker(o) = old {
+            self.withdraw_unneeded(&o, out);
+        }
+    }
+
+    fn remove_adv(&mut self, id: &MessageId, lost: bool, out: &mut Vec<Output>) {
         let Some(e) = self.advs.remove(id) else { return };
         self.adv_index.remove(id);
         for n in &e.sent_to {
@@ -790,7 +905,7 @@ impl Router {
             }
             out.push(Output::ToBroker {
                 to: n.clone(),
-                message: BrokerMessage::Unadvertise { id: id.clone() },
+                message: BrokerMessage::Unadvertise { id: id.clone(), lost },
             });
         }
         if self.cycles {
@@ -798,9 +913,15 @@ impl Router {
             self.trees.drop_tree(id);
             return;
         }
-        // Subscriptions sent (or held) toward this advertisement's hop stay there only
-        // while some other advertisement from that hop still overlaps them.
-        let Hop::Broker(b) = &e.last else { return };
+        if let Hop::Broker(b) = &e.last {
+            self.withdraw_unneeded(b, out);
+        }
+    }
+
+    /// Withdraws from broker `b` the subscriptions sent (or held) toward it that no
+    /// advertisement from `b` overlaps any more.
+    fn withdraw_unneeded(&mut self, b: &Name, out: &mut Vec<Output>) {
+        let from_b = Hop::Broker(b.clone());
         let mut withdrawn: Vec<MessageId> = Vec::new();
         for (sub_id, s) in &self.subs {
             if s.sent_to.contains(b) || s.held.contains(b) {
@@ -808,7 +929,7 @@ impl Router {
                     .adv_index
                     .overlapping(&s.sub)
                     .iter()
-                    .any(|a| self.advs.get(a).is_some_and(|a| a.last == e.last));
+                    .any(|a| self.advs.get(a).is_some_and(|a| a.last == from_b));
                 if !still {
                     withdrawn.push(sub_id.clone());
                 }

@@ -51,6 +51,7 @@ pub struct Sim {
     pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
     options: Options,
     adv_messages: u64,
+    restarts: u32,
 }
 
 impl Sim {
@@ -61,7 +62,7 @@ impl Sim {
 
     /// `n` brokers named B1..Bn with no links, covering as given.
     pub fn with_covering(n: usize, covering: Covering) -> Self {
-        Self::with_options(n, Options { covering, cycles: false })
+        Self::with_options(n, Options { covering, ..Options::default() })
     }
 
     /// `n` brokers named B1..Bn with no links, routing with `options`.
@@ -86,6 +87,7 @@ impl Sim {
             traffic: BTreeMap::new(),
             options,
             adv_messages: 0,
+            restarts: 0,
         }
     }
 
@@ -213,12 +215,24 @@ impl Sim {
         }
     }
 
-    /// Delivers messages in time order until none is in flight.
+    /// Delivers messages in time order until none is in flight (at most a million
+    /// events: a federation that never goes quiet is a bug).
     pub fn run(&mut self) {
-        while let Some(((at, _), event)) = self.queue.pop_first() {
+        assert!(
+            self.run_bounded(1_000_000),
+            "no quiet after a million events; {} in flight",
+            self.queue.len()
+        );
+    }
+
+    /// Like `run`, but gives up after `max` events; true if the federation went quiet.
+    pub fn run_bounded(&mut self, max: usize) -> bool {
+        for _ in 0..max {
+            let Some(((at, _), event)) = self.queue.pop_first() else { return true };
             self.now = self.now.max(at);
             self.input(event.to, event.input);
         }
+        self.queue.is_empty()
     }
 
     /// Advertisement messages sent on all links so far.
