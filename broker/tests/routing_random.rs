@@ -1,6 +1,6 @@
 //! Randomized routing against an oracle: random trees of 3–10 brokers, random sequences
-//! of advertise, subscribe, unsubscribe, unadvertise, publish bursts and client
-//! disconnects. After every publication the set of clients it reached must be exactly
+//! of advertise, subscribe, unsubscribe, unadvertise, publish bursts, client
+//! disconnects, broker restarts and link failures (each followed by the link's return). After every publication the set of clients it reached must be exactly
 //! the oracle's (live subscriptions that match it, the publisher excluded), with no
 //! duplicates and each publisher's publications in order.
 //!
@@ -36,6 +36,7 @@ impl Rng {
 #[derive(Debug)]
 struct Client {
     id: u64,
+    broker: usize,
     advs: Vec<(MessageId, Advertisement)>,
     subs: Vec<(MessageId, Subscription)>,
 }
@@ -103,8 +104,9 @@ fn run_seed(seed: u64, options: Options) -> Vec<(i64, u64)> {
     let mut clients: Vec<Client> = Vec::new();
     let mut next_client = 1;
     for _ in 0..6 {
-        sim.attach(next_client, rng.below(brokers as u64) as usize);
-        clients.push(Client { id: next_client, advs: Vec::new(), subs: Vec::new() });
+        let broker = rng.below(brokers as u64) as usize;
+        sim.attach(next_client, broker);
+        clients.push(Client { id: next_client, broker, advs: Vec::new(), subs: Vec::new() });
         next_client += 1;
     }
     sim.run();
@@ -143,9 +145,31 @@ fn run_seed(seed: u64, options: Options) -> Vec<(i64, u64)> {
             6 if rng.below(2) == 0 => {
                 sim.disconnect(clients[c].id);
                 sim.run();
-                sim.attach(next_client, rng.below(brokers as u64) as usize);
-                clients[c] = Client { id: next_client, advs: Vec::new(), subs: Vec::new() };
+                let broker = rng.below(brokers as u64) as usize;
+                sim.attach(next_client, broker);
+                clients[c] = Client { id: next_client, broker, advs: Vec::new(), subs: Vec::new() };
                 next_client += 1;
+            }
+            // Cycles mode does not survive link loss yet (see the router's docs).
+            6 if options.cycles => {}
+            6 if rng.below(4) == 0 => {
+                // A broker restarts: its clients are gone; fresh ones take their place.
+                let broker = clients[c].broker;
+                sim.restart(broker);
+                sim.run();
+                for client in clients.iter_mut().filter(|k| k.broker == broker) {
+                    sim.attach(next_client, broker);
+                    *client = Client { id: next_client, broker, advs: Vec::new(), subs: Vec::new() };
+                    next_client += 1;
+                }
+            }
+            6 => {
+                // A link fails and comes back; everything routed over it is restored.
+                let (a, b) = edges[rng.below(edges.len() as u64) as usize];
+                sim.unlink(a, b);
+                sim.run();
+                sim.link(a, b, 1 + rng.below(10));
+                sim.run();
             }
             _ => {
                 // A burst of publications, sent without waiting, then checked together.
@@ -252,7 +276,7 @@ fn random_trees_deliver_exactly_what_the_oracle_says() {
     }
     let delivered: usize = (0..1000).map(|seed| run_seed(seed, Options::default()).len()).sum();
     // The workload is dense enough that the oracle's sets are mostly non-empty.
-    assert!(delivered > 10_000, "only {delivered} deliveries in 1,000 seeds");
+    assert!(delivered > 5_000, "only {delivered} deliveries in 1,000 seeds");
 }
 
 #[test]

@@ -125,8 +125,11 @@ impl Sim {
             self.unlink(broker, peer);
         }
         self.clients.retain(|_, b| *b != broker);
+        // A new life: ids from the old one must not come back.
+        self.restarts += 1;
+        let options = Options { incarnation: self.restarts, ..self.options };
         self.routers[broker] =
-            Router::with_options(self.names[broker].clone(), self.options).expect("valid options");
+            Router::with_options(self.names[broker].clone(), options).expect("valid options");
         for (peer, latency) in peers {
             self.link(broker, peer, latency);
         }
