@@ -63,7 +63,7 @@
 //!
 //! Not yet here: composite subscriptions (refused with an error), the history store hop.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -75,7 +75,7 @@ use padres_lang::{
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 
 mod trees;
-use trees::Trees;
+use trees::{Next, Trees};
 
 /// A client connection, numbered by the I/O shell.
 pub type ClientId = u64;
@@ -547,16 +547,7 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         let next = self.trees.route(tree, &publication, last, &mut self.scratch);
-        for b in next.brokers {
-            out.push(Output::ToBroker {
-                to: b,
-                message: BrokerMessage::TreePublish { tree: tree.clone(), publication: publication.clone() },
-            });
-        }
-        for (client, mut subs) in next.clients {
-            subs.sort();
-            out.push(Output::Notify { client, subs, publication: publication.clone() });
-        }
+        emit(next, &publication, Some(tree), out);
     }
 
     fn neighbour_up(&mut self, name: Name, out: &mut Vec<Output>) {
@@ -954,29 +945,28 @@ impl Router {
     fn route_publication(&mut self, publication: Arc<Publication>, last: &Hop, out: &mut Vec<Output>) {
         let mut matched = Vec::new();
         self.sub_index.matches_into(&publication, &mut self.scratch, &mut matched);
-        let mut clients: BTreeMap<ClientId, Vec<MessageId>> = BTreeMap::new();
-        let mut brokers: BTreeSet<&Name> = BTreeSet::new();
+        let mut next = Next::default();
         for id in &matched {
-            let Some(e) = self.subs.get(id) else { continue };
-            if e.last == *last {
-                continue;
-            }
-            match &e.last {
-                Hop::Client(c) => clients.entry(*c).or_default().push(id.clone()),
-                Hop::Broker(b) => {
-                    brokers.insert(b);
-                }
+            if let Some(e) = self.subs.get(id) {
+                next.add(id, &e.last, last);
             }
         }
-        for b in brokers {
-            out.push(Output::ToBroker {
-                to: b.clone(),
-                message: BrokerMessage::Publish { publication: publication.clone() },
-            });
-        }
-        for (client, mut subs) in clients {
-            subs.sort();
-            out.push(Output::Notify { client, subs, publication: publication.clone() });
-        }
+        emit(next, &publication, None, out);
+    }
+}
+
+/// Sends `publication` to the next hops: on `tree` if there is one.
+fn emit(next: Next, publication: &Arc<Publication>, tree: Option<&MessageId>, out: &mut Vec<Output>) {
+    for to in next.brokers {
+        let publication = publication.clone();
+        let message = match tree {
+            Some(tree) => BrokerMessage::TreePublish { tree: tree.clone(), publication },
+            None => BrokerMessage::Publish { publication },
+        };
+        out.push(Output::ToBroker { to, message });
+    }
+    for (client, mut subs) in next.clients {
+        subs.sort();
+        out.push(Output::Notify { client, subs, publication: publication.clone() });
     }
 }

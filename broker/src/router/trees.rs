@@ -36,11 +36,28 @@ pub(super) struct Trees {
     trees: HashMap<MessageId, Tree>,
 }
 
-/// Where a publication goes next on its tree.
+/// Where a publication goes next: brokers, and clients with their matching
+/// subscriptions.
 #[derive(Debug, Default)]
 pub(super) struct Next {
     pub(super) brokers: BTreeSet<Name>,
     pub(super) clients: BTreeMap<ClientId, Vec<MessageId>>,
+}
+
+impl Next {
+    /// Adds subscription `id`, which came from `from`, unless that is where the
+    /// publication came from (`last`).
+    pub(super) fn add(&mut self, id: &MessageId, from: &Hop, last: &Hop) {
+        if from == last {
+            return;
+        }
+        match from {
+            Hop::Client(c) => self.clients.entry(*c).or_default().push(id.clone()),
+            Hop::Broker(b) => {
+                self.brokers.insert(b.clone());
+            }
+        }
+    }
 }
 
 impl Trees {
@@ -128,15 +145,8 @@ impl Trees {
         let mut matched = Vec::new();
         t.index.matches_into(publication, scratch, &mut matched);
         for id in matched {
-            let Some(e) = t.subs.get(&id) else { continue };
-            if e.last == *last {
-                continue;
-            }
-            match &e.last {
-                Hop::Client(c) => next.clients.entry(*c).or_default().push(id),
-                Hop::Broker(b) => {
-                    next.brokers.insert(b.clone());
-                }
+            if let Some(e) = t.subs.get(&id) {
+                next.add(&id, &e.last, last);
             }
         }
         next
