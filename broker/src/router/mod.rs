@@ -53,13 +53,15 @@
 //! withdrawals are remembered (late copies of a withdrawn advertisement still circling are
 //! dropped) and ids carry the broker's incarnation ([`Options::incarnation`]), so a
 //! restarted broker recognises, and withdraws, its own advertisements from an earlier life.
+//! A lost link does not remove advertisements (their copies may still be circling, and a
+//! removal racing them would never settle): the trees that used it wait for it, and when it
+//! returns, subscriptions are sent up them again. Each copy of an advertisement carries
+//! its path length, and a broker moves a tree onto a strictly shorter path when one
+//! arrives, so a restarted broker's neighbours and the broker itself find their way back.
 //! Limits: covering is not combined with cycles; one publisher's publications keep their
-//! order per advertisement, not across advertisements with different trees; the memory of
-//! withdrawals is not yet pruned; and **link failures and broker restarts are not handled
-//! with cycles**: a tree that loses a link is not rebuilt, and an advertisement removed
-//! after a lost link can be re-installed from a neighbour that has not yet heard, then
-//! keep circulating (the count-to-infinity problem; it needs sequence-numbered
-//! advertisements). The randomized cycle test therefore has no link failures.
+//! order per advertisement, not across advertisements with different trees; a tree whose
+//! link never returns is not rebuilt over another path; the memory of withdrawals is not
+//! yet pruned.
 //!
 //! Not yet here: composite subscriptions (refused with an error), the history store hop.
 
@@ -107,6 +109,10 @@ pub enum BrokerMessage {
         id: MessageId,
         /// The advertisement.
         adv: Arc<Advertisement>,
+        /// Brokers between the receiver and the advertiser's broker along this copy's
+        /// path, the receiver included (1 from the advertiser's broker itself). With
+        /// cycles, a broker moves to a shorter path when one appears.
+        hops: u32,
     },
     /// An advertisement withdrawn.
     Unadvertise {
@@ -219,6 +225,8 @@ pub enum Output {
 struct AdvEntry {
     adv: Arc<Advertisement>,
     last: Hop,
+    /// Brokers to the advertiser's broker along `last` (0: a local client's).
+    distance: u32,
     /// Neighbours this advertisement was flooded to.
     sent_to: BTreeSet<Name>,
     /// Neighbours it is held back from, covered by one flooded there.
@@ -386,7 +394,7 @@ impl Router {
         let result = match message {
             Message::Advertise(adv) => {
                 let id = self.next_id();
-                self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), out);
+                self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), 0, out);
                 self.clients.entry(client).or_default().advs.insert(id.clone());
                 Ok(Some(id))
             }
@@ -461,7 +469,7 @@ impl Router {
         }
         let hop = Hop::Broker(from);
         match message {
-            BrokerMessage::Advertise { id, adv } => self.install_adv(id, adv, hop, out),
+            BrokerMessage::Advertise { id, adv, hops } => self.install_adv(id, adv, hop, hops, out),
             BrokerMessage::Subscribe { id, sub } => self.install_sub(id, sub, hop, out),
             BrokerMessage::Publish { publication } => self.route_publication(publication, &hop, out),
             BrokerMessage::Unsubscribe { id } => {
@@ -495,10 +503,8 @@ impl Router {
                 }
             }
             BrokerMessage::TreeUnsubscribe { id, tree } => {
-                let from_there = self.trees.select(|e| e.last == hop).contains(&(tree.clone(), id.clone()));
-                if from_there {
-                    self.remove_from_tree(&tree, &id, out);
-                }
+                let left = self.trees.leave(&tree, &id, &hop);
+                self.withdraw_up(&tree, &id, left, out);
             }
             BrokerMessage::TreePublish { tree, publication } => {
                 self.route_on_tree(&tree, publication, &hop, out);
@@ -529,13 +535,23 @@ impl Router {
     }
 
     fn remove_from_tree(&mut self, tree: &MessageId, id: &MessageId, out: &mut Vec<Output>) {
-        if let Some(e) = self.trees.remove(tree, id) {
-            if let Some(next) = e.sent_to {
-                out.push(Output::ToBroker {
-                    to: next,
-                    message: BrokerMessage::TreeUnsubscribe { id: id.clone(), tree: tree.clone() },
-                });
-            }
+        let removed = self.trees.remove(tree, id);
+        self.withdraw_up(tree, id, removed, out);
+    }
+
+    /// A tree entry that is gone is withdrawn from the broker it was sent to.
+    fn withdraw_up(
+        &mut self,
+        tree: &MessageId,
+        id: &MessageId,
+        gone: Option<trees::TreeSub>,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(next) = gone.and_then(|e| e.sent_to) {
+            out.push(Output::ToBroker {
+                to: next,
+                message: BrokerMessage::TreeUnsubscribe { id: id.clone(), tree: tree.clone() },
+            });
         }
     }
 
@@ -558,11 +574,29 @@ impl Router {
         }
         self.neighbours.insert(name.clone());
         let hop = Hop::Broker(name.clone());
-        let mut advs: Vec<MessageId> =
-            self.advs.iter().filter(|(_, e)| e.last != hop).map(|(id, _)| id.clone()).collect();
+        // With cycles, the parent gets a copy too: if it has withdrawn the advertisement
+        // meanwhile (the news lost with the link), it answers with the withdrawal.
+        let mut advs: Vec<MessageId> = self
+            .advs
+            .iter()
+            .filter(|(_, e)| self.cycles || e.last != hop)
+            .map(|(id, _)| id.clone())
+            .collect();
         advs.sort();
         for id in advs {
             self.offer_adv(&id, &name, out);
+        }
+        if self.cycles {
+            // Trees whose path runs through it get their subscriptions back.
+            let mut trees: Vec<MessageId> =
+                self.advs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
+            trees.sort();
+            for tree in trees {
+                for (sub_id, sub) in self.trees.resend(&tree, &name) {
+                    let message = BrokerMessage::TreeSubscribe { id: sub_id, tree: tree.clone(), sub };
+                    out.push(Output::ToBroker { to: name.clone(), message });
+                }
+            }
         }
     }
 
@@ -580,14 +614,20 @@ impl Router {
         }
         self.trees.forget_hop(name);
         let hop = Hop::Broker(name.clone());
-        for (tree, id) in self.trees.select(|e| e.last == hop) {
-            self.remove_from_tree(&tree, &id, out);
+        for (tree, id) in self.trees.held_by(&hop) {
+            let left = self.trees.leave(&tree, &id, &hop);
+            self.withdraw_up(&tree, &id, left, out);
         }
         let mut subs: Vec<MessageId> =
             self.subs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
         subs.sort();
         for id in subs {
             self.remove_sub(&id, out);
+        }
+        if self.cycles {
+            // Advertisements whose path used the link stay, waiting for it (or a shorter
+            // path) to return; removing them would race their copies still circling.
+            return;
         }
         let mut advs: Vec<MessageId> =
             self.advs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
@@ -597,15 +637,32 @@ impl Router {
         }
     }
 
-    fn install_adv(&mut self, id: MessageId, adv: Arc<Advertisement>, last: Hop, out: &mut Vec<Output>) {
+    fn install_adv(
+        &mut self,
+        id: MessageId,
+        adv: Arc<Advertisement>,
+        last: Hop,
+        hops: u32,
+        out: &mut Vec<Output>,
+    ) {
         if let Some(e) = self.advs.get(&id) {
             if !self.cycles && e.last != last {
                 self.rehome_adv(&id, last, out);
+            } else if self.cycles && e.last != last && hops < e.distance {
+                self.shorter_path(&id, last, hops, out);
             }
             return;
         }
         if self.cycles {
             if self.withdrawn.contains(&id) {
+                // A copy of a withdrawn advertisement: tell the sender, which may have
+                // missed the withdrawal when a link dropped it.
+                if let Hop::Broker(b) = last {
+                    out.push(Output::ToBroker {
+                        to: b,
+                        message: BrokerMessage::Unadvertise { id, lost: false },
+                    });
+                }
                 return;
             }
             if let Hop::Broker(b) = &last {
@@ -623,6 +680,7 @@ impl Router {
         let entry = AdvEntry {
             adv: adv.clone(),
             last: last.clone(),
+            distance: hops,
             sent_to: BTreeSet::new(),
             held: BTreeSet::new(),
         };
@@ -791,6 +849,7 @@ impl Router {
             return;
         }
         let adv = e.adv.clone();
+        let distance = e.distance;
         let hop = Hop::Broker(to.clone());
         let flooded_here = |e: &AdvEntry| e.last != hop && e.sent_to.contains(to);
         if self.covering != Covering::Off
@@ -807,7 +866,7 @@ impl Router {
         }
         out.push(Output::ToBroker {
             to: to.clone(),
-            message: BrokerMessage::Advertise { id: id.clone(), adv: adv.clone() },
+            message: BrokerMessage::Advertise { id: id.clone(), adv: adv.clone(), hops: distance + 1 },
         });
         if self.covering == Covering::Active {
             let mut covered: Vec<MessageId> = self
@@ -849,6 +908,34 @@ impl Router {
             self.withdrawn.insert(id.clone());
         }
         self.remove_adv(id, false, out);
+    }
+
+    /// With cycles: a copy of a known advertisement came along a shorter path. Move its
+    /// tree onto that path (subscriptions leave the old parent for the new one) and tell
+    /// the neighbours, which may find their own path shorter through here. Distances only
+    /// shrink, so this settles; and no offer through a broker's own subtree is ever
+    /// shorter than its distance, so a tree never folds onto itself.
+    fn shorter_path(&mut self, id: &MessageId, last: Hop, hops: u32, out: &mut Vec<Output>) {
+        let Some(e) = self.advs.get_mut(id) else { return };
+        e.last = last.clone();
+        e.distance = hops;
+        let adv = e.adv.clone();
+        for (sub_id, sub, old, new) in self.trees.reroute(id, &last) {
+            if let Some(old) = old.filter(|o| self.neighbours.contains(o)) {
+                let message = BrokerMessage::TreeUnsubscribe { id: sub_id.clone(), tree: id.clone() };
+                out.push(Output::ToBroker { to: old, message });
+            }
+            if let Some(new) = new {
+                let message = BrokerMessage::TreeSubscribe { id: sub_id, tree: id.clone(), sub };
+                out.push(Output::ToBroker { to: new, message });
+            }
+        }
+        for n in &self.neighbours {
+            if last != Hop::Broker(n.clone()) {
+                let message = BrokerMessage::Advertise { id: id.clone(), adv: adv.clone(), hops: hops + 1 };
+                out.push(Output::ToBroker { to: n.clone(), message });
+            }
+        }
     }
 
     /// A known advertisement arrived from another hop: the tree changed under it (a link

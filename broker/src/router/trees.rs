@@ -7,6 +7,10 @@
 //! conforms to, tagged too, and each broker matches it only against the subscriptions of
 //! that tree. One tree has one path between two brokers, so every subscriber gets a
 //! publication exactly once.
+//!
+//! An entry counts the hops it came from: while a tree moves to a shorter path, the same
+//! subscription can arrive along the new path before it is withdrawn along the old one,
+//! and it must stay until every hop that sent it has withdrawn it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -16,12 +20,23 @@ use padres_lang::{MessageId, Name, Publication, Subscription};
 use super::{ClientId, Hop};
 use crate::matching::{Scratch, SubscriptionIndex};
 
-/// A subscription on one tree: where it came from and where it went.
+/// A subscription on one tree: the hops it came from and where it went.
 #[derive(Debug)]
 pub(super) struct TreeSub {
     pub(super) sub: Arc<Subscription>,
-    pub(super) last: Hop,
+    pub(super) from: BTreeSet<Hop>,
     pub(super) sent_to: Option<Name>,
+}
+
+/// A tree entry that changed next broker: `(id, subscription, old next, new next)`.
+pub(super) type Moved = (MessageId, Arc<Subscription>, Option<Name>, Option<Name>);
+
+/// The next broker toward `root`, unless the entry came from there.
+fn toward(root: &Hop, from: &BTreeSet<Hop>) -> Option<Name> {
+    match root {
+        Hop::Broker(b) if !from.contains(root) => Some(b.clone()),
+        _ => None,
+    }
 }
 
 #[derive(Debug, Default)]
@@ -72,19 +87,29 @@ impl Trees {
         last: Hop,
     ) -> Option<Name> {
         let t = self.trees.entry(tree.clone()).or_default();
-        if t.subs.contains_key(id) {
+        if let Some(e) = t.subs.get_mut(id) {
+            e.from.insert(last);
             return None;
         }
-        let sent_to = match root {
-            Hop::Broker(b) if *root != last => Some(b.clone()),
-            _ => None,
-        };
+        let from = BTreeSet::from([last]);
+        let sent_to = toward(root, &from);
         t.index.insert(id.clone(), sub.clone());
-        t.subs.insert(id.clone(), TreeSub { sub: sub.clone(), last, sent_to: sent_to.clone() });
+        t.subs.insert(id.clone(), TreeSub { sub: sub.clone(), from, sent_to: sent_to.clone() });
         sent_to
     }
 
-    /// Removes subscription `id` from `tree`.
+    /// Hop `hop` withdraws `id` from `tree`; returns the entry if nothing else holds it.
+    pub(super) fn leave(&mut self, tree: &MessageId, id: &MessageId, hop: &Hop) -> Option<TreeSub> {
+        let t = self.trees.get_mut(tree)?;
+        let e = t.subs.get_mut(id)?;
+        if !e.from.remove(hop) || !e.from.is_empty() {
+            return None;
+        }
+        t.index.remove(id);
+        t.subs.remove(id)
+    }
+
+    /// Removes subscription `id` from `tree` whoever holds it.
     pub(super) fn remove(&mut self, tree: &MessageId, id: &MessageId) -> Option<TreeSub> {
         let t = self.trees.get_mut(tree)?;
         t.index.remove(id);
@@ -108,8 +133,13 @@ impl Trees {
         self.trees.remove(tree);
     }
 
+    /// Every `(tree, subscription)` held by `hop`, sorted.
+    pub(super) fn held_by(&self, hop: &Hop) -> Vec<(MessageId, MessageId)> {
+        self.select(|e| e.from.contains(hop))
+    }
+
     /// Every `(tree, subscription)` whose entry satisfies `pick`, sorted.
-    pub(super) fn select(&self, pick: impl Fn(&TreeSub) -> bool) -> Vec<(MessageId, MessageId)> {
+    fn select(&self, pick: impl Fn(&TreeSub) -> bool) -> Vec<(MessageId, MessageId)> {
         let mut out: Vec<(MessageId, MessageId)> = self
             .trees
             .iter()
@@ -118,6 +148,38 @@ impl Trees {
             })
             .collect();
         out.sort();
+        out
+    }
+
+    /// Moves `tree` to a new parent hop: every entry's next broker becomes `parent`
+    /// (none for entries that came from it). Returns `(id, sub, old next, new next)` for
+    /// the entries that changed.
+    pub(super) fn reroute(&mut self, tree: &MessageId, parent: &Hop) -> Vec<Moved> {
+        let Some(t) = self.trees.get_mut(tree) else { return Vec::new() };
+        let mut changed = Vec::new();
+        for (id, e) in &mut t.subs {
+            let next = toward(parent, &e.from);
+            if next != e.sent_to {
+                let old = std::mem::replace(&mut e.sent_to, next.clone());
+                changed.push((id.clone(), e.sub.clone(), old, next));
+            }
+        }
+        changed.sort_by(|a, b| a.0.cmp(&b.0));
+        changed
+    }
+
+    /// The entries of `tree` not sent anywhere, now sent to `parent` (its link is back).
+    pub(super) fn resend(&mut self, tree: &MessageId, parent: &Name) -> Vec<(MessageId, Arc<Subscription>)> {
+        let Some(t) = self.trees.get_mut(tree) else { return Vec::new() };
+        let from_parent = Hop::Broker(parent.clone());
+        let mut out = Vec::new();
+        for (id, e) in &mut t.subs {
+            if e.sent_to.is_none() && !e.from.contains(&from_parent) {
+                e.sent_to = Some(parent.clone());
+                out.push((id.clone(), e.sub.clone()));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 
@@ -146,20 +208,25 @@ impl Trees {
         t.index.matches_into(publication, scratch, &mut matched);
         for id in matched {
             if let Some(e) = t.subs.get(&id) {
-                next.add(&id, &e.last, last);
+                for from in &e.from {
+                    next.add(&id, from, last);
+                }
             }
         }
         next
     }
 
-    /// `(tree, subscription, text, from, sent to)` for the routes snapshot.
+    /// `(tree, subscription, text, from, sent to)` for the routes snapshot, one row per
+    /// hop an entry came from.
     pub(super) fn entries(&self) -> Vec<(MessageId, MessageId, String, Hop, Option<Name>)> {
         let mut out: Vec<_> = self
             .trees
             .iter()
             .flat_map(|(tree, t)| {
-                t.subs.iter().map(move |(id, e)| {
-                    (tree.clone(), id.clone(), e.sub.to_string(), e.last.clone(), e.sent_to.clone())
+                t.subs.iter().flat_map(move |(id, e)| {
+                    e.from.iter().map(move |from| {
+                        (tree.clone(), id.clone(), e.sub.to_string(), from.clone(), e.sent_to.clone())
+                    })
                 })
             })
             .collect();
