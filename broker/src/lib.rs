@@ -4,9 +4,11 @@
 //!   advertisement overlap index ([`matching::AdvertisementIndex`]).
 //! - [`router`]: publish–subscribe–advertise routing as a sans-IO state machine
 //!   ([`router::Router`]).
+//! - [`config`]: the broker's configuration ([`config::Config`]), read from TOML and
+//!   flags, validated, printable with its defaults.
 //!
-//! Covering, cyclic overlays, composite detection, history and the QUIC transport are not
-//! built yet.
+//! Composite detection, history and the QUIC transport are not built yet.
 
+pub mod config;
 pub mod matching;
 pub mod router;

@@ -1,29 +1,156 @@
 //! `padres-broker`: one broker of a padres-rs federation.
 //!
-//! Only the command-line surface exists so far; routing and the QUIC transport
-//! are being built (see the README's status section). Running it says so and exits
-//! non-zero rather than pretending to serve.
+//! The configuration surface is real: `padres-broker config` prints every option with its
+//! default, and a run reads `--config FILE` and flags and validates them. The QUIC
+//! transport is not built yet, so a run stops there, says so and exits with status 2
+//! rather than pretending to serve.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use padres_broker::config::{Config, CoveringMode};
 
 /// A padres-rs broker: routes publications by content between clients and neighbour
 /// brokers.
 ///
-/// Not built yet: this binary currently only describes itself. See the README's status
-/// section for what exists.
+/// Options come from a TOML file (--config) and then from the flags below, which win.
+/// `padres-broker config` prints every option with its default and a comment.
 #[derive(Debug, Parser)]
 #[command(name = "padres-broker", version)]
-struct Args {}
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    options: Overrides,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the configuration as a commented TOML file: the defaults, or the result of
+    /// --config and flags. The output is itself a valid configuration file.
+    Config {
+        #[command(flatten)]
+        options: Overrides,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Overrides {
+    /// Read options from this TOML file first.
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
+    /// The broker's name, unique in the federation.
+    #[arg(long, global = true)]
+    name: Option<String>,
+    /// Address and UDP port to listen on, e.g. 0.0.0.0:7700.
+    #[arg(long, value_name = "ADDR:PORT", global = true)]
+    listen: Option<SocketAddr>,
+    /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
+    #[arg(long = "neighbor", value_name = "URI", global = true)]
+    neighbors: Vec<String>,
+    /// Directory for the certificate, key and history.
+    #[arg(long, value_name = "DIR", global = true)]
+    data_dir: Option<PathBuf>,
+    /// Subscription and advertisement covering.
+    #[arg(long, value_enum, global = true)]
+    covering: Option<CoveringFlag>,
+    /// Allow cycles in the overlay (covering must be off).
+    #[arg(long, global = true)]
+    cycles: bool,
+    /// Largest frame accepted from a peer, in bytes.
+    #[arg(long, value_name = "BYTES", global = true)]
+    max_frame_bytes: Option<usize>,
+    /// Most subscriptions one client may hold.
+    #[arg(long, value_name = "N", global = true)]
+    max_subscriptions_per_client: Option<usize>,
+    /// Most simultaneous connections.
+    #[arg(long, value_name = "N", global = true)]
+    max_connections: Option<usize>,
+    /// Bytes queued for one slow client before it is disconnected.
+    #[arg(long, value_name = "BYTES", global = true)]
+    max_queued_bytes_per_client: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CoveringFlag {
+    Off,
+    Lazy,
+    Active,
+}
+
+impl Overrides {
+    /// The file (if any) with the flags applied, validated.
+    fn resolve(&self) -> Result<Config, String> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+            None => Config::default(),
+        };
+        if let Some(name) = &self.name {
+            config.name.clone_from(name);
+        }
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if !self.neighbors.is_empty() {
+            config.neighbors.clone_from(&self.neighbors);
+        }
+        if let Some(dir) = &self.data_dir {
+            config.data_dir.clone_from(dir);
+        }
+        if let Some(covering) = self.covering {
+            config.covering = match covering {
+                CoveringFlag::Off => CoveringMode::Off,
+                CoveringFlag::Lazy => CoveringMode::Lazy,
+                CoveringFlag::Active => CoveringMode::Active,
+            };
+        }
+        config.cycles |= self.cycles;
+        let limits = &mut config.limits;
+        for (flag, slot) in [
+            (self.max_frame_bytes, &mut limits.max_frame_bytes),
+            (self.max_subscriptions_per_client, &mut limits.max_subscriptions_per_client),
+            (self.max_connections, &mut limits.max_connections),
+            (self.max_queued_bytes_per_client, &mut limits.max_queued_bytes_per_client),
+        ] {
+            if let Some(value) = flag {
+                *slot = value;
+            }
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}
 
 fn main() -> ExitCode {
-    let _args = Args::parse();
-    eprintln!(
-        "padres-broker {}: the broker process (routing, QUIC transport) is not built yet; \
-         so far there are the message language (padres-lang) and the matching engine \
-         (the padres-broker library)",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::from(2)
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Config { options }) => match options.resolve() {
+            Ok(config) => {
+                print!("{}", config.to_commented_toml());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("padres-broker: {error}");
+                ExitCode::from(1)
+            }
+        },
+        None => match cli.options.resolve() {
+            Ok(config) => {
+                eprintln!(
+                    "padres-broker {}: configuration for '{}' on {} is valid, but the QUIC \
+                     transport is not built yet; nothing is served",
+                    env!("CARGO_PKG_VERSION"),
+                    config.name,
+                    config.listen
+                );
+                ExitCode::from(2)
+            }
+            Err(error) => {
+                eprintln!("padres-broker: {error}");
+                ExitCode::from(1)
+            }
+        },
+    }
 }

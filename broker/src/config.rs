@@ -1,0 +1,287 @@
+//! The broker's configuration: one serde tree, documented defaults, validated before use.
+//!
+//! A broker reads a TOML file (`--config FILE`) and then applies its flags on top;
+//! `padres-broker config` prints every option with its default and a comment, and what it
+//! prints is itself a valid configuration file.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use padres_lang::Name;
+use serde::{Deserialize, Serialize};
+
+use crate::router::{Covering, Options};
+
+/// Subscription and advertisement covering, as written in the configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CoveringMode {
+    /// Every subscription goes everywhere it overlaps.
+    #[default]
+    Off,
+    /// Covered subscriptions are held back.
+    Lazy,
+    /// Covered subscriptions are held back and withdrawn.
+    Active,
+}
+
+impl From<CoveringMode> for Covering {
+    fn from(mode: CoveringMode) -> Self {
+        match mode {
+            CoveringMode::Off => Self::Off,
+            CoveringMode::Lazy => Self::Lazy,
+            CoveringMode::Active => Self::Active,
+        }
+    }
+}
+
+/// Resource limits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest frame accepted from a peer, in bytes.
+    pub max_frame_bytes: usize,
+    /// Most subscriptions one client may hold.
+    pub max_subscriptions_per_client: usize,
+    /// Most simultaneous connections (clients and brokers).
+    pub max_connections: usize,
+    /// Bytes queued for one slow client before it is disconnected.
+    pub max_queued_bytes_per_client: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: padres_lang::wire::codec::DEFAULT_MAX_FRAME,
+            max_subscriptions_per_client: 100_000,
+            max_connections: 10_000,
+            max_queued_bytes_per_client: 64 << 20,
+        }
+    }
+}
+
+/// A broker's whole configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The broker's name, unique in the federation (it prefixes every id it assigns).
+    pub name: String,
+    /// Address and UDP port to listen on for QUIC.
+    pub listen: SocketAddr,
+    /// Neighbour brokers to connect to, as `quic://HOST:PORT`.
+    pub neighbors: Vec<String>,
+    /// Directory for the broker's certificate, key and history.
+    pub data_dir: PathBuf,
+    /// Covering mode: off, lazy or active.
+    pub covering: CoveringMode,
+    /// Allow cycles in the overlay (covering must then be off).
+    pub cycles: bool,
+    /// Resource limits.
+    pub limits: LimitsConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: "broker".to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
+            neighbors: Vec::new(),
+            data_dir: PathBuf::from("padres-data"),
+            covering: CoveringMode::Off,
+            cycles: false,
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+/// Why a configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this configuration.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A value is not acceptable.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// A neighbour's address, from `quic://HOST:PORT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NeighborAddr {
+    /// Host name or IP address.
+    pub host: String,
+    /// UDP port.
+    pub port: u16,
+}
+
+/// Parses `quic://HOST:PORT` (IPv6 hosts in brackets).
+pub fn parse_neighbor(uri: &str) -> Result<NeighborAddr, ConfigError> {
+    let bad =
+        |why: &str| ConfigError::Invalid(format!("neighbor '{uri}': {why} (expected quic://HOST:PORT)"));
+    let rest = uri.strip_prefix("quic://").ok_or_else(|| bad("missing quic:// scheme"))?;
+    let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("missing :PORT"))?;
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if host.is_empty() || host.contains('/') {
+        return Err(bad("missing host"));
+    }
+    let port: u16 = port.parse().map_err(|_| bad("port must be a number from 1 to 65535"))?;
+    if port == 0 {
+        return Err(bad("port must be a number from 1 to 65535"));
+    }
+    Ok(NeighborAddr { host: host.to_owned(), port })
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let config: Self = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim().to_owned(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every value; the first problem found is reported.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        Name::new(&self.name).map_err(|e| ConfigError::Invalid(format!("name: {e}")))?;
+        for n in &self.neighbors {
+            parse_neighbor(n)?;
+        }
+        if self.cycles && self.covering != CoveringMode::Off {
+            return Err(ConfigError::Invalid(
+                "covering cannot be combined with cycles yet: set covering = \"off\" or cycles = false"
+                    .to_owned(),
+            ));
+        }
+        let l = &self.limits;
+        let ceiling = padres_lang::wire::codec::MAX_FRAME_CEILING;
+        if l.max_frame_bytes < 1024 || l.max_frame_bytes > ceiling {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_frame_bytes must be from 1024 to {ceiling}"
+            )));
+        }
+        for (name, value) in [
+            ("limits.max_subscriptions_per_client", l.max_subscriptions_per_client),
+            ("limits.max_connections", l.max_connections),
+            ("limits.max_queued_bytes_per_client", l.max_queued_bytes_per_client),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("{name} must be at least 1")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The router options this configuration asks for.
+    pub fn router_options(&self) -> Options {
+        Options { covering: self.covering.into(), cycles: self.cycles, incarnation: 0 }
+    }
+
+    /// The configuration as a commented TOML file (what `padres-broker config` prints).
+    pub fn to_commented_toml(&self) -> String {
+        let value = |text: &str| toml::Value::String(text.to_owned()).to_string();
+        let list = |items: &[String]| {
+            toml::Value::Array(items.iter().cloned().map(toml::Value::String).collect()).to_string()
+        };
+        let mut out = String::new();
+        let _ = writeln!(out, "# padres-broker configuration. Every option is shown with its value;");
+        let _ = writeln!(out, "# flags given on the command line override the file.\n");
+        let _ =
+            writeln!(out, "# The broker's name, unique in the federation (it prefixes every id it assigns).");
+        let _ = writeln!(out, "name = {}\n", value(&self.name));
+        let _ = writeln!(out, "# Address and UDP port to listen on for QUIC.");
+        let _ = writeln!(out, "listen = {}\n", value(&self.listen.to_string()));
+        let _ = writeln!(out, "# Neighbour brokers to connect to, as \"quic://HOST:PORT\".");
+        let _ = writeln!(out, "neighbors = {}\n", list(&self.neighbors));
+        let _ = writeln!(out, "# Directory for the broker's certificate, key and history.");
+        let _ = writeln!(out, "data_dir = {}\n", value(&self.data_dir.display().to_string()));
+        let _ =
+            writeln!(out, "# Covering: \"off\", \"lazy\" (hold covered subscriptions back) or \"active\"");
+        let _ = writeln!(out, "# (also withdraw them). Fewer subscriptions on links; the same deliveries.");
+        let covering = match self.covering {
+            CoveringMode::Off => "off",
+            CoveringMode::Lazy => "lazy",
+            CoveringMode::Active => "active",
+        };
+        let _ = writeln!(out, "covering = {}\n", value(covering));
+        let _ =
+            writeln!(out, "# Allow cycles in the overlay (per-advertisement trees); covering must be off.");
+        let _ = writeln!(out, "cycles = {}\n", self.cycles);
+        let _ = writeln!(out, "[limits]");
+        let _ = writeln!(out, "# Largest frame accepted from a peer, in bytes (1024 to 64 MiB).");
+        let _ = writeln!(out, "max_frame_bytes = {}", self.limits.max_frame_bytes);
+        let _ = writeln!(out, "# Most subscriptions one client may hold.");
+        let _ = writeln!(out, "max_subscriptions_per_client = {}", self.limits.max_subscriptions_per_client);
+        let _ = writeln!(out, "# Most simultaneous connections, clients and brokers together.");
+        let _ = writeln!(out, "max_connections = {}", self.limits.max_connections);
+        let _ = writeln!(out, "# Bytes queued for one slow client before it is disconnected.");
+        let _ = writeln!(out, "max_queued_bytes_per_client = {}", self.limits.max_queued_bytes_per_client);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_printed_defaults_are_a_valid_configuration_that_reads_back() {
+        let text = Config::default().to_commented_toml();
+        let back: Config = toml::from_str(&text).expect("printed config parses");
+        assert_eq!(back, Config::default());
+        back.validate().expect("defaults are valid");
+        let custom = Config {
+            name: "B7".into(),
+            neighbors: vec!["quic://10.0.0.2:7700".into(), "quic://[::1]:7701".into()],
+            covering: CoveringMode::Active,
+            ..Config::default()
+        };
+        let back: Config = toml::from_str(&custom.to_commented_toml()).expect("parses");
+        assert_eq!(back, custom);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = |c: Config| c.validate().expect_err("invalid").to_string();
+        assert!(err(Config { name: "no spaces".into(), ..Config::default() }).contains("name:"));
+        assert!(err(Config { neighbors: vec!["tcp://x:1".into()], ..Config::default() }).contains("quic://"));
+        assert!(
+            err(Config { covering: CoveringMode::Lazy, cycles: true, ..Config::default() })
+                .contains("cycles")
+        );
+        let limits = LimitsConfig { max_connections: 0, ..LimitsConfig::default() };
+        assert!(err(Config { limits, ..Config::default() }).contains("limits.max_connections"));
+        let unknown = toml::from_str::<Config>("nmae = 'x'").expect_err("unknown field").to_string();
+        assert!(unknown.contains("nmae"), "{unknown}");
+    }
+
+    #[test]
+    fn neighbor_uris() {
+        assert_eq!(
+            parse_neighbor("quic://b2.example:7700").ok(),
+            Some(NeighborAddr { host: "b2.example".into(), port: 7700 })
+        );
+        assert_eq!(parse_neighbor("quic://[::1]:9").ok(), Some(NeighborAddr { host: "::1".into(), port: 9 }));
+        for bad in ["b2:7700", "quic://:7700", "quic://b2", "quic://b2:0", "quic://b2:99999"] {
+            assert!(parse_neighbor(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! The `padres-broker` binary's configuration surface, run as a real process.
+
+use std::process::Command;
+
+use padres_broker::config::Config;
+
+fn broker(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_padres-broker")).args(args).output().expect("runs")
+}
+
+#[test]
+fn config_prints_defaults_that_read_back() {
+    let out = broker(&["config"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(text.contains("# Largest frame accepted"), "commented: {text}");
+    let dir = std::env::temp_dir().join(format!("padres-cli-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("broker.toml");
+    std::fs::write(&file, &text).expect("write");
+    assert_eq!(Config::from_file(&file).expect("valid"), Config::default());
+
+    // Flags win over the file, and the result prints back.
+    let path = file.to_str().expect("utf-8 path");
+    let out = broker(&["config", "--config", path, "--name", "B2", "--neighbor", "quic://127.0.0.1:7701"]);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(text.contains("name = \"B2\"") && text.contains("quic://127.0.0.1:7701"), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_configuration_is_refused_with_the_reason() {
+    let out = broker(&["--name", "not a name"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(err.contains("name:"), "{err}");
+    let out = broker(&["--neighbor", "tcp://x:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("quic://HOST:PORT"));
+}
+
+#[test]
+fn a_valid_run_says_the_transport_is_not_built() {
+    let out = broker(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
+}
