@@ -176,8 +176,8 @@ fn unadvertising_withdraws_subscriptions_no_longer_needed() {
     assert!(sim.routes(1).srt.is_empty());
 }
 
-#[test]
-fn a_link_that_comes_back_resynchronises() {
+/// B1 — B2 — B3: a publisher of stock quotes at B1, a subscriber to them at B3.
+fn stock_chain() -> Sim {
     let mut sim = Sim::new(3);
     sim.link(0, 1, 2);
     sim.link(1, 2, 2);
@@ -186,6 +186,12 @@ fn a_link_that_comes_back_resynchronises() {
     sim.run();
     sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
     sim.id(S, "s [class,eq,'stock']");
+    sim
+}
+
+#[test]
+fn a_link_that_comes_back_resynchronises() {
+    let mut sim = stock_chain();
     sim.unlink(0, 1);
     sim.run();
     assert!(sim.routes(2).srt.is_empty(), "the advertisement went with the link");
@@ -282,14 +288,7 @@ fn covered_advertisements_are_held_back_and_released() {
 
 #[test]
 fn a_restarted_broker_rejoins_and_delivery_resumes() {
-    let mut sim = Sim::new(3);
-    sim.link(0, 1, 2);
-    sim.link(1, 2, 2);
-    sim.attach(P, 0);
-    sim.attach(S, 2);
-    sim.run();
-    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
-    sim.id(S, "s [class,eq,'stock']");
+    let mut sim = stock_chain();
     // B2, in the middle, crashes: its state is gone; it comes back empty.
     sim.restart(1);
     sim.run();
