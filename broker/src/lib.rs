@@ -7,8 +7,12 @@
 //! - [`config`]: the broker's configuration ([`config::Config`]), read from TOML and
 //!   flags, validated, printable with its defaults.
 //!
-//! Composite detection, history and the QUIC transport are not built yet.
+//! - [`net`]: the I/O shell: QUIC endpoint, connection tasks, the router task, the TLS
+//!   identity.
+//!
+//! Broker links over QUIC, composite detection and history are not built yet.
 
 pub mod config;
 pub mod matching;
+pub mod net;
 pub mod router;

@@ -1,9 +1,8 @@
 //! `padres-broker`: one broker of a padres-rs federation.
 //!
-//! The configuration surface is real: `padres-broker config` prints every option with its
-//! default, and a run reads `--config FILE` and flags and validates them. The QUIC
-//! transport is not built yet, so a run stops there, says so and exits with status 2
-//! rather than pretending to serve.
+//! `padres-broker config` prints every option with its default; a run reads `--config
+//! FILE` and flags, validates them, and serves clients over QUIC until Ctrl-C or SIGTERM.
+//! Broker links to neighbours are not built yet: `neighbors` is accepted but not dialled.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -137,20 +136,36 @@ fn main() -> ExitCode {
             }
         },
         None => match cli.options.resolve() {
-            Ok(config) => {
-                eprintln!(
-                    "padres-broker {}: configuration for '{}' on {} is valid, but the QUIC \
-                     transport is not built yet; nothing is served",
-                    env!("CARGO_PKG_VERSION"),
-                    config.name,
-                    config.listen
-                );
-                ExitCode::from(2)
-            }
+            Ok(config) => run(config),
             Err(error) => {
                 eprintln!("padres-broker: {error}");
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// Serves until Ctrl-C or SIGTERM.
+fn run(config: Config) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("padres-broker: cannot start the runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(padres_broker::net::serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("padres-broker: {error}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -38,10 +38,3 @@ fn bad_configuration_is_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("quic://HOST:PORT"));
 }
-
-#[test]
-fn a_valid_run_says_the_transport_is_not_built() {
-    let out = broker(&[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not built yet"));
-}

@@ -1,7 +1,14 @@
 //! padres-client: the client side of padres-rs.
 //!
-//! So far this crate holds the offline part of the `padres` command-line tool
-//! ([`check`]: validate messages and print their canonical form). The async client library
-//! (connect, advertise, subscribe, publish over QUIC) comes with the broker transport.
+//! - [`connection`]: the async client ([`Client`]): connect over QUIC trusting a broker's
+//!   certificate, send messages and get their ids or errors, receive notifications.
+//! - [`check`]: the offline part of the `padres` command-line tool (validate messages and
+//!   print their canonical form).
+//!
+//! Not yet: reconnecting and re-issuing after a broker restart, the `padres` pub/sub/session
+//! verbs.
 
 pub mod check;
+pub mod connection;
+
+pub use connection::{Client, ClientError};
