@@ -71,6 +71,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Neighbour brokers to connect to, as `quic://HOST:PORT`.
     pub neighbors: Vec<String>,
+    /// Certificates (PEM) trusted when connecting to neighbours, e.g. their `cert.pem`.
+    pub peer_certs: Vec<PathBuf>,
     /// Directory for the broker's certificate, key and history.
     pub data_dir: PathBuf,
     /// Covering mode: off, lazy or active.
@@ -87,6 +89,7 @@ impl Default for Config {
             name: "broker".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             neighbors: Vec::new(),
+            peer_certs: Vec::new(),
             data_dir: PathBuf::from("padres-data"),
             covering: CoveringMode::Off,
             cycles: false,
@@ -211,6 +214,10 @@ impl Config {
         let _ = writeln!(out, "listen = {}\n", value(&self.listen.to_string()));
         let _ = writeln!(out, "# Neighbour brokers to connect to, as \"quic://HOST:PORT\".");
         let _ = writeln!(out, "neighbors = {}\n", list(&self.neighbors));
+        let _ =
+            writeln!(out, "# Certificates (PEM) trusted when connecting to neighbours, e.g. their cert.pem.");
+        let certs: Vec<String> = self.peer_certs.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(out, "peer_certs = {}\n", list(&certs));
         let _ = writeln!(out, "# Directory for the broker's certificate, key and history.");
         let _ = writeln!(out, "data_dir = {}\n", value(&self.data_dir.display().to_string()));
         let _ =

@@ -2,7 +2,8 @@
 //!
 //! `padres-broker config` prints every option with its default; a run reads `--config
 //! FILE` and flags, validates them, and serves clients over QUIC until Ctrl-C or SIGTERM.
-//! Broker links to neighbours are not built yet: `neighbors` is accepted but not dialled.
+//! Neighbours in `neighbors` are dialled (trusting `peer_certs`) and redialled when a link
+//! drops.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +50,10 @@ struct Overrides {
     /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
     #[arg(long = "neighbor", value_name = "URI", global = true)]
     neighbors: Vec<String>,
+    /// A certificate (PEM) to trust when connecting to neighbours (repeat for several;
+    /// replaces the file's list).
+    #[arg(long = "peer-cert", value_name = "FILE", global = true)]
+    peer_certs: Vec<PathBuf>,
     /// Directory for the certificate, key and history.
     #[arg(long, value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
@@ -94,6 +99,9 @@ impl Overrides {
         }
         if !self.neighbors.is_empty() {
             config.neighbors.clone_from(&self.neighbors);
+        }
+        if !self.peer_certs.is_empty() {
+            config.peer_certs.clone_from(&self.peer_certs);
         }
         if let Some(dir) = &self.data_dir {
             config.data_dir.clone_from(dir);

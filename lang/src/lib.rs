@@ -55,4 +55,4 @@ pub use publication::Publication;
 pub use semantics::{adv_covers, conforms, covers, matches, overlaps};
 pub use subscription::{Advertisement, Subscription};
 pub use value::{Kind, Number, Timestamp, Value};
-pub use wire::{ErrorCode, Frame, Role};
+pub use wire::{BrokerMessage, ErrorCode, Frame, Role};

@@ -100,69 +100,7 @@ impl fmt::Display for Hop {
     }
 }
 
-/// A message between neighbour brokers.
-#[derive(Clone, Debug, PartialEq)]
-pub enum BrokerMessage {
-    /// An advertisement, flooded.
-    Advertise {
-        /// Its federation-wide id.
-        id: MessageId,
-        /// The advertisement.
-        adv: Arc<Advertisement>,
-        /// Brokers between the receiver and the advertiser's broker along this copy's
-        /// path, the receiver included (1 from the advertiser's broker itself). With
-        /// cycles, a broker moves to a shorter path when one appears.
-        hops: u32,
-    },
-    /// An advertisement withdrawn.
-    Unadvertise {
-        /// Its id.
-        id: MessageId,
-        /// True if the sender lost its path to the advertisement (a link went down),
-        /// false if its owner withdrew it.
-        lost: bool,
-    },
-    /// A subscription, routed toward overlapping advertisements.
-    Subscribe {
-        /// Its federation-wide id.
-        id: MessageId,
-        /// The subscription.
-        sub: Arc<Subscription>,
-    },
-    /// A subscription withdrawn.
-    Unsubscribe {
-        /// Its id.
-        id: MessageId,
-    },
-    /// A publication, routed toward matching subscriptions.
-    Publish {
-        /// The publication.
-        publication: Arc<Publication>,
-    },
-    /// With cycles: a subscription routed along advertisement `tree`'s spanning tree.
-    TreeSubscribe {
-        /// Its federation-wide id.
-        id: MessageId,
-        /// The advertisement whose tree carries it.
-        tree: MessageId,
-        /// The subscription.
-        sub: Arc<Subscription>,
-    },
-    /// With cycles: a subscription withdrawn from one tree.
-    TreeUnsubscribe {
-        /// Its id.
-        id: MessageId,
-        /// The tree.
-        tree: MessageId,
-    },
-    /// With cycles: a publication travelling on advertisement `tree`'s spanning tree.
-    TreePublish {
-        /// The advertisement it conforms to.
-        tree: MessageId,
-        /// The publication.
-        publication: Arc<Publication>,
-    },
-}
+pub use padres_lang::wire::BrokerMessage;
 
 /// What happens to a router.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,7 +4,8 @@
 //! [`Frame::Welcome`] or a [`Frame::Error`] with [`ErrorCode::VersionMismatch`]. A client
 //! then sends [`Frame::Request`]s, each with its own request number; the broker answers each
 //! with [`Frame::Ok`] (carrying the id it assigned, for adv/sub/cs) or [`Frame::Error`], and
-//! pushes [`Frame::Notification`]s for matching publications.
+//! pushes [`Frame::Notification`]s for matching publications. Neighbour brokers say hello
+//! with [`Role::Broker`] and then exchange [`Frame::Broker`] routing traffic.
 //!
 //! On the wire a frame is a 4-byte big-endian length followed by that many bytes of
 //! bincode (see [`codec`]). Every message inside is validated as it is decoded, so an
@@ -15,10 +16,13 @@ pub mod codec;
 
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use crate::id::MessageId;
 use crate::message::Message;
 use crate::name::Name;
 use crate::publication::Publication;
+use crate::subscription::{Advertisement, Subscription};
 
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
@@ -52,6 +56,70 @@ pub enum ErrorCode {
     VersionMismatch,
     /// The broker failed; the request may be retried.
     Internal,
+}
+
+/// A message between neighbour brokers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum BrokerMessage {
+    /// An advertisement, flooded.
+    Advertise {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The advertisement.
+        adv: Arc<Advertisement>,
+        /// Brokers between the receiver and the advertiser's broker along this copy's
+        /// path, the receiver included (1 from the advertiser's broker itself). With
+        /// cycles, a broker moves to a shorter path when one appears.
+        hops: u32,
+    },
+    /// An advertisement withdrawn.
+    Unadvertise {
+        /// Its id.
+        id: MessageId,
+        /// True if the sender lost its path to the advertisement (a link went down),
+        /// false if its owner withdrew it.
+        lost: bool,
+    },
+    /// A subscription, routed toward overlapping advertisements.
+    Subscribe {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The subscription.
+        sub: Arc<Subscription>,
+    },
+    /// A subscription withdrawn.
+    Unsubscribe {
+        /// Its id.
+        id: MessageId,
+    },
+    /// A publication, routed toward matching subscriptions.
+    Publish {
+        /// The publication.
+        publication: Arc<Publication>,
+    },
+    /// With cycles: a subscription routed along advertisement `tree`'s spanning tree.
+    TreeSubscribe {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The advertisement whose tree carries it.
+        tree: MessageId,
+        /// The subscription.
+        sub: Arc<Subscription>,
+    },
+    /// With cycles: a subscription withdrawn from one tree.
+    TreeUnsubscribe {
+        /// Its id.
+        id: MessageId,
+        /// The tree.
+        tree: MessageId,
+    },
+    /// With cycles: a publication travelling on advertisement `tree`'s spanning tree.
+    TreePublish {
+        /// The advertisement it conforms to.
+        tree: MessageId,
+        /// The publication.
+        publication: Arc<Publication>,
+    },
 }
 
 /// One unit of the protocol.
@@ -108,4 +176,6 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
+    /// Routing traffic on a link between neighbour brokers.
+    Broker(BrokerMessage),
 }
