@@ -142,3 +142,65 @@ async fn a_three_broker_chain_routes_by_content() {
         assert_eq!(p.get("price"), Some(&padres_lang::Value::Int(150)), "{p}");
     }
 }
+
+/// The `padres` binary, built beside `padres-broker` by `cargo test --workspace`.
+fn padres_cli() -> PathBuf {
+    let path = std::path::Path::new(env!("CARGO_BIN_EXE_padres-broker")).with_file_name("padres");
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with --workspace so the CLI is built",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn the_padres_cli_publishes_and_subscribes() {
+    let broker = start_broker("B1", "cli");
+    let cli = padres_cli();
+    let url = format!("quic://{}", broker.addr);
+    let ca = broker.dir.join("cert.pem");
+    let common = |command: &mut Command| {
+        command.arg("--broker").arg(&url).arg("--ca").arg(&ca);
+    };
+    let mut ping = Command::new(&cli);
+    ping.args(["ping", "--wait", "5"]);
+    common(&mut ping);
+    assert!(ping.status().expect("runs").success(), "ping");
+
+    let mut sub = Command::new(&cli);
+    sub.args(["sub", "[class,eq,'stock'],[price,>,100]", "--count", "1", "--json"]).stdout(Stdio::piped());
+    common(&mut sub);
+    let sub = sub.spawn().expect("sub runs");
+    // Publish until the subscriber has seen one (it may subscribe after the first ones).
+    let mut publisher = Command::new(&cli);
+    publisher.args(["pub", "--advertise", "[class,eq,'stock'],[price,isPresent,0]"]);
+    for price in [50, 150, 150, 150, 150, 150] {
+        publisher.arg(format!("[class,'stock'],[price,{price}]"));
+    }
+    common(&mut publisher);
+    for _ in 0..50 {
+        assert!(publisher.status().expect("pub runs").success());
+        std::thread::sleep(Duration::from_millis(50));
+        if sub_finished(&sub) {
+            break;
+        }
+    }
+    let out = sub.wait_with_output().expect("sub ends after one");
+    let line = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(line.contains(r#""price":150"#) && line.contains(r#""type":"notification""#), "{line}");
+
+    let mut refused = Command::new(&cli);
+    refused.args(["pub", "[class,'bond'],[price,1]"]);
+    common(&mut refused);
+    let out = refused.output().expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("advertise first"));
+}
+
+fn sub_finished(child: &Child) -> bool {
+    // A child that exited has a pid whose /proc entry is a zombie or gone.
+    std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+        .map(|stat| stat.split_whitespace().nth(2) == Some("Z"))
+        .unwrap_or(true)
+}

@@ -4,11 +4,13 @@
 //!   certificate, send messages and get their ids or errors, receive notifications.
 //! - [`check`]: the offline part of the `padres` command-line tool (validate messages and
 //!   print their canonical form).
+//! - [`json`]: notifications as JSON lines, for `padres sub --json`.
 //!
 //! Not yet: reconnecting and re-issuing after a broker restart, the `padres` pub/sub/session
 //! verbs.
 
 pub mod check;
 pub mod connection;
+pub mod json;
 
 pub use connection::{Client, ClientError};

@@ -1,0 +1,51 @@
+//! Notifications as one JSON object per line: `{"type":"notification","sub":"B1/3",
+//! "attrs":{"class":"stock","price":100}}`. Numbers stay numbers, timestamps become RFC 3339
+//! strings, a payload becomes `"payload_hex"`.
+
+use padres_lang::{MessageId, Publication, Value};
+use serde_json::{Map, Value as Json, json};
+
+fn value(v: &Value) -> Json {
+    match v {
+        Value::Int(i) => json!(i),
+        Value::Float(f) => json!(f),
+        Value::Str(s) => json!(&**s),
+        Value::Bool(b) => json!(b),
+        Value::Time(t) => json!(t.to_rfc3339()),
+    }
+}
+
+/// The notification as one line of JSON.
+pub fn notification(sub: &MessageId, publication: &Publication) -> String {
+    let attrs: Map<String, Json> =
+        publication.attrs().iter().map(|(n, v)| (n.to_string(), value(v))).collect();
+    let mut object = json!({ "type": "notification", "sub": sub.to_string(), "attrs": attrs });
+    if let Some(payload) = publication.payload() {
+        let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+        object["payload_hex"] = json!(hex);
+    }
+    object.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_keep_their_types() {
+        let p: Publication =
+            "[class,'stock'],[price,100],[ratio,0.5],[ok,true],[at,2026-11-21T10:00:00Z] payload=0x6869"
+                .parse()
+                .expect("valid");
+        let id: MessageId = "B1/3".parse().expect("id");
+        let line = notification(&id, &p);
+        let back: Json = serde_json::from_str(&line).expect("json");
+        assert_eq!(back["type"], "notification");
+        assert_eq!(back["sub"], "B1/3");
+        assert_eq!(back["attrs"]["price"], 100);
+        assert_eq!(back["attrs"]["ratio"], 0.5);
+        assert_eq!(back["attrs"]["ok"], true);
+        assert_eq!(back["attrs"]["at"], "2026-11-21T10:00:00.000Z");
+        assert_eq!(back["payload_hex"], "6869");
+    }
+}
