@@ -62,6 +62,16 @@ const CLIENT_QUEUE: usize = 4096;
 
 /// Runs the broker until Ctrl-C or SIGTERM. Prints `listening on quic://ADDR` once bound.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
+    serve_until(config, None, shutdown_signal()).await
+}
+
+/// Runs the broker until `shutdown` completes, sending the bound address to `bound` (for
+/// brokers embedded in tests, which listen on port 0).
+pub async fn serve_until(
+    config: Config,
+    bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let (cert, key) = cert::load_or_create(&config.data_dir, std::slice::from_ref(&config.name))?;
     let server_config =
         quinn::ServerConfig::with_single_cert(vec![cert], key).map_err(|e| ServeError::Tls(e.to_string()))?;
@@ -70,6 +80,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let addr = endpoint.local_addr().map_err(|source| ServeError::Listen { addr: config.listen, source })?;
     tracing::info!(broker = %config.name, %addr, "listening");
     println!("padres-broker {} listening on quic://{addr}", config.name);
+    if let Some(bound) = bound {
+        let _ = bound.send(addr);
+    }
+    let mut shutdown = std::pin::pin!(shutdown);
 
     let name = Name::new(&config.name).map_err(|e| ServeError::Tls(e.to_string()))?;
     let router = Router::with_options(name.clone(), config.router_options()).map_err(ServeError::Tls)?;
@@ -121,7 +135,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                     }
                 });
             }
-            () = shutdown_signal() => {
+            () = &mut shutdown => {
                 tracing::info!("shutting down");
                 break;
             }
