@@ -75,7 +75,7 @@ async fn publications_reach_matching_subscribers_over_quic() {
             .await
             .expect("in time")
             .expect("a notification");
-    assert_eq!(matched, sub);
+    assert_eq!(matched, std::slice::from_ref(&sub));
     assert_eq!(publication.to_string(), "[class,'stock'],[symbol,'IBM'],[price,120]");
 
     // Errors come back as errors, and the connection goes on.
@@ -133,7 +133,7 @@ async fn a_three_broker_chain_routes_by_content() {
         }
     }
     let (matched, publication) = delivered.expect("a publication crossed B1 -> B2 -> B3");
-    assert_eq!(matched, sub);
+    assert_eq!(matched, [sub]);
     assert_eq!(publication.get("price"), Some(&padres_lang::Value::Int(150)));
     // Only matching ones ever arrive.
     while let Ok(Some((_, p))) =

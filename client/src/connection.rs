@@ -57,7 +57,7 @@ pub struct Client {
     send: tokio::sync::Mutex<quinn::SendStream>,
     pending: Pending,
     next_req: std::sync::atomic::AtomicU64,
-    notifications: mpsc::Receiver<(MessageId, Publication)>,
+    notifications: mpsc::Receiver<(Vec<MessageId>, Publication)>,
     _connection: quinn::Connection,
     _endpoint: quinn::Endpoint,
 }
@@ -132,9 +132,9 @@ impl Client {
         self.request(text.parse::<Message>()?).await
     }
 
-    /// The next publication matching one of this client's subscriptions, with the
-    /// subscription it matched; `None` once the connection is gone.
-    pub async fn next_notification(&mut self) -> Option<(MessageId, Publication)> {
+    /// The next publication matching this client's subscriptions, with every subscription
+    /// it matched; `None` once the connection is gone.
+    pub async fn next_notification(&mut self) -> Option<(Vec<MessageId>, Publication)> {
         self.notifications.recv().await
     }
 }
@@ -143,7 +143,7 @@ async fn read_loop(
     mut recv: quinn::RecvStream,
     mut reader: FrameReader,
     pending: Pending,
-    notify: mpsc::Sender<(MessageId, Publication)>,
+    notify: mpsc::Sender<(Vec<MessageId>, Publication)>,
 ) {
     while let Ok(Some(frame)) = read_frame(&mut recv, &mut reader).await {
         let answer = |req: u64, result| {
@@ -156,8 +156,8 @@ async fn read_loop(
             Frame::Error { req: Some(req), code, message } => {
                 answer(req, Err(ClientError::Refused { code, message }));
             }
-            Frame::Notification { sub, publication } => {
-                let delivered = notify.send((sub, publication)).await;
+            Frame::Notification { subs, publication } => {
+                let delivered = notify.send((subs, publication)).await;
                 if delivered.is_err() {
                     break;
                 }

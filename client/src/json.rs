@@ -1,6 +1,7 @@
 //! Notifications as one JSON object per line: `{"type":"notification","sub":"B1/3",
-//! "attrs":{"class":"stock","price":100}}`. Numbers stay numbers, timestamps become RFC 3339
-//! strings, a payload becomes `"payload_hex"`.
+//! "subs":["B1/3"],"attrs":{"class":"stock","price":100}}` (`sub` is the first subscription
+//! matched, `subs` all of them). Numbers stay numbers, timestamps become RFC 3339 strings, a
+//! payload becomes `"payload_hex"`.
 
 use padres_lang::{MessageId, Publication, Value};
 use serde_json::{Map, Value as Json, json};
@@ -16,10 +17,12 @@ fn value(v: &Value) -> Json {
 }
 
 /// The notification as one line of JSON.
-pub fn notification(sub: &MessageId, publication: &Publication) -> String {
+pub fn notification(subs: &[MessageId], publication: &Publication) -> String {
     let attrs: Map<String, Json> =
         publication.attrs().iter().map(|(n, v)| (n.to_string(), value(v))).collect();
-    let mut object = json!({ "type": "notification", "sub": sub.to_string(), "attrs": attrs });
+    let ids: Vec<String> = subs.iter().map(ToString::to_string).collect();
+    let first = ids.first().cloned().unwrap_or_default();
+    let mut object = json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attrs });
     if let Some(payload) = publication.payload() {
         let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
         object["payload_hex"] = json!(hex);
@@ -37,11 +40,12 @@ mod tests {
             "[class,'stock'],[price,100],[ratio,0.5],[ok,true],[at,2026-11-21T10:00:00Z] payload=0x6869"
                 .parse()
                 .expect("valid");
-        let id: MessageId = "B1/3".parse().expect("id");
-        let line = notification(&id, &p);
+        let ids: Vec<MessageId> = vec!["B1/3".parse().expect("id"), "B1/4".parse().expect("id")];
+        let line = notification(&ids, &p);
         let back: Json = serde_json::from_str(&line).expect("json");
         assert_eq!(back["type"], "notification");
         assert_eq!(back["sub"], "B1/3");
+        assert_eq!(back["subs"][1], "B1/4");
         assert_eq!(back["attrs"]["price"], 100);
         assert_eq!(back["attrs"]["ratio"], 0.5);
         assert_eq!(back["attrs"]["ok"], true);

@@ -201,7 +201,8 @@ fn any_frame() -> BoxedStrategy<Frame> {
             code: ErrorCode::NotAdvertised,
             message,
         }),
-        (any_id(), any_publication()).prop_map(|(sub, publication)| Frame::Notification { sub, publication }),
+        (proptest::collection::vec(any_id(), 1..4), any_publication())
+            .prop_map(|(subs, publication)| Frame::Notification { subs, publication }),
         any_string().prop_map(|reason| Frame::Bye { reason }),
     ]
     .boxed()

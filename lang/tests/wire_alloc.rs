@@ -74,9 +74,9 @@ fn small_frames_claiming_huge_lengths_allocate_little() {
     assert!(matches!(result, Err(DecodeError::Invalid(_))), "{result:?}");
     assert!(peak < LITTLE, "a string claim allocated {peak} bytes");
 
-    // Frame::Notification (variant 5): id "a"/1, then a publication with one attribute
+    // Frame::Notification (variant 5): one id "a"/1, then a publication with one attribute
     // (class = "a") and a payload claiming 2^50 bytes.
-    let mut body = vec![5, 1, b'a', 1, 1, 5, b'c', b'l', b'a', b's', b's', 2, 1, b'a', 1];
+    let mut body = vec![5, 1, 1, b'a', 1, 1, 5, b'c', b'l', b'a', b's', b's', 2, 1, b'a', 1];
     body.extend(varint_u64(1 << 50));
     let (result, peak) = peak_while_decoding(&frame(&body));
     assert!(matches!(result, Err(DecodeError::Invalid(_))), "{result:?}");

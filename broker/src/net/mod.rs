@@ -213,8 +213,7 @@ async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>) {
                     },
                 ),
                 Output::Notify { client, subs, publication } => {
-                    let Some(sub) = subs.into_iter().next() else { continue };
-                    (client, Frame::Notification { sub, publication: (*publication).clone() })
+                    (client, Frame::Notification { subs, publication: (*publication).clone() })
                 }
                 Output::ToBroker { to, message } => {
                     tracing::debug!(%to, ?message, "to neighbour");

@@ -133,11 +133,11 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
     }
     let mut seen = 0;
     while count.is_none_or(|n| seen < n) {
-        let Some((sub, publication)) = client.next_notification().await else {
+        let Some((subs, publication)) = client.next_notification().await else {
             return Err("the broker closed the connection".to_owned());
         };
         if json {
-            println!("{}", padres_client::json::notification(&sub, &publication));
+            println!("{}", padres_client::json::notification(&subs, &publication));
         } else {
             println!("{publication}");
         }

@@ -164,10 +164,12 @@ pub enum Frame {
         /// A human-readable explanation.
         message: String,
     },
-    /// A publication matching one of the client's subscriptions.
+    /// A publication matching the client's subscriptions: one frame per publication, naming
+    /// every subscription of the client it matched.
     Notification {
-        /// The subscription (or composite subscription) it matched.
-        sub: MessageId,
+        /// The subscriptions (or composite subscriptions) it matched, at least one.
+        #[serde(deserialize_with = "bounded::vec")]
+        subs: Vec<MessageId>,
         /// The publication.
         publication: Publication,
     },
