@@ -19,7 +19,7 @@ use crate::error::InvalidMessage;
 use crate::limits::Limits;
 use crate::name::Name;
 use crate::subscription::{Subscription, check_variable_kinds};
-use crate::value::{Kind, Value};
+use crate::value::Value;
 
 /// A binary composite operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -225,13 +225,5 @@ impl CompositeSubscription {
             Node::Leaf(sub) | Node::Times { sub, .. } => Some(sub),
             Node::Binary { .. } => None,
         })
-    }
-
-    /// The variables of the pattern and their kinds.
-    pub fn variables(&self) -> HashMap<Name, Kind> {
-        self.atoms()
-            .flat_map(Subscription::predicates)
-            .filter_map(|p| Some((p.variable()?.name.clone(), p.kind()?)))
-            .collect()
     }
 }

@@ -278,7 +278,7 @@ impl Predicate {
                 return Err(InvalidMessage::OperandType {
                     op,
                     expects: "takes a compiled pattern (Operand::Regex)",
-                    found: crate::print::value_to_string(v),
+                    found: v.to_string(),
                     kind: v.kind(),
                 });
             }
@@ -290,7 +290,7 @@ impl Predicate {
                     return Err(InvalidMessage::OperandType {
                         op,
                         expects: op.expects(),
-                        found: crate::print::value_to_string(v),
+                        found: v.to_string(),
                         kind: v.kind(),
                     });
                 }

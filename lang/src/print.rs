@@ -13,11 +13,6 @@ use crate::publication::Publication;
 use crate::subscription::{Advertisement, Subscription};
 use crate::value::Value;
 
-/// A value as it is written in a message.
-pub fn value_to_string(value: &Value) -> String {
-    value.to_string()
-}
-
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

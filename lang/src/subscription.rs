@@ -68,11 +68,6 @@ impl Subscription {
     pub fn class(&self) -> &str {
         class_of(&self.predicates)
     }
-
-    /// True if any predicate uses a variable.
-    pub fn has_variables(&self) -> bool {
-        self.predicates.iter().any(|p| p.variable().is_some())
-    }
 }
 
 impl Advertisement {
