@@ -157,7 +157,7 @@ async fn read_loop(
                 answer(req, Err(ClientError::Refused { code, message }));
             }
             Frame::Notification { subs, publication } => {
-                let delivered = notify.send((subs, publication)).await;
+                let delivered = notify.send((subs, Arc::unwrap_or_clone(publication))).await;
                 if delivered.is_err() {
                     break;
                 }

@@ -3,6 +3,7 @@
 //! denies a real overlap.
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use padres_lang::wire::codec::DEFAULT_MAX_FRAME;
 use padres_lang::{
@@ -202,7 +203,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
             message,
         }),
         (proptest::collection::vec(any_id(), 1..4), any_publication())
-            .prop_map(|(subs, publication)| Frame::Notification { subs, publication }),
+            .prop_map(|(subs, publication)| Frame::Notification { subs, publication: Arc::new(publication) }),
         any_string().prop_map(|reason| Frame::Bye { reason }),
     ]
     .boxed()

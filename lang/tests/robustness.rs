@@ -1,6 +1,8 @@
 //! Hostile input: random text into the parser, random bytes into the frame decoder, frames
 //! that announce more than they carry, and frames split into single bytes.
 
+use std::sync::Arc;
+
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, DecodeError, FrameReader, PREFIX_LEN};
 use padres_lang::{Frame, Message, Parser, Publication, Subscription, wire};
 
@@ -137,7 +139,7 @@ fn sample_frames() -> Vec<Frame> {
         },
         Frame::Notification {
             subs: vec!["B1/7".parse().expect("id"), "B2/1".parse().expect("id")],
-            publication,
+            publication: Arc::new(publication),
         },
         Frame::Ok { req: 3, id: Some("B2/9".parse().expect("id")) },
         Frame::Bye { reason: "shutting down".into() },
@@ -224,7 +226,7 @@ fn frames_fed_one_byte_at_a_time_decode_the_same() {
 #[test]
 fn encoding_refuses_frames_over_the_maximum() {
     let big: Publication = format!("[class,'blob'],[text,'{}']", "x".repeat(2000)).parse().expect("valid");
-    let frame = Frame::Notification { subs: vec!["B1/1".parse().expect("id")], publication: big };
+    let frame = Frame::Notification { subs: vec!["B1/1".parse().expect("id")], publication: Arc::new(big) };
     let mut out = vec![7];
     let error = wire::encode(&frame, 1000, &mut out).expect_err("too large");
     assert!(matches!(error, wire::EncodeError::TooLarge { max: 1000, .. }), "{error}");
@@ -237,7 +239,8 @@ fn frames_of_many_small_integers_decode() {
     // that (a 1-byte varint counts as 8).
     let attrs: String = (0..200).map(|i| format!(",[a{i},{}]", i % 100)).collect();
     let publication: Publication = format!("[class,'many']{attrs}").parse().expect("valid");
-    let frame = Frame::Notification { subs: vec!["B1/1".parse().expect("id")], publication };
+    let frame =
+        Frame::Notification { subs: vec!["B1/1".parse().expect("id")], publication: Arc::new(publication) };
     let mut bytes = Vec::new();
     wire::encode(&frame, DEFAULT_MAX_FRAME, &mut bytes).expect("encodes");
     assert_eq!(wire::decode(&bytes, DEFAULT_MAX_FRAME).map(|(f, _)| f), Ok(frame));

@@ -32,6 +32,9 @@ pub enum ServeError {
     /// TLS configuration.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The configuration is not valid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// The socket.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -72,6 +75,7 @@ pub async fn serve_until(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    config.validate()?;
     let (cert, key) = cert::load_or_create(&config.data_dir, std::slice::from_ref(&config.name))?;
     let server_config =
         quinn::ServerConfig::with_single_cert(vec![cert], key).map_err(|e| ServeError::Tls(e.to_string()))?;
@@ -85,8 +89,9 @@ pub async fn serve_until(
     }
     let mut shutdown = std::pin::pin!(shutdown);
 
-    let name = Name::new(&config.name).map_err(|e| ServeError::Tls(e.to_string()))?;
-    let router = Router::with_options(name.clone(), config.router_options()).map_err(ServeError::Tls)?;
+    let invalid = |why: String| ServeError::Config(crate::config::ConfigError::Invalid(why));
+    let name = Name::new(&config.name).map_err(|e| invalid(format!("name: {e}")))?;
+    let router = Router::with_options(name.clone(), config.router_options()).map_err(invalid)?;
     let (events, inbox) = mpsc::channel(1024);
     let router_task = tokio::spawn(run_router(router, inbox));
     let max_frame = config.limits.max_frame_bytes;
@@ -108,7 +113,7 @@ pub async fn serve_until(
     let link_ids = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
     for uri in &config.neighbors {
         let Some(client_config) = client_config.clone() else { break };
-        let neighbor = crate::config::parse_neighbor(uri).map_err(|e| ServeError::Tls(e.to_string()))?;
+        let neighbor = crate::config::parse_neighbor(uri)?;
         tokio::spawn(dial(
             endpoint.clone(),
             client_config,
@@ -213,7 +218,7 @@ async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>) {
                     },
                 ),
                 Output::Notify { client, subs, publication } => {
-                    (client, Frame::Notification { subs, publication: (*publication).clone() })
+                    (client, Frame::Notification { subs, publication })
                 }
                 Output::ToBroker { to, message } => {
                     tracing::debug!(%to, ?message, "to neighbour");

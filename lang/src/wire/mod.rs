@@ -170,8 +170,8 @@ pub enum Frame {
         /// The subscriptions (or composite subscriptions) it matched, at least one.
         #[serde(deserialize_with = "bounded::vec")]
         subs: Vec<MessageId>,
-        /// The publication.
-        publication: Publication,
+        /// The publication, shared with the router's other copies.
+        publication: Arc<Publication>,
     },
     /// The sender is closing the connection.
     Bye {
