@@ -73,6 +73,14 @@ pub struct Config {
     pub neighbors: Vec<String>,
     /// Certificates (PEM) trusted when connecting to neighbours, e.g. their `cert.pem`.
     pub peer_certs: Vec<PathBuf>,
+    /// The federation's CA certificate (PEM). When set, links between brokers use mutual
+    /// TLS: this broker's `cert.pem` must be issued by the CA (`padres-broker cert issue`),
+    /// neighbours are trusted through the CA, and a broker that says hello without a
+    /// certificate from it is refused. Clients still connect without a certificate.
+    pub federation_ca: Option<PathBuf>,
+    /// Do not verify neighbours' certificates at all. Development only: anyone can then
+    /// pose as a neighbour.
+    pub insecure: bool,
     /// Directory for the broker's certificate, key and history.
     pub data_dir: PathBuf,
     /// Covering mode: off, lazy or active.
@@ -90,6 +98,8 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             neighbors: Vec::new(),
             peer_certs: Vec::new(),
+            federation_ca: None,
+            insecure: false,
             data_dir: PathBuf::from("padres-data"),
             covering: CoveringMode::Off,
             cycles: false,
@@ -195,7 +205,12 @@ impl Config {
 
     /// The router options this configuration asks for.
     pub fn router_options(&self) -> Options {
-        Options { covering: self.covering.into(), cycles: self.cycles, incarnation: 0 }
+        Options {
+            covering: self.covering.into(),
+            cycles: self.cycles,
+            incarnation: 0,
+            max_subscriptions_per_client: Some(self.limits.max_subscriptions_per_client),
+        }
     }
 
     /// The configuration as a commented TOML file (what `padres-broker config` prints).
@@ -218,6 +233,22 @@ impl Config {
             writeln!(out, "# Certificates (PEM) trusted when connecting to neighbours, e.g. their cert.pem.");
         let certs: Vec<String> = self.peer_certs.iter().map(|p| p.display().to_string()).collect();
         let _ = writeln!(out, "peer_certs = {}\n", list(&certs));
+        let _ =
+            writeln!(out, "# The federation's CA certificate (PEM). When set, broker links use mutual TLS:");
+        let _ =
+            writeln!(out, "# this broker's cert.pem must be issued by it (padres-broker cert issue), and");
+        let _ = writeln!(out, "# brokers without a certificate from it are refused. Clients need none.");
+        match &self.federation_ca {
+            Some(ca) => {
+                let _ = writeln!(out, "federation_ca = {}\n", value(&ca.display().to_string()));
+            }
+            None => {
+                let _ = writeln!(out, "# federation_ca = \"federation/ca.pem\"\n");
+            }
+        }
+        let _ = writeln!(out, "# Do not verify neighbours' certificates. Development only: anyone can then");
+        let _ = writeln!(out, "# pose as a neighbour.");
+        let _ = writeln!(out, "insecure = {}\n", self.insecure);
         let _ = writeln!(out, "# Directory for the broker's certificate, key and history.");
         let _ = writeln!(out, "data_dir = {}\n", value(&self.data_dir.display().to_string()));
         let _ =
@@ -259,6 +290,7 @@ mod tests {
             name: "B7".into(),
             neighbors: vec!["quic://10.0.0.2:7700".into(), "quic://[::1]:7701".into()],
             covering: CoveringMode::Active,
+            federation_ca: Some("fed/ca.pem".into()),
             ..Config::default()
         };
         let back: Config = toml::from_str(&custom.to_commented_toml()).expect("parses");

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use padres_broker::config::{Config, CoveringMode};
+use padres_broker::net::cert;
 
 /// A padres-rs broker: routes publications by content between clients and neighbour
 /// brokers.
@@ -34,6 +35,53 @@ enum Command {
         #[command(flatten)]
         options: Overrides,
     },
+    /// Make a federation CA and issue broker or client certificates from it.
+    ///
+    /// A federation whose brokers link with mutual TLS:
+    ///   padres-broker cert ca --out fed
+    ///   padres-broker cert issue --ca fed --name B1 --host b1.example --out b1
+    ///   padres-broker --name B1 --data-dir b1 --federation-ca fed/ca.pem ...
+    /// Copy fed/ca.pem to every broker; keep fed/ca-key.pem where certificates are issued.
+    #[command(verbatim_doc_comment)]
+    Cert {
+        #[command(subcommand)]
+        command: CertCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CertCommand {
+    /// Make a CA: DIR/ca.pem (the federation_ca of every broker) and DIR/ca-key.pem.
+    Ca {
+        /// Directory to write ca.pem and ca-key.pem into.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The CA's common name.
+        #[arg(long, default_value = "padres federation CA")]
+        name: String,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Issue a certificate signed by the CA: OUT/cert.pem and OUT/key.pem (for a broker, OUT
+    /// is its data directory). Valid for NAME, localhost, 127.0.0.1 and every --host.
+    Issue {
+        /// Directory holding the CA's ca.pem and ca-key.pem.
+        #[arg(long, value_name = "DIR")]
+        ca: PathBuf,
+        /// The broker's (or client's) name.
+        #[arg(long)]
+        name: String,
+        /// A DNS name or IP address the broker is reached by (repeat for several).
+        #[arg(long = "host", value_name = "HOST")]
+        hosts: Vec<String>,
+        /// Directory to write cert.pem and key.pem into.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -54,6 +102,14 @@ struct Overrides {
     /// replaces the file's list).
     #[arg(long = "peer-cert", value_name = "FILE", global = true)]
     peer_certs: Vec<PathBuf>,
+    /// The federation's CA certificate: broker links then use mutual TLS, and this broker's
+    /// cert.pem must be issued by the CA (see `padres-broker cert`).
+    #[arg(long, value_name = "FILE", global = true)]
+    federation_ca: Option<PathBuf>,
+    /// Do not verify neighbours' certificates. DEVELOPMENT ONLY: anyone can then pose as a
+    /// neighbour.
+    #[arg(long, global = true)]
+    insecure: bool,
     /// Directory for the certificate, key and history.
     #[arg(long, value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
@@ -103,6 +159,10 @@ impl Overrides {
         if !self.peer_certs.is_empty() {
             config.peer_certs.clone_from(&self.peer_certs);
         }
+        if let Some(ca) = &self.federation_ca {
+            config.federation_ca = Some(ca.clone());
+        }
+        config.insecure |= self.insecure;
         if let Some(dir) = &self.data_dir {
             config.data_dir.clone_from(dir);
         }
@@ -143,6 +203,26 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Some(Command::Cert { command }) => {
+            let done = match &command {
+                CertCommand::Ca { out, name, force } => cert::make_ca(out, name, *force)
+                    .map(|()| format!("made {0}/ca.pem and {0}/ca-key.pem", out.display())),
+                CertCommand::Issue { ca, name, hosts, out, force } => {
+                    cert::issue(ca, name, hosts, out, *force)
+                        .map(|()| format!("issued {0}/cert.pem and {0}/key.pem for {name}", out.display()))
+                }
+            };
+            match done {
+                Ok(what) => {
+                    println!("{what}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("padres-broker: {error}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         None => match cli.options.resolve() {
             Ok(config) => run(config),
             Err(error) => {

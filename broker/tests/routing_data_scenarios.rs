@@ -11,9 +11,12 @@ const P: u64 = 1;
 const S: u64 = 2;
 const S2: u64 = 3;
 
-const TREE: Options = Options { covering: Covering::Off, cycles: false, incarnation: 0 };
-const ACTIVE: Options = Options { covering: Covering::Active, cycles: false, incarnation: 0 };
-const CYCLES: Options = Options { covering: Covering::Off, cycles: true, incarnation: 0 };
+const TREE: Options =
+    Options { covering: Covering::Off, cycles: false, incarnation: 0, max_subscriptions_per_client: None };
+const ACTIVE: Options =
+    Options { covering: Covering::Active, cycles: false, incarnation: 0, max_subscriptions_per_client: None };
+const CYCLES: Options =
+    Options { covering: Covering::Off, cycles: true, incarnation: 0, max_subscriptions_per_client: None };
 
 const TWO_BROKERS: &[(usize, usize, u64)] = &[(0, 1, 5)];
 const STAR: &[(usize, usize, u64)] = &[(0, 1, 3), (0, 2, 3), (0, 3, 3), (0, 4, 3)];

@@ -1,30 +1,35 @@
-//! The async client: one QUIC connection to a broker, requests answered by number, and a
-//! stream of notifications.
+//! The async client: one QUIC connection to a broker, requests answered by number, a
+//! stream of notifications, and reconnection.
+//!
+//! [`Connect`] says where and how: the broker's address, whom to trust ([`Trust`]; with
+//! none given, a broker on a loopback address is trusted through the certificate it left
+//! in the local registry, see [`padres_transport::local`]), the client's name, and whether
+//! to reconnect. A reconnecting client that loses its broker dials again with backoff
+//! (0.1 s doubling to 5 s) and re-issues its advertisements and subscriptions in the order
+//! they were first made. Ids stay those of the first issue: the client maps them to the
+//! new ones, so `unsub` takes the id the caller was given and notifications name it too.
+//! Requests made while the link is down fail at once with [`ClientError::Closed`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader};
-use padres_lang::wire::{self, ErrorCode, Frame, PROTOCOL_VERSION, Role};
+use padres_lang::wire::{BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RoutesReport};
 use padres_lang::{Message, MessageId, Name, ParseError, Publication};
-use quinn::rustls::pki_types::CertificateDer;
-use quinn::rustls::pki_types::pem::PemObject;
+use padres_transport::{Trust, local, read_frame, tls, write_frame};
 use tokio::sync::{mpsc, oneshot};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The broker's certificate file could not be used.
-    #[error("certificate {path}: {message}")]
-    Certificate {
-        /// The file.
-        path: String,
-        /// Why.
-        message: String,
-    },
+    /// The certificates to trust could not be used, or none is known.
+    #[error("{0}")]
+    Trust(String),
     /// Connecting failed.
     #[error("cannot connect to {addr}: {message}")]
     Connect {
@@ -44,87 +49,297 @@ pub enum ClientError {
     /// The message text does not parse.
     #[error(transparent)]
     Parse(#[from] ParseError),
-    /// The connection is gone.
+    /// The connection is gone (for a reconnecting client: for now).
     #[error("connection closed: {0}")]
     Closed(String),
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Option<MessageId>, ClientError>>>>>;
+/// What a reply carries.
+#[derive(Debug)]
+enum Answer {
+    Id(Option<MessageId>),
+    Report(Report),
+}
+
+/// How to reach and trust a broker (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Connect {
+    addr: SocketAddr,
+    server_name: String,
+    trust: Option<Trust>,
+    name: String,
+    reconnect: bool,
+}
+
+impl Connect {
+    /// The broker at `addr`, verified as `localhost`, trusted through the local registry,
+    /// as client `padres`, reconnecting.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            server_name: "localhost".to_owned(),
+            trust: None,
+            name: "padres".to_owned(),
+            reconnect: true,
+        }
+    }
+
+    /// The name the broker's certificate must carry (the host name dialled).
+    pub fn server_name(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.server_name);
+        self
+    }
+
+    /// Whom to trust: certificate files, or nobody's certificate (development only).
+    pub fn trust(mut self, trust: Trust) -> Self {
+        self.trust = Some(trust);
+        self
+    }
+
+    /// This client's name, as the broker logs it.
+    pub fn name(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.name);
+        self
+    }
+
+    /// Whether to reconnect and re-issue after losing the broker (on by default).
+    pub fn reconnect(mut self, on: bool) -> Self {
+        self.reconnect = on;
+        self
+    }
+
+    /// The trust in force: the one given, or the local registry's certificate for a
+    /// loopback broker.
+    fn resolved_trust(&self) -> Result<Trust, ClientError> {
+        if let Some(trust) = &self.trust {
+            return Ok(trust.clone());
+        }
+        if self.addr.ip().is_loopback() {
+            if let Some(path) = local::lookup(self.addr.port()) {
+                return Ok(Trust::Certificates(vec![path]));
+            }
+            let looked = local::certificate_path(self.addr.port())
+                .map_or_else(|| "the local registry".to_owned(), |p| p.display().to_string());
+            return Err(ClientError::Trust(format!(
+                "no certificate to trust for {}: no broker registered one at {looked}; give --ca FILE (the broker's \
+                 cert.pem or the federation CA)",
+                self.addr
+            )));
+        }
+        Err(ClientError::Trust(format!(
+            "no certificate to trust for {}: give --ca FILE (the broker's cert.pem or the federation CA)",
+            self.addr
+        )))
+    }
+
+    /// Connects and says hello.
+    pub async fn connect(self) -> Result<Client, ClientError> {
+        let config = tls::client_config(&self.resolved_trust()?, None)
+            .map_err(|e| ClientError::Trust(e.to_string()))?;
+        let local: SocketAddr =
+            if self.addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0_u16; 8], 0).into() };
+        let mut endpoint = quinn::Endpoint::client(local)
+            .map_err(|e| ClientError::Connect { addr: self.addr, message: e.to_string() })?;
+        endpoint.set_default_client_config(config);
+        let link = establish(&endpoint, &self).await?;
+        let shared = Arc::new(Shared {
+            send: tokio::sync::Mutex::new(Some(link.send)),
+            connection: Mutex::new(Some(link.connection)),
+            pending: Mutex::default(),
+            issued: Mutex::default(),
+            next_req: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            last_error: Mutex::default(),
+        });
+        let (notify, notifications) = mpsc::channel(4096);
+        tokio::spawn(drive(shared.clone(), endpoint, self, link.recv, link.reader, notify));
+        Ok(Client { shared, notifications })
+    }
+}
+
+/// One established connection.
+struct Link {
+    connection: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    reader: FrameReader,
+}
+
+async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, ClientError> {
+    let connect_error = |message: String| ClientError::Connect { addr: to.addr, message };
+    let connection = endpoint
+        .connect(to.addr, &to.server_name)
+        .map_err(|e| connect_error(e.to_string()))?
+        .await
+        .map_err(|e| connect_error(e.to_string()))?;
+    let (mut send, mut recv) = connection.open_bi().await.map_err(|e| connect_error(e.to_string()))?;
+    let name = Name::new(&to.name).map_err(|e| connect_error(format!("client name: {e}")))?;
+    let hello = Frame::Hello { version: PROTOCOL_VERSION, role: Role::Client, name };
+    write_frame(&mut send, &hello, DEFAULT_MAX_FRAME).await.map_err(|e| connect_error(e.to_string()))?;
+    let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
+    match read_frame(&mut recv, &mut reader).await.map_err(|e| connect_error(e.to_string()))? {
+        Some(Frame::Welcome { .. }) => Ok(Link { connection, send, recv, reader }),
+        Some(Frame::Error { code, message, .. }) => Err(ClientError::Refused { code, message }),
+        other => Err(connect_error(format!("unexpected answer to hello: {other:?}"))),
+    }
+}
+
+type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Answer, ClientError>>>>;
+
+/// What this client issued, to re-issue after a reconnect, and how ids map.
+#[derive(Debug, Default)]
+struct Issued {
+    /// Advertisements and subscriptions in force, by first id, in issue order.
+    live: Vec<(MessageId, Message)>,
+    /// First id to the id of the current connection (only where they differ).
+    current: HashMap<MessageId, MessageId>,
+    /// The reverse.
+    first: HashMap<MessageId, MessageId>,
+}
+
+impl Issued {
+    fn to_current(&self, id: MessageId) -> MessageId {
+        self.current.get(&id).cloned().unwrap_or(id)
+    }
+
+    fn to_first(&self, id: MessageId) -> MessageId {
+        self.first.get(&id).cloned().unwrap_or(id)
+    }
+
+    fn forget(&mut self, first: &MessageId) {
+        self.live.retain(|(id, _)| id != first);
+        if let Some(current) = self.current.remove(first) {
+            self.first.remove(&current);
+        }
+    }
+
+    fn remap(&mut self, first: &MessageId, now: MessageId) {
+        if let Some(old) = self.current.remove(first) {
+            self.first.remove(&old);
+        }
+        if &now != first {
+            self.first.insert(now.clone(), first.clone());
+            self.current.insert(first.clone(), now);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The current connection's stream; `None` while reconnecting.
+    send: tokio::sync::Mutex<Option<quinn::SendStream>>,
+    connection: Mutex<Option<quinn::Connection>>,
+    pending: Pending,
+    issued: Mutex<Issued>,
+    next_req: AtomicU64,
+    closed: AtomicBool,
+    /// The last connection-level error the broker sent or the connection ended with.
+    last_error: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn fail_pending(&self, why: &str) {
+        if let Ok(mut pending) = self.pending.lock() {
+            for (_, tx) in pending.drain() {
+                let _ = tx.send(Err(ClientError::Closed(why.to_owned())));
+            }
+        }
+    }
+
+    fn set_last_error(&self, why: String) {
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(why);
+        }
+    }
+}
 
 /// A connected client (see the module docs).
 #[derive(Debug)]
 pub struct Client {
-    send: tokio::sync::Mutex<quinn::SendStream>,
-    pending: Pending,
-    next_req: std::sync::atomic::AtomicU64,
+    shared: Arc<Shared>,
     notifications: mpsc::Receiver<(Vec<MessageId>, Publication)>,
-    _connection: quinn::Connection,
-    _endpoint: quinn::Endpoint,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        if let Some(connection) = self.shared.connection.lock().ok().and_then(|mut c| c.take()) {
+            connection.close(0_u32.into(), b"client closed");
+        }
+    }
 }
 
 impl Client {
     /// Connects to the broker at `addr`, trusting the certificate in `ca` (PEM) for
-    /// `server_name`, and says hello as `name`.
+    /// `server_name`, and says hello as `name`; reconnects when the broker goes away.
     pub async fn connect(
         addr: SocketAddr,
         server_name: &str,
         ca: &Path,
         name: &str,
     ) -> Result<Self, ClientError> {
-        let cert_error =
-            |message: String| ClientError::Certificate { path: ca.display().to_string(), message };
-        let cert = CertificateDer::from_pem_file(ca).map_err(|e| cert_error(e.to_string()))?;
-        let mut roots = quinn::rustls::RootCertStore::empty();
-        roots.add(cert).map_err(|e| cert_error(e.to_string()))?;
-        let connect_error = |message: String| ClientError::Connect { addr, message };
-        let config = quinn::ClientConfig::with_root_certificates(Arc::new(roots))
-            .map_err(|e| connect_error(e.to_string()))?;
-        let local: SocketAddr =
-            if addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0_u16; 8], 0).into() };
-        let mut endpoint = quinn::Endpoint::client(local).map_err(|e| connect_error(e.to_string()))?;
-        endpoint.set_default_client_config(config);
-        let connection = endpoint
-            .connect(addr, server_name)
-            .map_err(|e| connect_error(e.to_string()))?
+        Connect::new(addr)
+            .server_name(server_name)
+            .trust(Trust::Certificates(vec![PathBuf::from(ca)]))
+            .name(name)
+            .connect()
             .await
-            .map_err(|e| connect_error(e.to_string()))?;
-        let (mut send, mut recv) = connection.open_bi().await.map_err(|e| connect_error(e.to_string()))?;
-        let hello = Frame::Hello {
-            version: PROTOCOL_VERSION,
-            role: Role::Client,
-            name: Name::new(name).map_err(|e| connect_error(e.to_string()))?,
-        };
-        write_frame(&mut send, &hello).await?;
-        let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
-        match read_frame(&mut recv, &mut reader).await? {
-            Some(Frame::Welcome { .. }) => {}
-            Some(Frame::Error { code, message, .. }) => return Err(ClientError::Refused { code, message }),
-            other => return Err(connect_error(format!("unexpected answer to hello: {other:?}"))),
+    }
+
+    async fn call(&self, frame: impl FnOnce(u64) -> Frame) -> Result<Answer, ClientError> {
+        let req = self.shared.next_req.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.shared.pending.lock().map_err(|e| ClientError::Closed(e.to_string()))?.insert(req, tx);
+        {
+            let mut send = self.shared.send.lock().await;
+            let written = match send.as_mut() {
+                Some(send) => {
+                    write_frame(send, &frame(req), DEFAULT_MAX_FRAME).await.map_err(|e| e.to_string())
+                }
+                None => Err("not connected (reconnecting)".to_owned()),
+            };
+            if let Err(why) = written {
+                if let Ok(mut pending) = self.shared.pending.lock() {
+                    pending.remove(&req);
+                }
+                return Err(ClientError::Closed(why));
+            }
         }
-        let pending: Pending = Arc::default();
-        let (notify, notifications) = mpsc::channel(4096);
-        tokio::spawn(read_loop(recv, reader, pending.clone(), notify));
-        Ok(Self {
-            send: tokio::sync::Mutex::new(send),
-            pending,
-            next_req: std::sync::atomic::AtomicU64::new(1),
-            notifications,
-            _connection: connection,
-            _endpoint: endpoint,
-        })
+        rx.await.map_err(|_| ClientError::Closed("no answer".to_owned()))?
     }
 
     /// Sends `message` and waits for the broker's answer: the id it assigned (for
     /// advertisements and subscriptions), or why it refused.
     pub async fn request(&self, message: Message) -> Result<Option<MessageId>, ClientError> {
-        let req = self.next_req.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.pending.lock().map_err(|e| ClientError::Closed(e.to_string()))?.insert(req, tx);
-        {
-            let mut send = self.send.lock().await;
-            write_frame(&mut send, &Frame::Request { req, message }).await?;
+        let first_of = |id: &MessageId| id.clone();
+        let (sent, withdrawn) = {
+            let issued = self.shared.issued.lock().map_err(|e| ClientError::Closed(e.to_string()))?;
+            match message {
+                Message::Unsubscribe(id) => {
+                    (Message::Unsubscribe(issued.to_current(id.clone())), Some(first_of(&id)))
+                }
+                Message::Unadvertise(id) => {
+                    (Message::Unadvertise(issued.to_current(id.clone())), Some(first_of(&id)))
+                }
+                other => (other, None),
+            }
+        };
+        let keep =
+            matches!(sent, Message::Advertise(_) | Message::Subscribe(_) | Message::CompositeSubscribe(_))
+                .then(|| sent.clone());
+        let answer = self.call(|req| Frame::Request { req, message: sent }).await?;
+        let Answer::Id(id) = answer else {
+            return Err(ClientError::Closed("the broker answered a request with a report".to_owned()));
+        };
+        if let Ok(mut issued) = self.shared.issued.lock() {
+            if let (Some(message), Some(id)) = (keep, &id) {
+                issued.live.push((id.clone(), message));
+            }
+            if let Some(first) = withdrawn {
+                issued.forget(&first);
+            }
         }
-        rx.await.map_err(|_| ClientError::Closed("no answer".to_owned()))?
+        Ok(id)
     }
 
     /// Sends a message in command form (`a …`, `s …`, `p …`, `unsub ID`, …).
@@ -132,66 +347,167 @@ impl Client {
         self.request(text.parse::<Message>()?).await
     }
 
+    async fn query(&self, query: Query) -> Result<Report, ClientError> {
+        match self.call(|req| Frame::Query { req, query }).await? {
+            Answer::Report(report) => Ok(report),
+            Answer::Id(_) => Err(ClientError::Closed("the broker answered a query with an id".to_owned())),
+        }
+    }
+
+    /// The broker's counters.
+    pub async fn stats(&self) -> Result<BrokerStats, ClientError> {
+        match self.query(Query::Stats).await? {
+            Report::Stats(stats) => Ok(stats),
+            Report::Routes(_) => Err(ClientError::Closed("the broker answered stats with routes".to_owned())),
+        }
+    }
+
+    /// The broker's routing tables, at most `limit` rows of each.
+    pub async fn routes(&self, limit: u32) -> Result<RoutesReport, ClientError> {
+        match self.query(Query::Routes { limit }).await? {
+            Report::Routes(routes) => Ok(routes),
+            Report::Stats(_) => Err(ClientError::Closed("the broker answered routes with stats".to_owned())),
+        }
+    }
+
     /// The next publication matching this client's subscriptions, with every subscription
-    /// it matched; `None` once the connection is gone.
+    /// it matched; `None` once the connection is gone for good.
     pub async fn next_notification(&mut self) -> Option<(Vec<MessageId>, Publication)> {
         self.notifications.recv().await
     }
+
+    /// The last connection-level error: what the broker said before closing (a slow
+    /// client's cut-off, say), or why the connection ended.
+    pub fn last_error(&self) -> Option<String> {
+        self.shared.last_error.lock().ok().and_then(|e| e.clone())
+    }
 }
 
-async fn read_loop(
+/// Reads frames until the connection ends; then, if asked, reconnects and re-issues.
+async fn drive(
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+    to: Connect,
     mut recv: quinn::RecvStream,
     mut reader: FrameReader,
-    pending: Pending,
     notify: mpsc::Sender<(Vec<MessageId>, Publication)>,
 ) {
-    while let Ok(Some(frame)) = read_frame(&mut recv, &mut reader).await {
-        let answer = |req: u64, result| {
-            if let Some(tx) = pending.lock().ok().and_then(|mut p| p.remove(&req)) {
-                let _ = tx.send(result);
-            }
-        };
-        match frame {
-            Frame::Ok { req, id } => answer(req, Ok(id)),
-            Frame::Error { req: Some(req), code, message } => {
-                answer(req, Err(ClientError::Refused { code, message }));
-            }
-            Frame::Notification { subs, publication } => {
-                let delivered = notify.send((subs, Arc::unwrap_or_clone(publication))).await;
-                if delivered.is_err() {
+    loop {
+        loop {
+            match read_frame(&mut recv, &mut reader).await {
+                Ok(Some(frame)) => {
+                    if !dispatch(&shared, frame, &notify).await {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    shared.set_last_error(e.to_string());
                     break;
                 }
             }
-            _ => {}
         }
-    }
-    // Whoever still waits learns the connection is gone.
-    if let Ok(mut pending) = pending.lock() {
-        for (_, tx) in pending.drain() {
-            let _ = tx.send(Err(ClientError::Closed("connection lost".to_owned())));
+        *shared.send.lock().await = None;
+        shared.fail_pending("connection lost");
+        if !to.reconnect || shared.closed.load(Ordering::Relaxed) {
+            return;
         }
+        let mut backoff = Duration::from_millis(100);
+        let link = loop {
+            tokio::time::sleep(backoff).await;
+            if shared.closed.load(Ordering::Relaxed) || notify.is_closed() {
+                return;
+            }
+            match establish(&endpoint, &to).await {
+                Ok(mut link) => match reissue(&shared, &mut link, &notify).await {
+                    Ok(()) => break link,
+                    Err(why) => shared.set_last_error(why),
+                },
+                Err(e) => shared.set_last_error(e.to_string()),
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        };
+        if let Ok(mut connection) = shared.connection.lock() {
+            *connection = Some(link.connection);
+        }
+        *shared.send.lock().await = Some(link.send);
+        recv = link.recv;
+        reader = link.reader;
     }
 }
 
-async fn read_frame(
-    recv: &mut quinn::RecvStream,
-    reader: &mut FrameReader,
-) -> Result<Option<Frame>, ClientError> {
-    let mut buf = [0_u8; 16 * 1024];
-    loop {
-        if let Some(frame) = reader.next_frame().map_err(|e| ClientError::Closed(e.to_string()))? {
-            return Ok(Some(frame));
+/// Handles one frame from the broker; false once nobody listens any more.
+async fn dispatch(
+    shared: &Shared,
+    frame: Frame,
+    notify: &mpsc::Sender<(Vec<MessageId>, Publication)>,
+) -> bool {
+    let answer = |req: u64, result| {
+        if let Some(tx) = shared.pending.lock().ok().and_then(|mut p| p.remove(&req)) {
+            let _ = tx.send(result);
         }
-        match recv.read(&mut buf).await {
-            Ok(Some(n)) => reader.push(&buf[..n]),
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(ClientError::Closed(e.to_string())),
+    };
+    match frame {
+        Frame::Ok { req, id } => answer(req, Ok(Answer::Id(id))),
+        Frame::Report { req, report } => answer(req, Ok(Answer::Report(report))),
+        Frame::Error { req: Some(req), code, message } => {
+            answer(req, Err(ClientError::Refused { code, message }))
         }
+        Frame::Error { req: None, code, message } => shared.set_last_error(format!("{code:?}: {message}")),
+        Frame::Notification { subs, publication } => {
+            let subs = match shared.issued.lock() {
+                Ok(issued) => subs.into_iter().map(|id| issued.to_first(id)).collect(),
+                Err(_) => subs,
+            };
+            return notify.send((subs, Arc::unwrap_or_clone(publication))).await.is_ok();
+        }
+        _ => {}
     }
+    true
 }
 
-async fn write_frame(send: &mut quinn::SendStream, frame: &Frame) -> Result<(), ClientError> {
-    let mut bytes = Vec::new();
-    wire::encode(frame, DEFAULT_MAX_FRAME, &mut bytes).map_err(|e| ClientError::Closed(e.to_string()))?;
-    send.write_all(&bytes).await.map_err(|e| ClientError::Closed(e.to_string()))
+/// Re-issues every advertisement and subscription in force on a new connection, in the
+/// order first made, and records their new ids.
+async fn reissue(
+    shared: &Shared,
+    link: &mut Link,
+    notify: &mpsc::Sender<(Vec<MessageId>, Publication)>,
+) -> Result<(), String> {
+    let live = shared.issued.lock().map_err(|e| e.to_string())?.live.clone();
+    for (req, (first, message)) in (1_u64..).zip(live) {
+        // Numbers from the top of the range, apart from the client's own.
+        let req = u64::MAX - req;
+        write_frame(&mut link.send, &Frame::Request { req, message }, DEFAULT_MAX_FRAME)
+            .await
+            .map_err(|e| e.to_string())?;
+        loop {
+            match read_frame(&mut link.recv, &mut link.reader).await.map_err(|e| e.to_string())? {
+                Some(Frame::Ok { req: r, id }) if r == req => {
+                    if let (Some(id), Ok(mut issued)) = (id, shared.issued.lock()) {
+                        issued.remap(&first, id);
+                    }
+                    break;
+                }
+                Some(Frame::Error { req: Some(r), message, .. }) if r == req => {
+                    shared.set_last_error(format!("re-issuing {first} after reconnecting failed: {message}"));
+                    if let Ok(mut issued) = shared.issued.lock() {
+                        issued.forget(&first);
+                    }
+                    break;
+                }
+                Some(Frame::Notification { subs, publication }) => {
+                    let subs = match shared.issued.lock() {
+                        Ok(issued) => subs.into_iter().map(|id| issued.to_first(id)).collect(),
+                        Err(_) => subs,
+                    };
+                    if notify.send((subs, Arc::unwrap_or_clone(publication))).await.is_err() {
+                        return Err("the client is gone".to_owned());
+                    }
+                }
+                Some(_) => {}
+                None => return Err("the broker closed the connection while re-issuing".to_owned()),
+            }
+        }
+    }
+    Ok(())
 }

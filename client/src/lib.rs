@@ -1,16 +1,17 @@
 //! padres-client: the client side of padres-rs.
 //!
-//! - [`connection`]: the async client ([`Client`]): connect over QUIC trusting a broker's
-//!   certificate, send messages and get their ids or errors, receive notifications.
+//! - [`connection`]: the async client ([`Client`], set up by [`Connect`]): connect over QUIC
+//!   trusting a broker's certificate, send messages and get their ids or errors, receive
+//!   notifications, ask for stats and routes, reconnect and re-issue after a broker restart.
 //! - [`check`]: the offline part of the `padres` command-line tool (validate messages and
 //!   print their canonical form).
-//! - [`json`]: notifications as JSON lines, for `padres sub --json`.
-//!
-//! Not yet: reconnecting and re-issuing after a broker restart, the `padres` pub/sub/session
-//! verbs.
+//! - [`json`]: notifications as JSON lines, for `padres sub --json` and `padres session`.
+//! - [`session`]: `padres session`, a scripted client (commands in, JSON lines out).
 
 pub mod check;
 pub mod connection;
 pub mod json;
+pub mod session;
 
-pub use connection::{Client, ClientError};
+pub use connection::{Client, ClientError, Connect};
+pub use padres_transport::Trust;

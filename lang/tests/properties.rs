@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use padres_lang::wire::codec::DEFAULT_MAX_FRAME;
+use padres_lang::wire::{BrokerStats, Query, Report, RouteEntry, RoutesReport};
 use padres_lang::{
     Advertisement, CompositeOp, CompositeSubscription, ErrorCode, Frame, Limits, Message, MessageId, Name,
     Op, Operand, Pattern, Predicate, Publication, Role, Subscription, Timestamp, Value, VarKind, Variable,
@@ -205,6 +206,47 @@ fn any_frame() -> BoxedStrategy<Frame> {
         (proptest::collection::vec(any_id(), 1..4), any_publication())
             .prop_map(|(subs, publication)| Frame::Notification { subs, publication: Arc::new(publication) }),
         any_string().prop_map(|reason| Frame::Bye { reason }),
+        (any::<u64>(), any::<u32>()).prop_map(|(req, limit)| Frame::Query {
+            req,
+            query: if limit % 2 == 0 { Query::Stats } else { Query::Routes { limit } },
+        }),
+        (any::<u64>(), any_name(), proptest::collection::vec(any_name(), 0..3), any::<u64>()).prop_map(
+            |(req, broker, neighbours, n)| Frame::Report {
+                req,
+                report: Report::Stats(BrokerStats {
+                    broker,
+                    uptime_ms: n,
+                    clients: n / 2,
+                    neighbours,
+                    advertisements: n / 3,
+                    subscriptions: n / 5,
+                    client_requests: n / 7,
+                    publications_in: n / 11,
+                    notifications_out: n / 13,
+                    broker_messages_in: n / 17,
+                    broker_messages_out: n / 19,
+                    slow_clients_dropped: n / 23,
+                }),
+            }
+        ),
+        (any::<u64>(), any_name(), any_id(), any_subscription(), any_name()).prop_map(
+            |(req, broker, id, sub, to)| Frame::Report {
+                req,
+                report: Report::Routes(RoutesReport {
+                    broker: broker.clone(),
+                    neighbours: vec![to.clone()],
+                    srt: Vec::new(),
+                    srt_total: 0,
+                    prt: vec![RouteEntry {
+                        id,
+                        text: sub.to_string(),
+                        from: "client 1".into(),
+                        to: vec![to]
+                    }],
+                    prt_total: 1,
+                }),
+            }
+        ),
     ]
     .boxed()
 }

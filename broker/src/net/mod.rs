@@ -1,5 +1,5 @@
-//! The I/O shell around the router: a QUIC endpoint, one task per client connection that
-//! only frames and decodes, and one task that owns the [`Router`] and is fed events over a
+//! The I/O shell around the router: a QUIC endpoint, one task per connection that only
+//! frames and decodes, and one task that owns the [`Router`] and is fed events over a
 //! bounded channel.
 //!
 //! Neighbour links use the same framing: the dialling broker says hello with
@@ -7,16 +7,32 @@
 //! coming up or going down is a `NeighbourUp`/`NeighbourDown` for the router, which
 //! re-synchronises advertisements and subscriptions; a dialled link that drops is dialled
 //! again with backoff (0.1 s doubling to 5 s).
+//!
+//! Trust (see [`tls`]): a neighbour is verified against `peer_certs`, the federation CA,
+//! and, for a neighbour on a loopback address, the certificate its broker left in the
+//! local registry ([`padres_transport::local`]). With a federation CA, links are mutual
+//! TLS and a broker's hello without a certificate from the CA is refused.
+//!
+//! Slow clients: what waits for a client is counted in (estimated) bytes; a client whose
+//! backlog passes `limits.max_queued_bytes_per_client` is disconnected with that reason,
+//! so one reader that stops never holds up the router or anyone else.
 
 pub mod cert;
+mod tls;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use padres_lang::wire::codec::FrameReader;
-use padres_lang::wire::{self, BrokerMessage, ErrorCode, Frame, PROTOCOL_VERSION, Role};
-use padres_lang::{Message, Name};
+use padres_lang::wire::{
+    BrokerMessage, BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RouteEntry,
+    RoutesReport,
+};
+use padres_lang::{Message, Name, Publication, Value};
+use padres_transport::{read_frame, write_frame};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
@@ -30,8 +46,8 @@ pub enum ServeError {
     #[error(transparent)]
     Cert(#[from] cert::CertError),
     /// TLS configuration.
-    #[error("TLS: {0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] padres_transport::TlsError),
     /// The configuration is not valid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
@@ -45,11 +61,24 @@ pub enum ServeError {
     },
 }
 
+/// What waits to be written to one client, with its estimated size in bytes.
+type ClientQueue = mpsc::UnboundedSender<(Frame, usize)>;
+
+/// A connected client as the router task sees it.
+#[derive(Debug)]
+struct ClientHandle {
+    queue: ClientQueue,
+    /// Estimated bytes queued and not yet written.
+    queued: Arc<AtomicUsize>,
+    connection: quinn::Connection,
+}
+
 /// What connection tasks tell the router task.
 #[derive(Debug)]
 enum Event {
-    Connected(ClientId, mpsc::Sender<Frame>),
+    Connected(ClientId, ClientHandle),
     Request(ClientId, u64, Message),
+    Query(ClientId, u64, Query),
     Gone(ClientId),
     /// A link to neighbour `Name` is up (the number tells links to the same peer apart).
     LinkUp(Name, u64, mpsc::Sender<Frame>),
@@ -60,8 +89,11 @@ enum Event {
 /// Frames waiting on one neighbour link before it is dropped and re-synchronised.
 const LINK_QUEUE: usize = 65_536;
 
-/// Frames waiting for one slow client before it is cut off.
-const CLIENT_QUEUE: usize = 4096;
+/// QUIC close code for a client cut off because it did not keep up.
+const CLOSE_TOO_SLOW: u32 = 2;
+
+/// Most rows of each table a routes report carries, whatever is asked.
+const MAX_ROUTES_LISTED: u32 = 10_000;
 
 /// Runs the broker until Ctrl-C or SIGTERM. Prints `listening on quic://ADDR` once bound.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
@@ -76,13 +108,21 @@ pub async fn serve_until(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     config.validate()?;
-    let (cert, key) = cert::load_or_create(&config.data_dir, std::slice::from_ref(&config.name))?;
-    let server_config =
-        quinn::ServerConfig::with_single_cert(vec![cert], key).map_err(|e| ServeError::Tls(e.to_string()))?;
+    let identity = cert::identity(&config)?;
+    let fed_ca = config.federation_ca.clone().map(|ca| vec![ca]);
+    let server_config = padres_transport::tls::server_config(&identity.tls, fed_ca.as_deref())?;
     let endpoint = quinn::Endpoint::server(server_config, config.listen)
         .map_err(|source| ServeError::Listen { addr: config.listen, source })?;
     let addr = endpoint.local_addr().map_err(|source| ServeError::Listen { addr: config.listen, source })?;
-    tracing::info!(broker = %config.name, %addr, "listening");
+    let incarnation = cert::next_incarnation(&config.data_dir)?;
+    let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
+        Ok(path) => Some(path),
+        Err(error) => {
+            tracing::warn!(%error, "cannot register the certificate for local clients");
+            None
+        }
+    };
+    tracing::info!(broker = %config.name, %addr, incarnation, "listening");
     println!("padres-broker {} listening on quic://{addr}", config.name);
     if let Some(bound) = bound {
         let _ = bound.send(addr);
@@ -91,51 +131,56 @@ pub async fn serve_until(
 
     let invalid = |why: String| ServeError::Config(crate::config::ConfigError::Invalid(why));
     let name = Name::new(&config.name).map_err(|e| invalid(format!("name: {e}")))?;
-    let router = Router::with_options(name.clone(), config.router_options()).map_err(invalid)?;
+    let mut options = config.router_options();
+    options.incarnation = incarnation;
+    let router = Router::with_options(name.clone(), options).map_err(invalid)?;
     let (events, inbox) = mpsc::channel(1024);
-    let router_task = tokio::spawn(run_router(router, inbox));
-    let max_frame = config.limits.max_frame_bytes;
-    let mut roots = quinn::rustls::RootCertStore::empty();
-    for path in &config.peer_certs {
-        use quinn::rustls::pki_types::pem::PemObject;
-        let cert = quinn::rustls::pki_types::CertificateDer::from_pem_file(path)
-            .map_err(|e| ServeError::Tls(format!("{}: {e}", path.display())))?;
-        roots.add(cert).map_err(|e| ServeError::Tls(format!("{}: {e}", path.display())))?;
-    }
-    let client_config = if config.neighbors.is_empty() {
-        None
-    } else {
-        Some(
-            quinn::ClientConfig::with_root_certificates(std::sync::Arc::new(roots))
-                .map_err(|e| ServeError::Tls(e.to_string()))?,
-        )
+    let limits = Limits {
+        max_frame: config.limits.max_frame_bytes,
+        max_queued: config.limits.max_queued_bytes_per_client,
+        require_broker_cert: config.federation_ca.is_some(),
     };
-    let link_ids = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let router_task = tokio::spawn(run_router(router, inbox, limits));
+    let dialer = tls::Dialer::new(&config, &identity.tls);
+    if config.insecure && !config.neighbors.is_empty() {
+        tracing::warn!("INSECURE: neighbours' certificates are not verified; anyone can pose as a neighbour");
+        eprintln!(
+            "padres-broker: WARNING: --insecure: neighbour certificates are NOT verified (development only)"
+        );
+    }
+    let link_ids = Arc::new(AtomicU64::new(1));
     for uri in &config.neighbors {
-        let Some(client_config) = client_config.clone() else { break };
         let neighbor = crate::config::parse_neighbor(uri)?;
         tokio::spawn(dial(
             endpoint.clone(),
-            client_config,
+            dialer.clone(),
             neighbor,
             name.clone(),
             events.clone(),
             link_ids.clone(),
-            max_frame,
+            limits,
         ));
     }
+    let open = Arc::new(AtomicUsize::new(0));
     let mut next_client: ClientId = 0;
     loop {
         tokio::select! {
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
+                if open.load(Ordering::Relaxed) >= config.limits.max_connections {
+                    tracing::warn!(peer = %incoming.remote_address(), "connection refused: limits.max_connections reached");
+                    incoming.refuse();
+                    continue;
+                }
                 next_client += 1;
+                let guard = OpenGuard::new(open.clone());
                 let events = events.clone();
                 let id = next_client;
                 let broker = name.clone();
                 let link_ids = link_ids.clone();
                 tokio::spawn(async move {
-                    if let Err(error) = connection(incoming, id, &broker, events, &link_ids, max_frame).await {
+                    let _guard = guard;
+                    if let Err(error) = connection(incoming, id, &broker, events, &link_ids, limits).await {
                         tracing::debug!(client = id, %error, "connection ended");
                     }
                 });
@@ -148,9 +193,37 @@ pub async fn serve_until(
     }
     endpoint.close(0_u32.into(), b"broker shutting down");
     drop(events);
-    endpoint.wait_idle().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
     router_task.abort();
+    if registered.is_some() {
+        padres_transport::local::unregister(addr.port(), identity.pem.as_bytes());
+    }
     Ok(())
+}
+
+/// What every connection task needs to know of the configuration.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    max_frame: usize,
+    max_queued: usize,
+    require_broker_cert: bool,
+}
+
+/// Counts a connection as open while it lives.
+#[derive(Debug)]
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenGuard {
+    fn new(open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(open)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 async fn shutdown_signal() {
@@ -170,20 +243,62 @@ async fn shutdown_signal() {
     }
 }
 
+/// A rough size of a notification on the wire, for the slow-client limit: cheap to
+/// compute in the router task, within a small factor of the encoded size.
+fn estimated_size(subs: usize, publication: &Publication) -> usize {
+    let attrs: usize = publication
+        .attrs()
+        .iter()
+        .map(|(name, value)| {
+            name.as_str().len()
+                + match value {
+                    Value::Str(s) => s.len() + 2,
+                    _ => 9,
+                }
+        })
+        .sum();
+    16 + 16 * subs + attrs + publication.payload().map_or(0, |p| p.len())
+}
+
+/// Counters kept by the router task for `broker stats`.
+#[derive(Debug, Default)]
+struct Counters {
+    client_requests: u64,
+    publications_in: u64,
+    notifications_out: u64,
+    broker_messages_in: u64,
+    broker_messages_out: u64,
+    slow_clients_dropped: u64,
+}
+
 /// The one owner of the routing state.
-async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>) {
+async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>, limits: Limits) {
     let start = Instant::now();
-    let mut clients: HashMap<ClientId, mpsc::Sender<Frame>> = HashMap::new();
+    let mut clients: HashMap<ClientId, ClientHandle> = HashMap::new();
     let mut links: HashMap<Name, (u64, mpsc::Sender<Frame>)> = HashMap::new();
+    let mut counters = Counters::default();
     let mut out = Vec::new();
     while let Some(event) = inbox.recv().await {
         let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
         match event {
-            Event::Connected(id, tx) => {
-                clients.insert(id, tx);
+            Event::Connected(id, handle) => {
+                clients.insert(id, handle);
             }
             Event::Request(client, req, message) => {
+                counters.client_requests += 1;
+                if matches!(message, Message::Publish(_)) {
+                    counters.publications_in += 1;
+                }
                 router.handle(now, Input::Client { client, req, message }, &mut out);
+            }
+            Event::Query(client, req, query) => {
+                let report = match query {
+                    Query::Stats => Report::Stats(stats(&router, &counters, clients.len(), &links, now)),
+                    Query::Routes { limit } => Report::Routes(routes(&router, limit)),
+                };
+                if let Some(handle) = clients.get(&client) {
+                    let _ = handle.queue.send((Frame::Report { req, report }, 0));
+                }
             }
             Event::Gone(id) => {
                 clients.remove(&id);
@@ -195,7 +310,8 @@ async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>) {
                 router.handle(now, Input::NeighbourUp(peer), &mut out);
             }
             Event::FromBroker(from, message) => {
-                tracing::debug!(%from, ?message, "from neighbour");
+                counters.broker_messages_in += 1;
+                tracing::trace!(%from, ?message, "from neighbour");
                 router.handle(now, Input::Broker { from, message }, &mut out);
             }
             Event::LinkDown(peer, link) => {
@@ -209,19 +325,23 @@ async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>) {
         }
         let mut slow = Vec::new();
         for output in out.drain(..) {
-            let (client, frame) = match output {
+            let (client, frame, size) = match output {
                 Output::Reply { client, req, result } => (
                     client,
                     match result {
                         Ok(id) => Frame::Ok { req, id },
                         Err((code, message)) => Frame::Error { req: Some(req), code, message },
                     },
+                    0,
                 ),
                 Output::Notify { client, subs, publication } => {
-                    (client, Frame::Notification { subs, publication })
+                    counters.notifications_out += 1;
+                    let size = estimated_size(subs.len(), &publication);
+                    (client, Frame::Notification { subs, publication }, size)
                 }
                 Output::ToBroker { to, message } => {
-                    tracing::debug!(%to, ?message, "to neighbour");
+                    counters.broker_messages_out += 1;
+                    tracing::trace!(%to, ?message, "to neighbour");
                     if let Some((_, tx)) = links.get(&to) {
                         if tx.try_send(Frame::Broker(message)).is_err() {
                             // The link cannot keep up: drop it; the router re-synchronises
@@ -233,84 +353,159 @@ async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>) {
                     continue;
                 }
             };
-            if let Some(tx) = clients.get(&client) {
-                if tx.try_send(frame).is_err() {
+            if let Some(handle) = clients.get(&client) {
+                let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
+                if queued > limits.max_queued || handle.queue.send((frame, size)).is_err() {
                     slow.push(client);
                 }
             }
         }
         for client in slow {
             // A client that does not keep up is cut off rather than slowing everyone.
+            let Some(handle) = clients.remove(&client) else { continue };
+            counters.slow_clients_dropped += 1;
             tracing::warn!(client, "client too slow, disconnecting");
-            clients.remove(&client);
-            router.handle(0, Input::ClientGone(client), &mut out);
-            out.clear();
+            let reason = format!(
+                "too slow: more than {} bytes of notifications waited for this client (limits.max_queued_bytes_per_client)",
+                limits.max_queued
+            );
+            handle.connection.close(CLOSE_TOO_SLOW.into(), reason.as_bytes());
+            router.handle(now, Input::ClientGone(client), &mut out);
+            out.retain(|o| !matches!(o, Output::Notify { .. } | Output::Reply { .. }));
+            for output in out.drain(..) {
+                if let Output::ToBroker { to, message } = output {
+                    if let Some((_, tx)) = links.get(&to) {
+                        let _ = tx.try_send(Frame::Broker(message));
+                    }
+                }
+            }
         }
     }
 }
 
-/// Reads frames from `recv` until one is whole.
-async fn read_frame(recv: &mut quinn::RecvStream, reader: &mut FrameReader) -> Result<Option<Frame>, String> {
-    let mut buf = [0_u8; 16 * 1024];
-    loop {
-        match reader.next_frame() {
-            Ok(Some(frame)) => return Ok(Some(frame)),
-            Ok(None) => {}
-            Err(e) => return Err(e.to_string()),
-        }
-        match recv.read(&mut buf).await {
-            Ok(Some(n)) => reader.push(&buf[..n]),
-            Ok(None) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
-        }
+fn stats(
+    router: &Router,
+    counters: &Counters,
+    clients: usize,
+    links: &HashMap<Name, (u64, mpsc::Sender<Frame>)>,
+    now: u64,
+) -> BrokerStats {
+    let (advertisements, subscriptions) = router.table_sizes();
+    let mut neighbours: Vec<Name> = links.keys().cloned().collect();
+    neighbours.sort();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    BrokerStats {
+        broker: router.name().clone(),
+        uptime_ms: now,
+        clients: count(clients),
+        neighbours,
+        advertisements: count(advertisements),
+        subscriptions: count(subscriptions),
+        client_requests: counters.client_requests,
+        publications_in: counters.publications_in,
+        notifications_out: counters.notifications_out,
+        broker_messages_in: counters.broker_messages_in,
+        broker_messages_out: counters.broker_messages_out,
+        slow_clients_dropped: counters.slow_clients_dropped,
     }
 }
 
-async fn write_frame(send: &mut quinn::SendStream, frame: &Frame, max_frame: usize) -> Result<(), String> {
-    let mut bytes = Vec::new();
-    wire::encode(frame, max_frame, &mut bytes).map_err(|e| e.to_string())?;
-    send.write_all(&bytes).await.map_err(|e| e.to_string())
+fn routes(router: &Router, limit: u32) -> RoutesReport {
+    let limit = usize::try_from(limit.min(MAX_ROUTES_LISTED)).unwrap_or(usize::MAX);
+    let tables = router.routes();
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    RoutesReport {
+        broker: router.name().clone(),
+        neighbours: tables.neighbours,
+        srt_total: count(tables.srt.len()),
+        srt: tables
+            .srt
+            .into_iter()
+            .take(limit)
+            .map(|(id, text, from)| RouteEntry { id, text, from: from.to_string(), to: Vec::new() })
+            .collect(),
+        prt_total: count(tables.prt.len()),
+        prt: tables
+            .prt
+            .into_iter()
+            .take(limit)
+            .map(|(id, text, from, to)| RouteEntry { id, text, from: from.to_string(), to })
+            .collect(),
+    }
 }
 
-/// One client connection: handshake, then requests in and frames out.
+/// One incoming connection: handshake, then a client session or a neighbour link.
 async fn connection(
     incoming: quinn::Incoming,
     id: ClientId,
     broker: &Name,
     events: mpsc::Sender<Event>,
-    link_ids: &std::sync::atomic::AtomicU64,
-    max_frame: usize,
+    link_ids: &AtomicU64,
+    limits: Limits,
 ) -> Result<(), String> {
+    let max_frame = limits.max_frame;
     let connection = incoming.await.map_err(|e| e.to_string())?;
     let (mut send, mut recv) = connection.accept_bi().await.map_err(|e| e.to_string())?;
     let mut reader = FrameReader::new(max_frame);
-    match read_frame(&mut recv, &mut reader).await? {
-        Some(Frame::Hello { version, role: Role::Broker, name }) if version == PROTOCOL_VERSION => {
-            let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
-            write_frame(&mut send, &welcome, max_frame).await?;
-            let link = link_ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return run_link(send, recv, reader, name, link, events, max_frame).await;
-        }
-        Some(Frame::Hello { version, role: Role::Client, .. }) if version == PROTOCOL_VERSION => {
-            let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
-            write_frame(&mut send, &welcome, max_frame).await?;
-        }
-        Some(Frame::Hello { version, .. }) => {
+    let refuse = |code, message: String| Frame::Error { req: None, code, message };
+    let hello = read_frame(&mut recv, &mut reader).await;
+    match hello {
+        Ok(Some(Frame::Hello { version, .. })) if version != PROTOCOL_VERSION => {
             let message =
                 format!("protocol version {version} is not supported; this broker speaks {PROTOCOL_VERSION}");
-            let error = Frame::Error { req: None, code: ErrorCode::VersionMismatch, message };
-            write_frame(&mut send, &error, max_frame).await?;
+            write_frame(&mut send, &refuse(ErrorCode::VersionMismatch, message), max_frame)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = send.finish();
             return Ok(());
         }
-        _ => return Err("no Hello".to_owned()),
+        Ok(Some(Frame::Hello { role: Role::Broker, name, .. })) => {
+            if limits.require_broker_cert && !padres_transport::tls::peer_has_certificate(&connection) {
+                tracing::warn!(peer = %name, "broker refused: no certificate from the federation CA");
+                let message =
+                    "this federation requires brokers to present a certificate issued by its CA".to_owned();
+                write_frame(&mut send, &refuse(ErrorCode::Forbidden, message), max_frame)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = send.finish();
+                return Ok(());
+            }
+            let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
+            write_frame(&mut send, &welcome, max_frame).await.map_err(|e| e.to_string())?;
+            let link = link_ids.fetch_add(1, Ordering::Relaxed);
+            return run_link(send, recv, reader, name, link, events, max_frame).await;
+        }
+        Ok(Some(Frame::Hello { role: Role::Client, .. })) => {
+            let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
+            write_frame(&mut send, &welcome, max_frame).await.map_err(|e| e.to_string())?;
+        }
+        Ok(other) => {
+            let message = format!("the first frame must be Hello, not {other:?}");
+            let _ = write_frame(&mut send, &refuse(ErrorCode::BadRequest, message.clone()), max_frame).await;
+            let _ = send.finish();
+            return Err(message);
+        }
+        Err(why) => {
+            let message = format!("invalid input: {why}");
+            let _ = write_frame(&mut send, &refuse(ErrorCode::BadRequest, message.clone()), max_frame).await;
+            let _ = send.finish();
+            return Err(message);
+        }
     }
-    let (tx, mut rx) = mpsc::channel(CLIENT_QUEUE);
-    events.send(Event::Connected(id, tx)).await.map_err(|e| e.to_string())?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection: connection.clone() };
+    events.send(Event::Connected(id, handle)).await.map_err(|e| e.to_string())?;
     let result = loop {
         tokio::select! {
             frame = read_frame(&mut recv, &mut reader) => match frame {
                 Ok(Some(Frame::Request { req, message })) => {
                     if events.send(Event::Request(id, req, message)).await.is_err() {
+                        break Ok(());
+                    }
+                }
+                Ok(Some(Frame::Query { req, query })) => {
+                    if events.send(Event::Query(id, req, query)).await.is_err() {
                         break Ok(());
                     }
                 }
@@ -322,19 +517,29 @@ async fn connection(
                 }
                 Err(why) => {
                     // Undecodable input: say why, then close; other clients are unaffected.
-                    let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message: why.clone() };
+                    let message = format!("invalid input, closing: {why}");
+                    let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message: message.clone() };
                     let _ = write_frame(&mut send, &error, max_frame).await;
-                    break Err(why);
+                    break Err(message);
                 }
             },
             frame = rx.recv() => match frame {
-                Some(frame) => write_frame(&mut send, &frame, max_frame).await?,
+                Some((frame, size)) => {
+                    let written = write_frame(&mut send, &frame, max_frame).await;
+                    queued.fetch_sub(size, Ordering::Relaxed);
+                    if let Err(why) = written {
+                        break Err(why.to_string());
+                    }
+                }
                 None => break Ok(()),
             },
         }
     };
     let _ = events.send(Event::Gone(id)).await;
     let _ = send.finish();
+    // Give the last frames (an error's explanation) a moment to leave before the
+    // connection is dropped.
+    let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
     result
 }
 
@@ -342,17 +547,17 @@ async fn connection(
 /// backoff when it drops.
 async fn dial(
     endpoint: quinn::Endpoint,
-    config: quinn::ClientConfig,
+    dialer: tls::Dialer,
     neighbor: crate::config::NeighborAddr,
     me: Name,
     events: mpsc::Sender<Event>,
-    link_ids: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    max_frame: usize,
+    link_ids: Arc<AtomicU64>,
+    limits: Limits,
 ) {
-    let mut backoff = std::time::Duration::from_millis(100);
+    let mut backoff = Duration::from_millis(100);
     loop {
-        match dial_once(&endpoint, &config, &neighbor, &me, &events, &link_ids, max_frame).await {
-            Ok(()) => backoff = std::time::Duration::from_millis(100),
+        match dial_once(&endpoint, &dialer, &neighbor, &me, &events, &link_ids, limits.max_frame).await {
+            Ok(()) => backoff = Duration::from_millis(100),
             Err(error) => {
                 tracing::debug!(host = %neighbor.host, port = neighbor.port, %error, "neighbour unreachable");
             }
@@ -361,17 +566,17 @@ async fn dial(
             return;
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
 async fn dial_once(
     endpoint: &quinn::Endpoint,
-    config: &quinn::ClientConfig,
+    dialer: &tls::Dialer,
     neighbor: &crate::config::NeighborAddr,
     me: &Name,
     events: &mpsc::Sender<Event>,
-    link_ids: &std::sync::atomic::AtomicU64,
+    link_ids: &AtomicU64,
     max_frame: usize,
 ) -> Result<(), String> {
     let addr = tokio::net::lookup_host((neighbor.host.as_str(), neighbor.port))
@@ -379,20 +584,25 @@ async fn dial_once(
         .map_err(|e| e.to_string())?
         .next()
         .ok_or("no address")?;
+    let config = dialer.client_config(addr).map_err(|e| e.to_string())?;
     let connection = endpoint
-        .connect_with(config.clone(), addr, &neighbor.host)
+        .connect_with(config, addr, &neighbor.host)
         .map_err(|e| e.to_string())?
         .await
         .map_err(|e| e.to_string())?;
     let (mut send, mut recv) = connection.open_bi().await.map_err(|e| e.to_string())?;
     let hello = Frame::Hello { version: PROTOCOL_VERSION, role: Role::Broker, name: me.clone() };
-    write_frame(&mut send, &hello, max_frame).await?;
+    write_frame(&mut send, &hello, max_frame).await.map_err(|e| e.to_string())?;
     let mut reader = FrameReader::new(max_frame);
-    let peer = match read_frame(&mut recv, &mut reader).await? {
+    let peer = match read_frame(&mut recv, &mut reader).await.map_err(|e| e.to_string())? {
         Some(Frame::Welcome { broker, .. }) => broker,
+        Some(Frame::Error { code, message, .. }) => {
+            tracing::warn!(host = %neighbor.host, port = neighbor.port, ?code, %message, "neighbour refused the link");
+            return Err(message);
+        }
         other => return Err(format!("unexpected answer to hello: {other:?}")),
     };
-    let link = link_ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let link = link_ids.fetch_add(1, Ordering::Relaxed);
     run_link(send, recv, reader, peer, link, events.clone(), max_frame).await
 }
 
@@ -418,12 +628,12 @@ async fn run_link(
                 }
                 Ok(Some(Frame::Bye { .. }) | None) => break Ok(()),
                 Ok(Some(other)) => break Err(format!("unexpected frame on a broker link: {other:?}")),
-                Err(why) => break Err(why),
+                Err(why) => break Err(why.to_string()),
             },
             frame = rx.recv() => match frame {
                 Some(frame) => {
                     if let Err(why) = write_frame(&mut send, &frame, max_frame).await {
-                        break Err(why);
+                        break Err(why.to_string());
                     }
                 }
                 None => break Ok(()),

@@ -191,6 +191,9 @@ pub struct Options {
     /// Which life of this broker this is (e.g. its start time): the high half of every
     /// id it assigns, so ids of an earlier life never come back.
     pub incarnation: u32,
+    /// Most subscriptions one client may hold (`None`: no limit); one more is refused
+    /// with [`ErrorCode::LimitExceeded`].
+    pub max_subscriptions_per_client: Option<usize>,
 }
 
 /// Subscription covering (see the module docs).
@@ -235,6 +238,7 @@ pub struct Router {
     /// travelling round a loop are not installed again.
     withdrawn: HashSet<MessageId>,
     seq: u64,
+    max_subs_per_client: usize,
     neighbours: BTreeSet<Name>,
     clients: HashMap<ClientId, ClientState>,
     advs: HashMap<MessageId, AdvEntry>,
@@ -266,6 +270,7 @@ impl Router {
 
     fn build(name: Name, options: Options) -> Self {
         Self {
+            max_subs_per_client: options.max_subscriptions_per_client.unwrap_or(usize::MAX),
             seq: u64::from(options.incarnation) << 32,
             withdrawn: HashSet::new(),
             name,
@@ -299,6 +304,11 @@ impl Router {
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
         }
+    }
+
+    /// How many advertisements and subscriptions the tables hold.
+    pub fn table_sizes(&self) -> (usize, usize) {
+        (self.advs.len(), self.subs.len())
     }
 
     /// A copy of the routing tables, sorted.
@@ -335,6 +345,17 @@ impl Router {
                 self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), 0, out);
                 self.clients.entry(client).or_default().advs.insert(id.clone());
                 Ok(Some(id))
+            }
+            Message::Subscribe(_)
+                if self.clients.get(&client).is_some_and(|c| c.subs.len() >= self.max_subs_per_client) =>
+            {
+                Err((
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "this client holds {} subscriptions, the most this broker allows: unsubscribe first",
+                        self.max_subs_per_client
+                    ),
+                ))
             }
             Message::Subscribe(sub) => {
                 let id = self.next_id();

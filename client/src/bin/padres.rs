@@ -8,12 +8,18 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use padres_client::check::{Checked, check_line, default_parser, render_error};
-use padres_client::{Client, ClientError};
+use padres_client::{Client, ClientError, Connect, Trust};
 
-/// The padres-rs command-line tool: publish, subscribe and check messages.
+/// The padres-rs command-line tool: publish, subscribe, script a client, inspect brokers,
+/// and check messages.
 ///
 /// Messages use the PADRES text syntax, e.g. subscription [class,eq,'stock'],[price,>,100]
 /// and publication [class,'stock'],[price,120]. `padres check` explains the syntax.
+///
+/// Every command that talks to a broker takes --broker quic://HOST:PORT (default
+/// quic://127.0.0.1:7700) and --ca FILE: the broker's cert.pem or the federation CA. For a
+/// broker on this machine --ca can be left out: the broker registered its certificate
+/// locally and it is verified against that.
 #[derive(Debug, Parser)]
 #[command(name = "padres", version)]
 struct Cli {
@@ -51,6 +57,42 @@ enum Command {
         #[command(flatten)]
         broker: BrokerArgs,
     },
+    /// Advertise, and hold the advertisement until Ctrl-C or --hold SECS pass (a broker
+    /// withdraws a client's advertisements when it disconnects).
+    Adv {
+        /// The advertisement, e.g. "[class,eq,'stock'],[price,>,0]".
+        advertisement: String,
+        /// Seconds to hold it; forever when left out.
+        #[arg(long, value_name = "SECS")]
+        hold: Option<f64>,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// A scripted client: commands on standard input, one JSON object per line out.
+    ///
+    /// Commands, one per line:
+    ///   a ADV          advertise              s SUB          subscribe
+    ///   cs COMPOSITE   composite subscribe    p PUB          publish
+    ///   unsub ID       unsubscribe            unadv ID       unadvertise
+    ///   sleep MILLIS   wait, printing notifications meanwhile
+    ///   quit           end (so does the end of input)
+    /// Output lines:
+    ///   {"type":"reply","op":"s","id":"B1/1","line":2}
+    ///   {"type":"notification","sub":"B1/1","subs":["B1/1"],"attrs":{"class":"stock","price":100}}
+    ///   {"type":"error","line":3,"message":"..."}
+    /// Blank lines and lines starting with '#' are skipped; an error answers its line and
+    /// the session goes on. Example:
+    ///   printf "s [class,eq,'stock']\nsleep 5000\n" | padres session
+    #[command(verbatim_doc_comment)]
+    Session {
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Inspect a broker: its counters or its routing tables.
+    Broker {
+        #[command(subcommand)]
+        command: BrokerCommand,
+    },
     /// Publish publications (advertising first with --advertise).
     Pub {
         /// Publications, e.g. "[class,'stock'],[price,120]".
@@ -73,15 +115,44 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum BrokerCommand {
+    /// Counters: clients, neighbours, table sizes, messages in and out.
+    Stats {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Neighbours and routing tables: advertisements (SRT) and subscriptions (PRT), each
+    /// with the hop it came from (and, for subscriptions, the brokers it went to).
+    Routes {
+        /// Most rows listed per table.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+}
+
 /// Where the broker is and how to trust it.
 #[derive(Debug, Args)]
 struct BrokerArgs {
     /// The broker, quic://HOST:PORT.
     #[arg(long, value_name = "URI", default_value = "quic://127.0.0.1:7700")]
     broker: String,
-    /// The broker's certificate (PEM) to trust: its data dir's cert.pem.
-    #[arg(long, value_name = "FILE", default_value = "padres-data/cert.pem")]
-    ca: PathBuf,
+    /// Certificate (PEM) to trust: the broker's cert.pem or the federation CA. Left out,
+    /// a broker on this machine is trusted through the certificate it registered locally.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// Do not verify the broker's certificate. DEVELOPMENT ONLY: anyone can pose as the
+    /// broker.
+    #[arg(long, conflicts_with = "ca")]
+    insecure: bool,
     /// This client's name, as the broker logs it.
     #[arg(long, default_value = "padres")]
     name: String,
@@ -97,7 +168,16 @@ impl BrokerArgs {
             .map_err(|e| format!("cannot resolve {rest}: {e}"))?
             .next()
             .ok_or_else(|| format!("no address for {rest}"))?;
-        Client::connect(addr, host, &self.ca, &self.name).await.map_err(|e| e.to_string())
+        let mut connect = Connect::new(addr).server_name(host).name(&self.name);
+        if self.insecure {
+            eprintln!(
+                "padres: WARNING: --insecure: the broker's certificate is NOT verified (development only)"
+            );
+            connect = connect.trust(Trust::Insecure);
+        } else if let Some(ca) = &self.ca {
+            connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
+        }
+        connect.connect().await.map_err(|e| e.to_string())
     }
 }
 
@@ -114,6 +194,18 @@ fn main() -> ExitCode {
             .and_then(|rt| rt.block_on(publish(&publications, advertise.as_deref(), &broker))),
         Command::Ping { wait, broker } => {
             runtime().map_err(|e| e.to_string()).and_then(|rt| rt.block_on(ping(wait, &broker)))
+        }
+        Command::Adv { advertisement, hold, broker } => runtime()
+            .map_err(|e| e.to_string())
+            .and_then(|rt| rt.block_on(adv(&advertisement, hold, &broker))),
+        Command::Session { broker } => runtime().map_err(|e| e.to_string()).and_then(|rt| {
+            rt.block_on(async {
+                let client = broker.connect().await?;
+                padres_client::session::run(client).await.map_err(|e| format!("standard input: {e}"))
+            })
+        }),
+        Command::Broker { command } => {
+            runtime().map_err(|e| e.to_string()).and_then(|rt| rt.block_on(inspect(command)))
         }
     };
     match outcome {
@@ -142,6 +234,74 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
             println!("{publication}");
         }
         seen += 1;
+    }
+    Ok(())
+}
+
+async fn adv(advertisement: &str, hold: Option<f64>, broker: &BrokerArgs) -> Result<(), String> {
+    let client = broker.connect().await?;
+    let id = client
+        .send(&format!("a {advertisement}"))
+        .await
+        .map_err(|e| format!("advertisement refused: {e}"))?;
+    if let Some(id) = id {
+        println!("advertised as {id}");
+    }
+    match hold {
+        Some(secs) => tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))).await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    Ok(())
+}
+
+async fn inspect(command: BrokerCommand) -> Result<(), String> {
+    match command {
+        BrokerCommand::Stats { json, broker } => {
+            let stats = broker.connect().await?.stats().await.map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string(&stats).map_err(|e| e.to_string())?);
+            } else {
+                let neighbours: Vec<String> = stats.neighbours.iter().map(ToString::to_string).collect();
+                println!("broker               {}", stats.broker);
+                println!("uptime               {:.1} s", stats.uptime_ms as f64 / 1000.0);
+                println!("clients              {}", stats.clients);
+                println!("neighbours           {}", neighbours.join(" "));
+                println!("advertisements       {}", stats.advertisements);
+                println!("subscriptions        {}", stats.subscriptions);
+                println!("client requests      {}", stats.client_requests);
+                println!("publications in      {}", stats.publications_in);
+                println!("notifications out    {}", stats.notifications_out);
+                println!("broker messages in   {}", stats.broker_messages_in);
+                println!("broker messages out  {}", stats.broker_messages_out);
+                println!("slow clients dropped {}", stats.slow_clients_dropped);
+            }
+        }
+        BrokerCommand::Routes { limit, json, broker } => {
+            let routes = broker.connect().await?.routes(limit).await.map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string(&routes).map_err(|e| e.to_string())?);
+            } else {
+                let neighbours: Vec<String> = routes.neighbours.iter().map(ToString::to_string).collect();
+                println!("broker {}; neighbours: {}", routes.broker, neighbours.join(" "));
+                println!("SRT: {} advertisements", routes.srt_total);
+                for e in &routes.srt {
+                    println!("  {:<12} from {:<12} {}", e.id.to_string(), e.from, e.text);
+                }
+                println!("PRT: {} subscriptions", routes.prt_total);
+                for e in &routes.prt {
+                    let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();
+                    println!(
+                        "  {:<12} from {:<12} to [{}] {}",
+                        e.id.to_string(),
+                        e.from,
+                        to.join(" "),
+                        e.text
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }

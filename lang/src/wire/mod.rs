@@ -4,8 +4,10 @@
 //! [`Frame::Welcome`] or a [`Frame::Error`] with [`ErrorCode::VersionMismatch`]. A client
 //! then sends [`Frame::Request`]s, each with its own request number; the broker answers each
 //! with [`Frame::Ok`] (carrying the id it assigned, for adv/sub/cs) or [`Frame::Error`], and
-//! pushes [`Frame::Notification`]s for matching publications. Neighbour brokers say hello
-//! with [`Role::Broker`] and then exchange [`Frame::Broker`] routing traffic.
+//! pushes [`Frame::Notification`]s for matching publications. A client may also ask the
+//! broker about itself with a [`Frame::Query`], answered by a [`Frame::Report`] (or an
+//! error). Neighbour brokers say hello with [`Role::Broker`] and then exchange
+//! [`Frame::Broker`] routing traffic.
 //!
 //! On the wire a frame is a 4-byte big-endian length followed by that many bytes of
 //! bincode (see [`codec`]). Every message inside is validated as it is decoded, so an
@@ -180,4 +182,103 @@ pub enum Frame {
     },
     /// Routing traffic on a link between neighbour brokers.
     Broker(BrokerMessage),
+    /// A question about the broker itself, numbered like a request.
+    Query {
+        /// The client's request number.
+        req: u64,
+        /// What is asked.
+        query: Query,
+    },
+    /// The answer to a [`Frame::Query`].
+    Report {
+        /// The request number.
+        req: u64,
+        /// The answer.
+        report: Report,
+    },
+}
+
+/// What a client may ask a broker about itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// Counters: connections, table sizes, messages.
+    Stats,
+    /// The routing tables, at most `limit` entries of each.
+    Routes {
+        /// Most entries listed per table (the totals are always given).
+        limit: u32,
+    },
+}
+
+/// A broker's answer to a [`Query`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Report {
+    /// Answers [`Query::Stats`].
+    Stats(BrokerStats),
+    /// Answers [`Query::Routes`].
+    Routes(RoutesReport),
+}
+
+/// A broker's counters, since it started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerStats {
+    /// The broker's name.
+    pub broker: Name,
+    /// Milliseconds since it started.
+    pub uptime_ms: u64,
+    /// Clients connected now.
+    pub clients: u64,
+    /// Neighbour links up now.
+    #[serde(deserialize_with = "bounded::vec")]
+    pub neighbours: Vec<Name>,
+    /// Advertisements in the SRT.
+    pub advertisements: u64,
+    /// Subscriptions in the PRT.
+    pub subscriptions: u64,
+    /// Requests received from clients.
+    pub client_requests: u64,
+    /// Publications received from clients.
+    pub publications_in: u64,
+    /// Notifications sent to clients.
+    pub notifications_out: u64,
+    /// Messages received from neighbours.
+    pub broker_messages_in: u64,
+    /// Messages sent to neighbours.
+    pub broker_messages_out: u64,
+    /// Clients cut off because they did not read their notifications.
+    pub slow_clients_dropped: u64,
+}
+
+/// One row of a routing table, as text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteEntry {
+    /// The advertisement's or subscription's id.
+    pub id: MessageId,
+    /// The advertisement or subscription, in canonical text.
+    pub text: String,
+    /// The hop it came from: `client N` or `broker NAME`.
+    pub from: String,
+    /// Brokers it was forwarded to (subscriptions; empty for advertisements).
+    #[serde(deserialize_with = "bounded::vec")]
+    pub to: Vec<Name>,
+}
+
+/// A broker's routing tables.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutesReport {
+    /// The broker's name.
+    pub broker: Name,
+    /// Neighbour links up now.
+    #[serde(deserialize_with = "bounded::vec")]
+    pub neighbours: Vec<Name>,
+    /// Advertisements (the SRT), sorted by id, at most the asked limit.
+    #[serde(deserialize_with = "bounded::vec")]
+    pub srt: Vec<RouteEntry>,
+    /// How many advertisements there are in all.
+    pub srt_total: u64,
+    /// Subscriptions (the PRT), sorted by id, at most the asked limit.
+    #[serde(deserialize_with = "bounded::vec")]
+    pub prt: Vec<RouteEntry>,
+    /// How many subscriptions there are in all.
+    pub prt_total: u64,
 }

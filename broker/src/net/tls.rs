@@ -1,0 +1,50 @@
+//! How a broker trusts the neighbours it dials: their pinned certificates (`peer_certs`),
+//! the federation CA, and for a neighbour on this machine the certificate it registered
+//! locally; or nothing at all with `insecure`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use padres_transport::{Identity, Trust, local, tls};
+
+use crate::config::Config;
+
+/// Builds the TLS configuration for each dial.
+#[derive(Clone, Debug)]
+pub(super) struct Dialer {
+    insecure: bool,
+    roots: Vec<PathBuf>,
+    /// Presented to the neighbour when the federation uses mutual TLS.
+    identity: Option<Identity>,
+}
+
+impl Dialer {
+    pub(super) fn new(config: &Config, identity: &Identity) -> Self {
+        let mut roots = config.peer_certs.clone();
+        roots.extend(config.federation_ca.iter().cloned());
+        Self {
+            insecure: config.insecure,
+            roots,
+            identity: config.federation_ca.as_ref().map(|_| identity.clone()),
+        }
+    }
+
+    /// The configuration for dialling `addr`. Built per attempt, so that a local
+    /// neighbour's certificate registered after this broker started is found.
+    pub(super) fn client_config(&self, addr: SocketAddr) -> Result<quinn::ClientConfig, String> {
+        if self.insecure {
+            return tls::client_config(&Trust::Insecure, self.identity.as_ref()).map_err(|e| e.to_string());
+        }
+        let mut roots = self.roots.clone();
+        if addr.ip().is_loopback() {
+            roots.extend(local::lookup(addr.port()));
+        }
+        if roots.is_empty() {
+            return Err(format!(
+                "no certificate to trust for neighbour {addr}: give --peer-cert FILE (its cert.pem) or a \
+                 federation_ca, or start that broker on this machine so that it registers its certificate"
+            ));
+        }
+        tls::client_config(&Trust::Certificates(roots), self.identity.as_ref()).map_err(|e| e.to_string())
+    }
+}

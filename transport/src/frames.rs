@@ -1,0 +1,49 @@
+//! Frames on QUIC streams: [`read_frame`] buffers bytes into a [`FrameReader`] until a frame
+//! is whole; [`write_frame`] encodes and sends one.
+
+use padres_lang::wire::codec::FrameReader;
+use padres_lang::wire::{self, DecodeError, Frame};
+
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The peer sent bytes that are not a valid frame (or one over the size limit).
+    #[error(transparent)]
+    Invalid(#[from] DecodeError),
+    /// The frame to send cannot be encoded (too large, say).
+    #[error(transparent)]
+    Encode(#[from] wire::EncodeError),
+    /// The stream failed.
+    #[error("stream: {0}")]
+    Stream(String),
+}
+
+/// The next frame from `recv`, or `None` once the peer has finished the stream.
+pub async fn read_frame(
+    recv: &mut quinn::RecvStream,
+    reader: &mut FrameReader,
+) -> Result<Option<Frame>, FrameError> {
+    let mut buf = [0_u8; 16 * 1024];
+    loop {
+        if let Some(frame) = reader.next_frame()? {
+            return Ok(Some(frame));
+        }
+        match recv.read(&mut buf).await {
+            Ok(Some(n)) => reader.push(&buf[..n]),
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(FrameError::Stream(e.to_string())),
+        }
+    }
+}
+
+/// Encodes `frame` (at most `max_frame` bytes) and writes it to `send`.
+pub async fn write_frame(
+    send: &mut quinn::SendStream,
+    frame: &Frame,
+    max_frame: usize,
+) -> Result<(), FrameError> {
+    let mut bytes = Vec::new();
+    wire::encode(frame, max_frame, &mut bytes)?;
+    send.write_all(&bytes).await.map_err(|e| FrameError::Stream(e.to_string()))
+}

@@ -1,0 +1,15 @@
+//! padres-transport: what brokers and clients share on the network, below routing.
+//!
+//! - [`frames`]: reading and writing [`Frame`](padres_lang::Frame)s on QUIC streams with the
+//!   codec of `padres-lang` (which stays free of I/O).
+//! - [`tls`]: trust (certificate files, or `--insecure`), identities, and the rustls
+//!   configurations that QUIC endpoints use.
+//! - [`local`]: the local broker registry, where a broker leaves its certificate so that
+//!   clients on the same machine find and verify it with no flags.
+
+pub mod frames;
+pub mod local;
+pub mod tls;
+
+pub use frames::{FrameError, read_frame, write_frame};
+pub use tls::{Identity, TlsError, Trust};
