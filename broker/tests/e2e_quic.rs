@@ -1,20 +1,26 @@
 //! Real `padres-broker` processes on loopback ports chosen at run time, and real clients
-//! over QUIC.
+//! over QUIC: delivery through chains and stars, clean-up, brokers killed and restarted,
+//! bad input, and mutual TLS between brokers.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use padres_client::{Client, ClientError};
-use padres_lang::wire::ErrorCode;
+use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader};
+use padres_lang::wire::{ErrorCode, Frame, PROTOCOL_VERSION, Role};
+use padres_lang::{Message, Name, Value};
+use padres_transport::{Trust, read_frame, tls, write_frame};
 
 /// A broker process, killed when dropped.
 struct Broker {
     child: Child,
     addr: SocketAddr,
     dir: PathBuf,
+    /// The flags it was started with (but --listen), to restart it the same way.
+    args: Vec<String>,
 }
 
 impl Drop for Broker {
@@ -25,22 +31,14 @@ impl Drop for Broker {
     }
 }
 
-fn start_broker(name: &str, test: &str) -> Broker {
-    start_linked_broker(name, test, None)
+fn data_dir(test: &str, name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("padres-e2e-{test}-{name}-{}", std::process::id()))
 }
 
-/// A broker that dials `neighbor` (trusting its certificate), if given.
-fn start_linked_broker(name: &str, test: &str, neighbor: Option<&Broker>) -> Broker {
-    let dir = std::env::temp_dir().join(format!("padres-e2e-{test}-{name}-{}", std::process::id()));
+/// Spawns a broker listening on `listen` and reads the address it prints.
+fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_padres-broker"));
-    command.args(["--name", name, "--listen", "127.0.0.1:0", "--data-dir"]).arg(&dir);
-    if let Some(n) = neighbor {
-        command
-            .arg("--neighbor")
-            .arg(format!("quic://{}", n.addr))
-            .arg("--peer-cert")
-            .arg(n.dir.join("cert.pem"));
-    }
+    command.args(["--listen", listen, "--data-dir"]).arg(dir).args(args);
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("broker starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
@@ -50,11 +48,99 @@ fn start_linked_broker(name: &str, test: &str, neighbor: Option<&Broker>) -> Bro
         .rsplit_once("quic://")
         .and_then(|(_, a)| a.parse().ok())
         .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Broker { child, addr, dir }
+    (child, addr)
+}
+
+/// A broker named `name` with extra flags.
+fn start_with(name: &str, test: &str, extra: &[String]) -> Broker {
+    let dir = data_dir(test, name);
+    let mut args = vec!["--name".to_owned(), name.to_owned()];
+    args.extend(extra.iter().cloned());
+    let (child, addr) = spawn(&dir, "127.0.0.1:0", &args);
+    Broker { child, addr, dir, args }
+}
+
+fn start_broker(name: &str, test: &str) -> Broker {
+    start_with(name, test, &[])
+}
+
+/// Flags that make a broker dial `neighbor`, trusting its certificate.
+fn neighbour_of(n: &Broker) -> Vec<String> {
+    vec![
+        "--neighbor".into(),
+        format!("quic://{}", n.addr),
+        "--peer-cert".into(),
+        n.dir.join("cert.pem").display().to_string(),
+    ]
+}
+
+/// A broker that dials `neighbor` (trusting its certificate), if given.
+fn start_linked_broker(name: &str, test: &str, neighbor: Option<&Broker>) -> Broker {
+    start_with(name, test, &neighbor.map(neighbour_of).unwrap_or_default())
+}
+
+impl Broker {
+    /// Kills the process (no clean shutdown) and starts it again on the same port with
+    /// the same data directory and flags.
+    fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, addr) = spawn(&self.dir, &self.addr.to_string(), &self.args);
+        assert_eq!(addr, self.addr);
+        self.child = child;
+    }
 }
 
 async fn client(broker: &Broker, name: &str) -> Client {
     Client::connect(broker.addr, "localhost", &broker.dir.join("cert.pem"), name).await.expect("connects")
+}
+
+async fn next(
+    client: &mut Client,
+    wait: Duration,
+) -> Option<(Vec<padres_lang::MessageId>, padres_lang::Publication)> {
+    tokio::time::timeout(wait, client.next_notification()).await.ok().flatten()
+}
+
+/// Publishes `text` (with `n` set to a counter) until `subscriber` receives one, while
+/// links come up and subscriptions travel; returns the publication received.
+async fn publish_until_delivered(
+    publisher: &Client,
+    subscriber: &mut Client,
+    text: &str,
+) -> padres_lang::Publication {
+    for n in 0..200 {
+        publisher.send(&format!("p {text},[n,{n}]")).await.expect("published");
+        if let Some((_, p)) = next(subscriber, Duration::from_millis(100)).await {
+            return p;
+        }
+    }
+    panic!("{text} never reached the subscriber");
+}
+
+/// Checks `condition` on a broker's routes until it holds (tables settle as messages
+/// travel), or fails after ten seconds.
+async fn until_routes(
+    observer: &Client,
+    what: &str,
+    condition: impl Fn(&padres_lang::wire::RoutesReport) -> bool,
+) {
+    let mut last = None;
+    for _ in 0..200 {
+        let routes = observer.routes(1000).await.expect("routes");
+        if condition(&routes) {
+            return;
+        }
+        last = Some(routes);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: never held; last routes {last:#?}");
+}
+
+/// Nothing arrives for a while.
+async fn quiet(client: &mut Client) {
+    let got = next(client, Duration::from_millis(300)).await;
+    assert!(got.is_none(), "nothing should arrive: {got:?}");
 }
 
 #[tokio::test]
@@ -71,10 +157,7 @@ async fn publications_reach_matching_subscribers_over_quic() {
     publisher.send("p [class,'stock'],[symbol,'IBM'],[price,120]").await.expect("published");
 
     let (matched, publication) =
-        tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification())
-            .await
-            .expect("in time")
-            .expect("a notification");
+        next(&mut subscriber, Duration::from_secs(10)).await.expect("a notification");
     assert_eq!(matched, std::slice::from_ref(&sub));
     assert_eq!(publication.to_string(), "[class,'stock'],[symbol,'IBM'],[price,120]");
 
@@ -88,8 +171,12 @@ async fn publications_reach_matching_subscribers_over_quic() {
     assert!(matches!(unknown, Err(ClientError::Refused { code: ErrorCode::UnknownId, .. })), "{unknown:?}");
     subscriber.send(&format!("unsub {sub}")).await.expect("unsubscribed");
     publisher.send("p [class,'stock'],[symbol,'IBM'],[price,130]").await.expect("published");
-    let nothing = tokio::time::timeout(Duration::from_millis(300), subscriber.next_notification()).await;
-    assert!(nothing.is_err(), "no notification after unsubscribing: {nothing:?}");
+    quiet(&mut subscriber).await;
+
+    let stats = publisher.stats().await.expect("stats");
+    assert_eq!(stats.broker.as_str(), "B1");
+    assert_eq!((stats.clients, stats.advertisements, stats.subscriptions), (2, 1, 0));
+    assert_eq!((stats.publications_in, stats.notifications_out), (4, 1));
 }
 
 #[tokio::test]
@@ -105,9 +192,8 @@ async fn a_client_that_disconnects_does_not_disturb_the_others() {
     let mut other = client(&broker, "other").await;
     other.send("s [class,eq,'stock'],[price,>,5]").await.expect("subscribed");
     publisher.send("p [class,'stock'],[price,10]").await.expect("published");
-    let got =
-        tokio::time::timeout(Duration::from_secs(10), other.next_notification()).await.expect("in time");
-    assert!(got.is_some());
+    assert!(next(&mut other, Duration::from_secs(10)).await.is_some());
+    until_routes(&publisher, "the gone client's subscription is removed", |r| r.prt_total == 1).await;
 }
 
 #[tokio::test]
@@ -125,20 +211,367 @@ async fn a_three_broker_chain_routes_by_content() {
     for n in 0..100 {
         publisher.send(&format!("p [class,'stock'],[price,50],[n,{n}]")).await.expect("published");
         publisher.send(&format!("p [class,'stock'],[price,150],[n,{n}]")).await.expect("published");
-        if let Ok(got) =
-            tokio::time::timeout(Duration::from_millis(100), subscriber.next_notification()).await
-        {
-            delivered = got;
+        if let Some(got) = next(&mut subscriber, Duration::from_millis(100)).await {
+            delivered = Some(got);
             break;
         }
     }
     let (matched, publication) = delivered.expect("a publication crossed B1 -> B2 -> B3");
     assert_eq!(matched, [sub]);
-    assert_eq!(publication.get("price"), Some(&padres_lang::Value::Int(150)));
+    assert_eq!(publication.get("price"), Some(&Value::Int(150)));
     // Only matching ones ever arrive.
-    while let Ok(Some((_, p))) =
-        tokio::time::timeout(Duration::from_millis(300), subscriber.next_notification()).await
-    {
-        assert_eq!(p.get("price"), Some(&padres_lang::Value::Int(150)), "{p}");
+    while let Some((_, p)) = next(&mut subscriber, Duration::from_millis(300)).await {
+        assert_eq!(p.get("price"), Some(&Value::Int(150)), "{p}");
     }
+}
+
+#[tokio::test]
+async fn a_five_broker_star_cleans_up_after_unsubscribe_unadvertise_and_disconnect() {
+    let hub = start_broker("H", "star");
+    let leaves: Vec<Broker> =
+        ["L1", "L2", "L3", "L4"].iter().map(|name| start_linked_broker(name, "star", Some(&hub))).collect();
+    let observer = client(&hub, "observer").await;
+    until_routes(&observer, "four neighbours", |r| r.neighbours.len() == 4).await;
+
+    let publisher = client(&leaves[0], "pub").await;
+    let mut at_l2 = client(&leaves[1], "sub2").await;
+    let mut at_l3 = client(&leaves[2], "sub3").await;
+    let mut at_l4 = client(&leaves[3], "sub4").await;
+    let adv =
+        publisher.send("a [class,eq,'stock'],[price,>,0],[n,isPresent,0]").await.expect("adv").expect("id");
+    let s2 = at_l2.send("s [class,eq,'stock'],[price,>,100]").await.expect("sub").expect("id");
+    at_l3.send("s [class,eq,'stock'],[price,<,50]").await.expect("sub");
+    at_l4.send("s [class,eq,'stock']").await.expect("sub");
+    until_routes(&observer, "three subscriptions at the hub", |r| r.prt_total == 3).await;
+
+    let p = publish_until_delivered(&publisher, &mut at_l2, "[class,'stock'],[price,150]").await;
+    assert_eq!(p.get("price"), Some(&Value::Int(150)));
+    publisher.send("p [class,'stock'],[price,20],[n,0]").await.expect("published");
+    let (_, low) = next(&mut at_l3, Duration::from_secs(10)).await.expect("L3 gets the low price");
+    assert_eq!(low.get("price"), Some(&Value::Int(20)));
+    // L4 takes everything: the 150s (one or more) and the 20.
+    let mut prices = Vec::new();
+    while let Some((_, p)) = next(&mut at_l4, Duration::from_millis(300)).await {
+        prices.push(p.get("price").cloned());
+    }
+    assert!(prices.contains(&Some(Value::Int(20))) && prices.contains(&Some(Value::Int(150))), "{prices:?}");
+    while next(&mut at_l2, Duration::from_millis(100)).await.is_some() {}
+
+    // Unsubscribe: gone from the hub, and no more deliveries.
+    at_l2.send(&format!("unsub {s2}")).await.expect("unsubscribed");
+    until_routes(&observer, "the hub forgets the unsubscribed", |r| r.prt_total == 2).await;
+    publisher.send("p [class,'stock'],[price,160],[n,1]").await.expect("published");
+    quiet(&mut at_l2).await;
+
+    // A disconnecting subscriber is cleaned up everywhere.
+    drop(at_l3);
+    until_routes(&observer, "the hub forgets the disconnected", |r| r.prt_total == 1).await;
+
+    // Unadvertise: the hub forgets the advertisement and the subscription it pulled.
+    publisher.send(&format!("unadv {adv}")).await.expect("unadvertised");
+    until_routes(&observer, "the hub forgets the advertisement", |r| r.srt_total == 0).await;
+    let refused = publisher.send("p [class,'stock'],[price,170],[n,2]").await;
+    assert!(
+        matches!(refused, Err(ClientError::Refused { code: ErrorCode::NotAdvertised, .. })),
+        "{refused:?}"
+    );
+    let l1 = client(&leaves[0], "l1-observer").await;
+    until_routes(&l1, "L1 holds no subscription once nothing is advertised", |r| r.prt_total == 0).await;
+}
+
+#[tokio::test]
+async fn a_middle_broker_killed_and_restarted_rejoins_without_client_action() {
+    let b1 = start_linked_broker("B1", "restart", None);
+    let mut b2 = start_linked_broker("B2", "restart", Some(&b1));
+    let b3 = start_linked_broker("B3", "restart", Some(&b2));
+    let publisher = client(&b1, "pub").await;
+    let mut subscriber = client(&b3, "sub").await;
+    publisher.send("a [class,eq,'stock'],[price,>,0],[n,isPresent,0]").await.expect("advertised");
+    let sub = subscriber.send("s [class,eq,'stock'],[price,>,100]").await.expect("subscribed").expect("id");
+    publish_until_delivered(&publisher, &mut subscriber, "[class,'stock'],[price,150]").await;
+
+    b2.kill_and_restart();
+    // No client does anything: B2 dials B1 again, B3 redials B2, and the tables are
+    // re-synchronised over the new links.
+    let (matched, p) = {
+        let mut delivered = None;
+        for n in 1000..1300 {
+            publisher.send(&format!("p [class,'stock'],[price,150],[n,{n}]")).await.expect("published");
+            if let Some(got) = next(&mut subscriber, Duration::from_millis(100)).await {
+                if matches!(got.1.get("n"), Some(Value::Int(n)) if *n >= 1000) {
+                    delivered = Some(got);
+                    break;
+                }
+            }
+        }
+        delivered.expect("deliveries resume after the middle broker restarts")
+    };
+    assert_eq!(matched, [sub]);
+    assert_eq!(p.get("price"), Some(&Value::Int(150)));
+}
+
+#[tokio::test]
+async fn clients_reconnect_and_reissue_after_their_broker_restarts() {
+    let mut broker = start_broker("B1", "reconnect");
+    let publisher = client(&broker, "pub").await;
+    let mut subscriber = client(&broker, "sub").await;
+    publisher.send("a [class,eq,'stock'],[price,>,0],[n,isPresent,0]").await.expect("advertised");
+    let sub = subscriber.send("s [class,eq,'stock'],[price,>,100]").await.expect("subscribed").expect("id");
+    publish_until_delivered(&publisher, &mut subscriber, "[class,'stock'],[price,150]").await;
+
+    broker.kill_and_restart();
+    let mut delivered = None;
+    for n in 0..300 {
+        // While the clients reconnect, requests fail; then they go through again.
+        let _ = publisher.send(&format!("p [class,'stock'],[price,150],[n,{n}]")).await;
+        if let Some(got) = next(&mut subscriber, Duration::from_millis(100)).await {
+            delivered = Some(got);
+            break;
+        }
+    }
+    let (matched, _) = delivered.expect("delivery resumes once both clients are back");
+    assert_eq!(matched, std::slice::from_ref(&sub), "notifications name the id given at the first subscribe");
+    // The first id still withdraws the re-issued subscription.
+    subscriber.send(&format!("unsub {sub}")).await.expect("unsubscribed by its first id");
+    publisher.send("p [class,'stock'],[price,150],[n,9999]").await.expect("published");
+    while let Some((_, p)) = next(&mut subscriber, Duration::from_millis(300)).await {
+        assert_ne!(p.get("n"), Some(&Value::Int(9999)), "delivered after unsubscribing");
+    }
+}
+
+/// A raw QUIC connection that speaks frames by hand, for input the client library would
+/// never send.
+struct Raw {
+    connection: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    reader: FrameReader,
+    _endpoint: quinn::Endpoint,
+}
+
+async fn raw(broker: &Broker, hello: bool) -> Raw {
+    let config = tls::client_config(&Trust::Certificates(vec![broker.dir.join("cert.pem")]), None)
+        .expect("tls config");
+    let mut endpoint = quinn::Endpoint::client(([127, 0, 0, 1], 0).into()).expect("endpoint");
+    endpoint.set_default_client_config(config);
+    let connection = endpoint.connect(broker.addr, "localhost").expect("dial").await.expect("connects");
+    let (send, recv) = connection.open_bi().await.expect("stream");
+    let mut raw =
+        Raw { connection, send, recv, reader: FrameReader::new(DEFAULT_MAX_FRAME), _endpoint: endpoint };
+    if hello {
+        let hello = Frame::Hello {
+            version: PROTOCOL_VERSION,
+            role: Role::Client,
+            name: Name::new("raw").expect("name"),
+        };
+        write_frame(&mut raw.send, &hello, DEFAULT_MAX_FRAME).await.expect("hello sent");
+        let welcome = read_frame(&mut raw.recv, &mut raw.reader).await.expect("reads");
+        assert!(matches!(welcome, Some(Frame::Welcome { .. })), "{welcome:?}");
+    }
+    raw
+}
+
+impl Raw {
+    /// The next frame, skipping notifications.
+    async fn answer(&mut self) -> Option<Frame> {
+        loop {
+            let frame =
+                tokio::time::timeout(Duration::from_secs(10), read_frame(&mut self.recv, &mut self.reader))
+                    .await
+                    .expect("an answer in time")
+                    .ok()
+                    .flatten();
+            if !matches!(frame, Some(Frame::Notification { .. })) {
+                return frame;
+            }
+        }
+    }
+}
+
+/// A publisher and a subscriber that must keep working whatever else happens.
+struct Witness {
+    publisher: Client,
+    subscriber: Client,
+    n: u32,
+}
+
+impl Witness {
+    async fn new(broker: &Broker) -> Self {
+        let publisher = client(broker, "witness-pub").await;
+        let subscriber = client(broker, "witness-sub").await;
+        publisher.send("a [class,eq,'witness'],[n,isPresent,0]").await.expect("advertised");
+        subscriber.send("s [class,eq,'witness']").await.expect("subscribed");
+        Self { publisher, subscriber, n: 0 }
+    }
+
+    async fn still_served(&mut self) {
+        self.n += 1;
+        let n = self.n;
+        self.publisher
+            .send(&format!("p [class,'witness'],[n,{n}]"))
+            .await
+            .expect("the witness still publishes");
+        loop {
+            let (_, p) = next(&mut self.subscriber, Duration::from_secs(10))
+                .await
+                .expect("the witness still receives");
+            if p.get("n") == Some(&Value::Int(i64::from(n))) {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gets_an_error_and_leaves_other_clients_alone() {
+    let broker = start_broker("B1", "bad-input");
+    let mut witness = Witness::new(&broker).await;
+
+    // Garbage instead of a hello.
+    let mut garbage = raw(&broker, false).await;
+    garbage.send.write_all(b"\x00\x00\x00\x07garbage").await.expect("sent");
+    match garbage.answer().await {
+        Some(Frame::Error { code: ErrorCode::BadRequest, message, .. }) => {
+            assert!(message.contains("invalid input"), "{message}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    witness.still_served().await;
+
+    // Garbage after a proper hello.
+    let mut garbage = raw(&broker, true).await;
+    garbage.send.write_all(b"\x00\x00\x00\x04\xff\xff\xff\xff").await.expect("sent");
+    assert!(matches!(garbage.answer().await, Some(Frame::Error { code: ErrorCode::BadRequest, .. })));
+    witness.still_served().await;
+
+    // A frame announcing more than the limit is refused before its body is read.
+    let mut oversized = raw(&broker, true).await;
+    oversized.send.write_all(&u32::MAX.to_be_bytes()).await.expect("sent");
+    match oversized.answer().await {
+        Some(Frame::Error { code: ErrorCode::BadRequest, message, .. }) => {
+            assert!(message.contains("too large") || message.contains("exceeds"), "{message}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    witness.still_served().await;
+
+    // A frame a client must not send is answered, and the session goes on.
+    let mut confused = raw(&broker, true).await;
+    let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: Name::new("X").expect("name") };
+    write_frame(&mut confused.send, &welcome, DEFAULT_MAX_FRAME).await.expect("sent");
+    assert!(matches!(
+        confused.answer().await,
+        Some(Frame::Error { req: None, code: ErrorCode::BadRequest, .. })
+    ));
+    let subscribe = Frame::Request { req: 1, message: "s [class,eq,'x']".parse::<Message>().expect("valid") };
+    write_frame(&mut confused.send, &subscribe, DEFAULT_MAX_FRAME).await.expect("sent");
+    assert!(matches!(confused.answer().await, Some(Frame::Ok { req: 1, id: Some(_) })));
+
+    // A publication without an advertisement.
+    let refused = witness.subscriber.send("p [class,'witness'],[n,0]").await;
+    assert!(
+        matches!(refused, Err(ClientError::Refused { code: ErrorCode::NotAdvertised, .. })),
+        "{refused:?}"
+    );
+    witness.still_served().await;
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off_with_a_reason() {
+    let limit = ["--max-queued-bytes-per-client".to_owned(), "200000".to_owned()];
+    let broker = start_with("B1", "slow", &limit);
+    let mut witness = Witness::new(&broker).await;
+    let mut slow = raw(&broker, true).await;
+    let subscribe =
+        Frame::Request { req: 1, message: "s [class,eq,'bulk']".parse::<Message>().expect("valid") };
+    write_frame(&mut slow.send, &subscribe, DEFAULT_MAX_FRAME).await.expect("sent");
+    assert!(matches!(slow.answer().await, Some(Frame::Ok { req: 1, .. })));
+    // From here on the slow client reads nothing.
+
+    let publisher = client(&broker, "bulk-pub").await;
+    publisher.send("a [class,eq,'bulk'],[n,isPresent,0]").await.expect("advertised");
+    let payload = "ab".repeat(16 * 1024);
+    let mut cut = false;
+    for n in 0..5_000 {
+        publisher.send(&format!("p [class,'bulk'],[n,{n}] payload=0x{payload}")).await.expect("published");
+        if n % 50 == 0 && publisher.stats().await.expect("stats").slow_clients_dropped == 1 {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "the slow client was never cut off");
+    let closed =
+        tokio::time::timeout(Duration::from_secs(10), slow.connection.closed()).await.expect("closed");
+    assert!(closed.to_string().contains("too slow"), "{closed}");
+    witness.still_served().await;
+}
+
+/// Makes a CA in `dir` and issues a certificate for each of `brokers` into its data dir.
+fn federation(dir: &Path, test: &str, brokers: &[&str]) {
+    let cert = |args: &[&str]| {
+        let status = Command::new(env!("CARGO_BIN_EXE_padres-broker"))
+            .arg("cert")
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("runs");
+        assert!(status.success(), "padres-broker cert {args:?}");
+    };
+    let ca = dir.display().to_string();
+    cert(&["ca", "--out", &ca]);
+    for name in brokers {
+        cert(&["issue", "--ca", &ca, "--name", name, "--out", &data_dir(test, name).display().to_string()]);
+    }
+}
+
+#[tokio::test]
+async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
+    let test = "mtls";
+    let fed = data_dir(test, "fed");
+    let other = data_dir(test, "other-fed");
+    federation(&fed, test, &["B1", "B2"]);
+    federation(&other, test, &["X"]);
+    let fed_ca = fed.join("ca.pem").display().to_string();
+    let other_ca = other.join("ca.pem").display().to_string();
+
+    let b1 = start_with("B1", test, &["--federation-ca".into(), fed_ca.clone()]);
+    let link_to_b1 = format!("quic://{}", b1.addr);
+    let b2 = start_with(
+        "B2",
+        test,
+        &["--federation-ca".into(), fed_ca.clone(), "--neighbor".into(), link_to_b1.clone()],
+    );
+    // X's certificate comes from another CA; X trusts B1's CA, so only B1 can say no.
+    let x = start_with(
+        "X",
+        test,
+        &[
+            "--federation-ca".into(),
+            other_ca,
+            "--peer-cert".into(),
+            fed_ca.clone(),
+            "--neighbor".into(),
+            link_to_b1.clone(),
+        ],
+    );
+    // Y presents no certificate at all.
+    let y = start_with("Y", test, &["--peer-cert".into(), fed_ca, "--neighbor".into(), link_to_b1]);
+
+    let observer = Client::connect(b1.addr, "localhost", &fed.join("ca.pem"), "observer")
+        .await
+        .expect("clients need no certificate");
+    until_routes(&observer, "B2 links", |r| r.neighbours.iter().any(|n| n.as_str() == "B2")).await;
+    // Give the refused ones time to try (they redial every 0.1 s at first).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let routes = observer.routes(10).await.expect("routes");
+    let neighbours: Vec<&str> = routes.neighbours.iter().map(Name::as_str).collect();
+    assert_eq!(neighbours, ["B2"], "X (another CA) and Y (no certificate) are refused");
+    for (refused, name, trust) in [(&x, "X", other.join("ca.pem")), (&y, "Y", y.dir.join("cert.pem"))] {
+        let own = Client::connect(refused.addr, "localhost", &trust, "observer").await.expect("connects");
+        let stats = own.stats().await.expect("stats");
+        assert!(stats.neighbours.is_empty(), "{name} has no link: {:?}", stats.neighbours);
+    }
+    drop((b2, x, y));
+    let _ = std::fs::remove_dir_all(&fed);
+    let _ = std::fs::remove_dir_all(&other);
 }

@@ -451,7 +451,7 @@ async fn dispatch(
         Frame::Ok { req, id } => answer(req, Ok(Answer::Id(id))),
         Frame::Report { req, report } => answer(req, Ok(Answer::Report(report))),
         Frame::Error { req: Some(req), code, message } => {
-            answer(req, Err(ClientError::Refused { code, message }))
+            answer(req, Err(ClientError::Refused { code, message }));
         }
         Frame::Error { req: None, code, message } => shared.set_last_error(format!("{code:?}: {message}")),
         Frame::Notification { subs, publication } => {

@@ -453,10 +453,8 @@ async fn connection(
         Ok(Some(Frame::Hello { version, .. })) if version != PROTOCOL_VERSION => {
             let message =
                 format!("protocol version {version} is not supported; this broker speaks {PROTOCOL_VERSION}");
-            write_frame(&mut send, &refuse(ErrorCode::VersionMismatch, message), max_frame)
-                .await
-                .map_err(|e| e.to_string())?;
-            let _ = send.finish();
+            let _ = write_frame(&mut send, &refuse(ErrorCode::VersionMismatch, message), max_frame).await;
+            finish(send).await;
             return Ok(());
         }
         Ok(Some(Frame::Hello { role: Role::Broker, name, .. })) => {
@@ -464,10 +462,8 @@ async fn connection(
                 tracing::warn!(peer = %name, "broker refused: no certificate from the federation CA");
                 let message =
                     "this federation requires brokers to present a certificate issued by its CA".to_owned();
-                write_frame(&mut send, &refuse(ErrorCode::Forbidden, message), max_frame)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let _ = send.finish();
+                let _ = write_frame(&mut send, &refuse(ErrorCode::Forbidden, message), max_frame).await;
+                finish(send).await;
                 return Ok(());
             }
             let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
@@ -482,13 +478,13 @@ async fn connection(
         Ok(other) => {
             let message = format!("the first frame must be Hello, not {other:?}");
             let _ = write_frame(&mut send, &refuse(ErrorCode::BadRequest, message.clone()), max_frame).await;
-            let _ = send.finish();
+            finish(send).await;
             return Err(message);
         }
         Err(why) => {
             let message = format!("invalid input: {why}");
             let _ = write_frame(&mut send, &refuse(ErrorCode::BadRequest, message.clone()), max_frame).await;
-            let _ = send.finish();
+            finish(send).await;
             return Err(message);
         }
     }
@@ -536,11 +532,16 @@ async fn connection(
         }
     };
     let _ = events.send(Event::Gone(id)).await;
-    let _ = send.finish();
-    // Give the last frames (an error's explanation) a moment to leave before the
-    // connection is dropped.
-    let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
+    finish(send).await;
     result
+}
+
+/// Finishes `send` and gives its last frames (an error's explanation, say) a moment to
+/// reach the peer before the connection is dropped with it.
+async fn finish(mut send: quinn::SendStream) {
+    if send.finish().is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
+    }
 }
 
 /// Keeps a link to `neighbor` up: dial, say hello, serve the link, and dial again with
