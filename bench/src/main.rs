@@ -5,8 +5,12 @@
 //! cargo run --release -p padres-bench -- matching            # W1–W4 at full size
 //! cargo run --release -p padres-bench -- matching --quick    # smaller, under a minute
 //! cargo run --release -p padres-bench -- matching --workload w4
+//! cargo run --release -p padres-bench -- quic                # brokers over QUIC, vs nats-server and mosquitto
+//! cargo run --release -p padres-bench -- quic --quick
 //! ```
 
+mod peers;
+mod quic;
 mod workload;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -74,6 +78,17 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
+    /// Brokers over QUIC end to end: publications per second and latency through one broker
+    /// and a 3-broker chain (10,000 other subscriptions installed), and selective fan-out;
+    /// the same through nats-server and mosquitto when they are installed.
+    Quic {
+        /// Smaller runs (a tenth of the publications).
+        #[arg(long)]
+        quick: bool,
+        /// Skip nats-server and mosquitto even if installed (padres alone, for profiling).
+        #[arg(long)]
+        no_peers: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,6 +103,10 @@ enum Which {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Quic { quick, no_peers } => {
+            print_machine();
+            quic::run(quic::Sizes::new(quick), !no_peers);
+        }
         Command::Matching { quick, workload, seed, repeat } => {
             let all = [Which::W1, Which::W2, Which::W3, Which::W4, Which::Adv];
             let chosen: Vec<Which> = if workload.is_empty() { all.to_vec() } else { workload };

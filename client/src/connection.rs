@@ -342,6 +342,20 @@ impl Client {
         Ok(id)
     }
 
+    /// Publishes without waiting for the broker: returns once the publication is on its
+    /// way. A refusal (no advertisement, say) comes back later as [`Client::last_error`].
+    /// For publishers that stream; [`Client::request`] waits for each answer.
+    pub async fn publish(&self, publication: Publication) -> Result<(), ClientError> {
+        let frame = Frame::Publish { publication: Arc::new(publication) };
+        let mut send = self.shared.send.lock().await;
+        match send.as_mut() {
+            Some(send) => write_frame(send, &frame, DEFAULT_MAX_FRAME)
+                .await
+                .map_err(|e| ClientError::Closed(e.to_string())),
+            None => Err(ClientError::Closed("not connected (reconnecting)".to_owned())),
+        }
+    }
+
     /// Sends a message in command form (`a …`, `s …`, `p …`, `unsub ID`, …).
     pub async fn send(&self, text: &str) -> Result<Option<MessageId>, ClientError> {
         self.request(text.parse::<Message>()?).await

@@ -206,6 +206,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
         (proptest::collection::vec(any_id(), 1..4), any_publication())
             .prop_map(|(subs, publication)| Frame::Notification { subs, publication: Arc::new(publication) }),
         any_string().prop_map(|reason| Frame::Bye { reason }),
+        any_publication().prop_map(|p| Frame::Publish { publication: Arc::new(p) }),
         (any::<u64>(), any::<u32>()).prop_map(|(req, limit)| Frame::Query {
             req,
             query: if limit % 2 == 0 { Query::Stats } else { Query::Routes { limit } },

@@ -24,13 +24,13 @@ pub async fn read_frame(
     recv: &mut quinn::RecvStream,
     reader: &mut FrameReader,
 ) -> Result<Option<Frame>, FrameError> {
-    let mut buf = [0_u8; 16 * 1024];
     loop {
         if let Some(frame) = reader.next_frame()? {
             return Ok(Some(frame));
         }
-        match recv.read(&mut buf).await {
-            Ok(Some(n)) => reader.push(&buf[..n]),
+        // Chunks as quinn holds them: no buffer of ours to zero and copy through.
+        match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => reader.push(&chunk.bytes),
             Ok(None) => return Ok(None),
             Err(e) => return Err(FrameError::Stream(e.to_string())),
         }

@@ -3,6 +3,12 @@
 //!
 //! Verification is on unless [`Trust::Insecure`] is asked for by name; that mode exists for
 //! development only, and whoever offers it should say so loudly when it is used.
+//!
+//! Every connection sends a keep-alive every [`KEEP_ALIVE`] and gives up on a silent peer
+//! after [`IDLE_TIMEOUT`], so a peer that vanished without closing (a killed process, a cut
+//! link) is noticed. A server endpoint made by [`server_endpoint`] derives its stateless
+//! reset key from its private key: after a restart it can tell peers still holding
+//! connections to its earlier life that those are gone, and they reconnect at once.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -93,6 +99,35 @@ pub fn roots(paths: &[PathBuf]) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
+/// How often an idle connection proves it is alive.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a peer may stay silent before its connection is given up.
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(KEEP_ALIVE));
+    // Ten seconds always fits a QUIC idle timeout.
+    transport.max_idle_timeout(quinn::IdleTimeout::try_from(IDLE_TIMEOUT).ok());
+    Arc::new(transport)
+}
+
+/// A server endpoint on `socket` whose stateless reset key is derived from `identity`'s
+/// private key, so it stays the same across restarts (see the module docs).
+pub fn server_endpoint(
+    socket: std::net::UdpSocket,
+    config: quinn::ServerConfig,
+    identity: &Identity,
+) -> std::io::Result<quinn::Endpoint> {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    context.update(b"padres stateless reset key v1");
+    context.update(identity.key.secret_der());
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, context.finish().as_ref());
+    let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
+    quinn::Endpoint::new(quinn::EndpointConfig::new(Arc::new(key)), Some(config), socket, runtime)
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -115,7 +150,9 @@ pub fn client_config(trust: &Trust, identity: Option<&Identity>) -> Result<quinn
         None => builder.with_no_client_auth(),
     };
     let quic = QuicClientConfig::try_from(config).map_err(|e| TlsError::Config(e.to_string()))?;
-    Ok(quinn::ClientConfig::new(Arc::new(quic)))
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    config.transport_config(transport());
+    Ok(config)
 }
 
 /// The configuration for accepting connections as `identity`. With `client_ca`, peers may
@@ -142,7 +179,9 @@ pub fn server_config(
     };
     let config = builder.with_single_cert(identity.chain.clone(), identity.key.clone_key()).map_err(tls)?;
     let quic = QuicServerConfig::try_from(config).map_err(|e| TlsError::Config(e.to_string()))?;
-    Ok(quinn::ServerConfig::with_crypto(Arc::new(quic)))
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    config.transport_config(transport());
+    Ok(config)
 }
 
 /// True if the peer of `connection` presented a certificate (which the server

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use padres_lang::wire::codec::FrameReader;
 use padres_lang::wire::{
-    BrokerMessage, BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RouteEntry,
+    self, BrokerMessage, BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RouteEntry,
     RoutesReport,
 };
 use padres_lang::{Message, Name, Publication, Value};
@@ -89,8 +89,19 @@ enum Event {
 /// Frames waiting on one neighbour link before it is dropped and re-synchronised.
 const LINK_QUEUE: usize = 65_536;
 
+/// Frames queued for one peer are encoded into one write of about this many bytes.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// Events the router task handles before it hands out what they produced, so that a
+/// busy connection task is woken once for many frames.
+const EVENT_BATCH: usize = 256;
+
 /// QUIC close code for a client cut off because it did not keep up.
 const CLOSE_TOO_SLOW: u32 = 2;
+
+/// The request number given to publications streamed with [`Frame::Publish`]: their
+/// success is not acknowledged.
+const STREAMED: u64 = 0;
 
 /// Most rows of each table a routes report carries, whatever is asked.
 const MAX_ROUTES_LISTED: u32 = 10_000;
@@ -111,8 +122,10 @@ pub async fn serve_until(
     let identity = cert::identity(&config)?;
     let fed_ca = config.federation_ca.clone().map(|ca| vec![ca]);
     let server_config = padres_transport::tls::server_config(&identity.tls, fed_ca.as_deref())?;
-    let endpoint = quinn::Endpoint::server(server_config, config.listen)
-        .map_err(|source| ServeError::Listen { addr: config.listen, source })?;
+    let listen_error = |source| ServeError::Listen { addr: config.listen, source };
+    let socket = std::net::UdpSocket::bind(config.listen).map_err(listen_error)?;
+    let endpoint =
+        padres_transport::tls::server_endpoint(socket, server_config, &identity.tls).map_err(listen_error)?;
     let addr = endpoint.local_addr().map_err(|source| ServeError::Listen { addr: config.listen, source })?;
     let incarnation = cert::next_incarnation(&config.data_dir)?;
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
@@ -271,113 +284,153 @@ struct Counters {
     slow_clients_dropped: u64,
 }
 
-/// The one owner of the routing state.
-async fn run_router(mut router: Router, mut inbox: mpsc::Receiver<Event>, limits: Limits) {
-    let start = Instant::now();
-    let mut clients: HashMap<ClientId, ClientHandle> = HashMap::new();
-    let mut links: HashMap<Name, (u64, mpsc::Sender<Frame>)> = HashMap::new();
-    let mut counters = Counters::default();
-    let mut out = Vec::new();
+/// The one owner of the routing state, and the shell's view of who is connected.
+#[derive(Debug)]
+struct RouterTask {
+    router: Router,
+    start: Instant,
+    limits: Limits,
+    clients: HashMap<ClientId, ClientHandle>,
+    links: HashMap<Name, (u64, mpsc::Sender<Frame>)>,
+    counters: Counters,
+    out: Vec<Output>,
+}
+
+/// Runs the router task until every event sender is gone. Events are taken in batches
+/// (as many as are waiting, up to [`EVENT_BATCH`]) and what they produced is handed out
+/// after each batch.
+async fn run_router(router: Router, mut inbox: mpsc::Receiver<Event>, limits: Limits) {
+    let mut task = RouterTask {
+        router,
+        start: Instant::now(),
+        limits,
+        clients: HashMap::new(),
+        links: HashMap::new(),
+        counters: Counters::default(),
+        out: Vec::new(),
+    };
     while let Some(event) = inbox.recv().await {
-        let now = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = u64::try_from(task.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        task.handle(now, event);
+        for _ in 1..EVENT_BATCH {
+            match inbox.try_recv() {
+                Ok(event) => task.handle(now, event),
+                Err(_) => break,
+            }
+        }
+        task.dispatch(now);
+    }
+}
+
+impl RouterTask {
+    fn handle(&mut self, now: u64, event: Event) {
+        let router = &mut self.router;
+        let out = &mut self.out;
         match event {
             Event::Connected(id, handle) => {
-                clients.insert(id, handle);
+                self.clients.insert(id, handle);
             }
             Event::Request(client, req, message) => {
-                counters.client_requests += 1;
+                self.counters.client_requests += 1;
                 if matches!(message, Message::Publish(_)) {
-                    counters.publications_in += 1;
+                    self.counters.publications_in += 1;
                 }
-                router.handle(now, Input::Client { client, req, message }, &mut out);
+                router.handle(now, Input::Client { client, req, message }, out);
             }
             Event::Query(client, req, query) => {
                 let report = match query {
-                    Query::Stats => Report::Stats(stats(&router, &counters, clients.len(), &links, now)),
-                    Query::Routes { limit } => Report::Routes(routes(&router, limit)),
+                    Query::Stats => {
+                        Report::Stats(stats(router, &self.counters, self.clients.len(), &self.links, now))
+                    }
+                    Query::Routes { limit } => Report::Routes(routes(router, limit)),
                 };
-                if let Some(handle) = clients.get(&client) {
+                if let Some(handle) = self.clients.get(&client) {
                     let _ = handle.queue.send((Frame::Report { req, report }, 0));
                 }
             }
             Event::Gone(id) => {
-                clients.remove(&id);
-                router.handle(now, Input::ClientGone(id), &mut out);
+                self.clients.remove(&id);
+                router.handle(now, Input::ClientGone(id), out);
             }
             Event::LinkUp(peer, link, tx) => {
                 tracing::info!(%peer, "neighbour link up");
-                links.insert(peer.clone(), (link, tx));
-                router.handle(now, Input::NeighbourUp(peer), &mut out);
+                self.links.insert(peer.clone(), (link, tx));
+                router.handle(now, Input::NeighbourUp(peer), out);
             }
             Event::FromBroker(from, message) => {
-                counters.broker_messages_in += 1;
+                self.counters.broker_messages_in += 1;
                 tracing::trace!(%from, ?message, "from neighbour");
-                router.handle(now, Input::Broker { from, message }, &mut out);
+                router.handle(now, Input::Broker { from, message }, out);
             }
             Event::LinkDown(peer, link) => {
                 // Only the current link's end counts: a replaced link's late news is stale.
-                if links.get(&peer).is_some_and(|(current, _)| *current == link) {
+                if self.links.get(&peer).is_some_and(|(current, _)| *current == link) {
                     tracing::info!(%peer, "neighbour link down");
-                    links.remove(&peer);
-                    router.handle(now, Input::NeighbourDown(peer), &mut out);
+                    self.links.remove(&peer);
+                    router.handle(now, Input::NeighbourDown(peer), out);
                 }
             }
         }
-        let mut slow = Vec::new();
-        for output in out.drain(..) {
-            let (client, frame, size) = match output {
-                Output::Reply { client, req, result } => (
-                    client,
-                    match result {
-                        Ok(id) => Frame::Ok { req, id },
-                        Err((code, message)) => Frame::Error { req: Some(req), code, message },
-                    },
-                    0,
-                ),
-                Output::Notify { client, subs, publication } => {
-                    counters.notifications_out += 1;
-                    let size = estimated_size(subs.len(), &publication);
-                    (client, Frame::Notification { subs, publication }, size)
-                }
-                Output::ToBroker { to, message } => {
-                    counters.broker_messages_out += 1;
-                    tracing::trace!(%to, ?message, "to neighbour");
-                    if let Some((_, tx)) = links.get(&to) {
-                        if tx.try_send(Frame::Broker(message)).is_err() {
-                            // The link cannot keep up: drop it; the router re-synchronises
-                            // when it is back.
-                            tracing::warn!(peer = %to, "neighbour link too slow, dropping it");
-                            links.remove(&to);
+    }
+
+    /// Hands every output to its client or link; cuts off clients that fell too far
+    /// behind (which may produce more outputs: withdrawals for the neighbours).
+    fn dispatch(&mut self, now: u64) {
+        while !self.out.is_empty() {
+            let mut slow = Vec::new();
+            for output in std::mem::take(&mut self.out) {
+                let (client, frame, size) = match output {
+                    // A streamed publication is not acknowledged; a refusal still says why.
+                    Output::Reply { req: STREAMED, result: Ok(_), .. } => continue,
+                    Output::Reply { client, req: STREAMED, result: Err((code, message)) } => {
+                        (client, Frame::Error { req: None, code, message }, 0)
+                    }
+                    Output::Reply { client, req, result } => (
+                        client,
+                        match result {
+                            Ok(id) => Frame::Ok { req, id },
+                            Err((code, message)) => Frame::Error { req: Some(req), code, message },
+                        },
+                        0,
+                    ),
+                    Output::Notify { client, subs, publication } => {
+                        self.counters.notifications_out += 1;
+                        let size = estimated_size(subs.len(), &publication);
+                        (client, Frame::Notification { subs, publication }, size)
+                    }
+                    Output::ToBroker { to, message } => {
+                        self.counters.broker_messages_out += 1;
+                        tracing::trace!(%to, ?message, "to neighbour");
+                        if let Some((_, tx)) = self.links.get(&to) {
+                            if tx.try_send(Frame::Broker(message)).is_err() {
+                                // The link cannot keep up: drop it; the router
+                                // re-synchronises when it is back.
+                                tracing::warn!(peer = %to, "neighbour link too slow, dropping it");
+                                self.links.remove(&to);
+                            }
                         }
+                        continue;
                     }
-                    continue;
-                }
-            };
-            if let Some(handle) = clients.get(&client) {
-                let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
-                if queued > limits.max_queued || handle.queue.send((frame, size)).is_err() {
-                    slow.push(client);
+                };
+                if let Some(handle) = self.clients.get(&client) {
+                    let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
+                    if queued > self.limits.max_queued || handle.queue.send((frame, size)).is_err() {
+                        slow.push(client);
+                    }
                 }
             }
-        }
-        for client in slow {
-            // A client that does not keep up is cut off rather than slowing everyone.
-            let Some(handle) = clients.remove(&client) else { continue };
-            counters.slow_clients_dropped += 1;
-            tracing::warn!(client, "client too slow, disconnecting");
-            let reason = format!(
-                "too slow: more than {} bytes of notifications waited for this client (limits.max_queued_bytes_per_client)",
-                limits.max_queued
-            );
-            handle.connection.close(CLOSE_TOO_SLOW.into(), reason.as_bytes());
-            router.handle(now, Input::ClientGone(client), &mut out);
-            out.retain(|o| !matches!(o, Output::Notify { .. } | Output::Reply { .. }));
-            for output in out.drain(..) {
-                if let Output::ToBroker { to, message } = output {
-                    if let Some((_, tx)) = links.get(&to) {
-                        let _ = tx.try_send(Frame::Broker(message));
-                    }
-                }
+            for client in slow {
+                // A client that does not keep up is cut off rather than slowing everyone.
+                let Some(handle) = self.clients.remove(&client) else { continue };
+                self.counters.slow_clients_dropped += 1;
+                tracing::warn!(client, "client too slow, disconnecting");
+                let reason = format!(
+                    "too slow: more than {} bytes of notifications waited for this client \
+                     (limits.max_queued_bytes_per_client)",
+                    self.limits.max_queued
+                );
+                handle.connection.close(CLOSE_TOO_SLOW.into(), reason.as_bytes());
+                self.router.handle(now, Input::ClientGone(client), &mut self.out);
             }
         }
     }
@@ -492,11 +545,18 @@ async fn connection(
     let queued = Arc::new(AtomicUsize::new(0));
     let handle = ClientHandle { queue: tx, queued: queued.clone(), connection: connection.clone() };
     events.send(Event::Connected(id, handle)).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
     let result = loop {
         tokio::select! {
             frame = read_frame(&mut recv, &mut reader) => match frame {
                 Ok(Some(Frame::Request { req, message })) => {
                     if events.send(Event::Request(id, req, message)).await.is_err() {
+                        break Ok(());
+                    }
+                }
+                Ok(Some(Frame::Publish { publication })) => {
+                    let message = Message::Publish(Arc::unwrap_or_clone(publication));
+                    if events.send(Event::Request(id, STREAMED, message)).await.is_err() {
                         break Ok(());
                     }
                 }
@@ -520,11 +580,26 @@ async fn connection(
                 }
             },
             frame = rx.recv() => match frame {
-                Some((frame, size)) => {
-                    let written = write_frame(&mut send, &frame, max_frame).await;
+                Some(first) => {
+                    // Everything already queued goes out in one write.
+                    let mut size = 0;
+                    let mut encoded = Ok(());
+                    out.clear();
+                    let mut next = Some(first);
+                    while let Some((frame, frame_size)) = next.take() {
+                        size += frame_size;
+                        encoded = encoded.and(wire::encode(&frame, max_frame, &mut out).map_err(|e| e.to_string()));
+                        if out.len() < WRITE_BATCH {
+                            next = rx.try_recv().ok();
+                        }
+                    }
+                    let written = match encoded {
+                        Ok(()) => send.write_all(&out).await.map_err(|e| e.to_string()),
+                        Err(why) => Err(why),
+                    };
                     queued.fetch_sub(size, Ordering::Relaxed);
                     if let Err(why) = written {
-                        break Err(why.to_string());
+                        break Err(why);
                     }
                 }
                 None => break Ok(()),
@@ -619,6 +694,7 @@ async fn run_link(
 ) -> Result<(), String> {
     let (tx, mut rx) = mpsc::channel(LINK_QUEUE);
     events.send(Event::LinkUp(peer.clone(), link, tx)).await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
     let result = loop {
         tokio::select! {
             frame = read_frame(&mut recv, &mut reader) => match frame {
@@ -632,9 +708,22 @@ async fn run_link(
                 Err(why) => break Err(why.to_string()),
             },
             frame = rx.recv() => match frame {
-                Some(frame) => {
-                    if let Err(why) = write_frame(&mut send, &frame, max_frame).await {
-                        break Err(why.to_string());
+                Some(first) => {
+                    out.clear();
+                    let mut next = Some(first);
+                    let mut encoded = Ok(());
+                    while let Some(frame) = next.take() {
+                        encoded = encoded.and(wire::encode(&frame, max_frame, &mut out).map_err(|e| e.to_string()));
+                        if out.len() < WRITE_BATCH {
+                            next = rx.try_recv().ok();
+                        }
+                    }
+                    let written = match encoded {
+                        Ok(()) => send.write_all(&out).await.map_err(|e| e.to_string()),
+                        Err(why) => Err(why),
+                    };
+                    if let Err(why) = written {
+                        break Err(why);
                     }
                 }
                 None => break Ok(()),

@@ -182,6 +182,12 @@ pub enum Frame {
     },
     /// Routing traffic on a link between neighbour brokers.
     Broker(BrokerMessage),
+    /// A publication sent without waiting: no reply when it is routed; a refusal comes back
+    /// as an [`Frame::Error`] without a request number. For publishers that stream.
+    Publish {
+        /// The publication.
+        publication: Arc<Publication>,
+    },
     /// A question about the broker itself, numbered like a request.
     Query {
         /// The client's request number.

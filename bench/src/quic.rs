@@ -1,0 +1,442 @@
+//! Brokers over QUIC, end to end: publications per second and latency through one broker
+//! and a three-broker chain, and selective fan-out; the same message counts through
+//! nats-server and mosquitto when they are installed (their subscribers filter by content
+//! on the client side, since neither routes by content).
+//!
+//! Every publication has 5 attributes (class, symbol or bucket, price, volume, and `t`, the
+//! send time in nanoseconds since the run began, read by the subscriber for latency) and a
+//! 100-byte payload. Brokers run in this process on loopback QUIC endpoints; the clients
+//! are the `padres-client` library. nats-server and mosquitto run as child processes on
+//! loopback ports chosen here, driven by small pipelined protocol clients (`peers.rs`)
+//! that carry the publication encoded with the padres wire codec, so their subscribers
+//! decode and match it with the reference semantics.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use padres_broker::config::Config;
+use padres_client::{Client, Connect};
+use padres_lang::{Name, Publication, Subscription, Value, matches};
+use tokio::sync::mpsc;
+
+use crate::peers::{self, Peer, PeerKind};
+use crate::{fmt, percentiles};
+
+/// Run sizes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sizes {
+    /// Publications per throughput run.
+    pub(crate) count: usize,
+    /// Subscriptions installed besides the measured one.
+    pub(crate) others: usize,
+    /// Publications per second in the paced latency run.
+    pub(crate) rate: u64,
+    /// Length of the paced run.
+    pub(crate) paced: Duration,
+    /// Subscribers in the fan-out run.
+    pub(crate) fan_out: usize,
+    /// Publications in the fan-out run (each reaches one padres subscriber, and every
+    /// subscriber of a peer server).
+    pub(crate) fan_count: usize,
+}
+
+impl Sizes {
+    pub(crate) fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                count: 20_000,
+                others: 10_000,
+                rate: 10_000,
+                paced: Duration::from_secs(1),
+                fan_out: 100,
+                fan_count: 10_000,
+            }
+        } else {
+            Self {
+                count: 200_000,
+                others: 10_000,
+                rate: 10_000,
+                paced: Duration::from_secs(3),
+                fan_out: 100,
+                fan_count: 50_000,
+            }
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug)]
+struct Outcome {
+    /// Useful deliveries (publications that matched the receiver's subscription).
+    delivered: usize,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl Outcome {
+    fn per_second(&self) -> f64 {
+        self.delivered as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn line(&self, what: &str) -> String {
+        let (p50, p99) = percentiles(self.latencies.clone());
+        format!(
+            "{what:<44} {:>12.0}/s  p50 {:>10}  p99 {:>10}  ({} in {:.2} s)",
+            self.per_second(),
+            fmt(p50),
+            fmt(p99),
+            self.delivered,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// Nanoseconds since `epoch`, as a publication attribute.
+fn stamp(epoch: Instant) -> i64 {
+    i64::try_from(epoch.elapsed().as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn latency(epoch: Instant, publication: &Publication) -> Option<Duration> {
+    match publication.get("t") {
+        Some(Value::Int(sent)) => {
+            let now = stamp(epoch);
+            u64::try_from(now - sent).ok().map(Duration::from_nanos)
+        }
+        _ => None,
+    }
+}
+
+fn name(text: &str) -> Name {
+    Name::new(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// A publication of the benchmark: `class`, then `key` = `key_value`, price, volume, `t`,
+/// and the 100-byte payload.
+fn publication(class: &str, key: &str, key_value: Value, n: usize, epoch: Instant) -> Publication {
+    let n = i64::try_from(n).unwrap_or(0);
+    Publication::new(vec![
+        (name("class"), Value::str(class)),
+        (name(key), key_value),
+        (name("price"), Value::Int(100 + n % 900)),
+        (name("volume"), Value::Int(n)),
+        (name("t"), Value::Int(stamp(epoch))),
+    ])
+    .expect("a valid publication")
+    .with_payload(vec![0x5a_u8; 100])
+}
+
+async fn start_broker(name: &str, root: &std::path::Path, neighbor: Option<SocketAddr>) -> SocketAddr {
+    let config = Config {
+        name: name.to_owned(),
+        listen: ([127, 0, 0, 1], 0).into(),
+        data_dir: root.join(name),
+        neighbors: neighbor.map(|a| format!("quic://{a}")).into_iter().collect(),
+        ..Config::default()
+    };
+    let (bound, addr) = tokio::sync::oneshot::channel();
+    tokio::spawn(padres_broker::net::serve_until(config, Some(bound), std::future::pending()));
+    addr.await.expect("the broker binds")
+}
+
+async fn connect(addr: SocketAddr, who: &str) -> Client {
+    Connect::new(addr).name(who).reconnect(false).connect().await.expect("connects")
+}
+
+/// Installs `n` subscriptions on class `quote` that the benchmark's publications never
+/// match (half pinned on other symbols, half on prices above any published).
+async fn install_others(client: &Client, n: usize) {
+    for i in 0..n {
+        let text = if i % 2 == 0 {
+            format!("s [class,eq,'quote'],[symbol,eq,'S{i}']")
+        } else {
+            format!("s [class,eq,'quote'],[price,>,{}]", 10_000 + i)
+        };
+        client.send(&text).await.expect("subscribed");
+    }
+}
+
+/// Waits until the broker at `observer` holds `n` subscriptions.
+async fn settle(observer: &Client, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while observer.routes(0).await.map(|r| r.prt_total).unwrap_or(0) < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Streams `count` quotes (paced to `rate` per second if given) from `publisher` and
+/// receives them at `subscriber`.
+async fn quote_run(publisher: &Client, subscriber: &mut Client, count: usize, rate: Option<u64>) -> Outcome {
+    let epoch = Instant::now();
+    let publish = async {
+        let per_ms = rate.map(|r| usize::try_from(r / 1000).unwrap_or(1).max(1));
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        for n in 0..count {
+            if let Some(per_ms) = per_ms {
+                if n % per_ms == 0 {
+                    tick.tick().await;
+                }
+            }
+            let p = publication("quote", "symbol", Value::str("BENCH"), n, epoch);
+            publisher.publish(p).await.expect("published");
+        }
+    };
+    let receive = async {
+        let mut latencies = Vec::with_capacity(count);
+        while latencies.len() < count {
+            match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
+                Ok(Some((_, p))) => latencies.extend(latency(epoch, &p)),
+                _ => break,
+            }
+        }
+        (latencies, epoch.elapsed())
+    };
+    let ((), (latencies, elapsed)) = tokio::join!(publish, receive);
+    Outcome { delivered: latencies.len(), elapsed, latencies }
+}
+
+/// One publisher and one subscriber through a chain of `brokers` brokers, with the other
+/// subscriptions installed at the subscriber's broker.
+async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (Outcome, Outcome) {
+    let mut addrs = Vec::new();
+    for i in 0..brokers {
+        let addr = start_broker(&format!("C{brokers}x{i}"), root, addrs.last().copied()).await;
+        addrs.push(addr);
+    }
+    let (first, last) = (addrs[0], addrs[brokers - 1]);
+    let publisher = connect(first, "pub").await;
+    publisher
+        .send("a [class,eq,'quote'],[symbol,isPresent,''],[price,>=,0],[volume,>=,0],[t,>=,0]")
+        .await
+        .expect("advertised");
+    let others = connect(last, "others").await;
+    install_others(&others, sizes.others).await;
+    let mut subscriber = connect(last, "sub").await;
+    subscriber.send("s [class,eq,'quote'],[symbol,eq,'BENCH']").await.expect("subscribed");
+    settle(&connect(first, "observer").await, (sizes.others + 1) as u64).await;
+    let throughput = quote_run(&publisher, &mut subscriber, sizes.count, None).await;
+    let paced_count = usize::try_from(sizes.rate * sizes.paced.as_secs()).unwrap_or(10_000);
+    let paced = quote_run(&publisher, &mut subscriber, paced_count, Some(sizes.rate)).await;
+    (throughput, paced)
+}
+
+/// `fan_out` subscribers each selecting 1% of the publications.
+async fn padres_fan_out(sizes: Sizes, root: &std::path::Path) -> Outcome {
+    let broker = start_broker("F", root, None).await;
+    let publisher = connect(broker, "pub").await;
+    publisher
+        .send("a [class,eq,'fan'],[bucket,>=,0],[price,>=,0],[volume,>=,0],[t,>=,0]")
+        .await
+        .expect("advertised");
+    let buckets = sizes.fan_out;
+    let received = Arc::new(AtomicUsize::new(0));
+    let (done, mut finished) = mpsc::channel(buckets);
+    let per_subscriber = sizes.fan_count / buckets;
+    let epoch = Instant::now();
+    for k in 0..buckets {
+        let mut subscriber = connect(broker, "fan").await;
+        subscriber.send(&format!("s [class,eq,'fan'],[bucket,=,{k}]")).await.expect("subscribed");
+        let received = received.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_subscriber);
+            while latencies.len() < per_subscriber {
+                match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
+                    Ok(Some((_, p))) => latencies.extend(latency(epoch, &p)),
+                    _ => break,
+                }
+            }
+            received.fetch_add(latencies.len(), Ordering::Relaxed);
+            let _ = done.send((latencies, epoch.elapsed())).await;
+        });
+    }
+    settle(&publisher, buckets as u64).await;
+    let start = epoch.elapsed();
+    let bucket_of = |n: usize| i64::try_from(n % buckets).unwrap_or(0);
+    for n in 0..per_subscriber * buckets {
+        let p = publication("fan", "bucket", Value::Int(bucket_of(n)), n, epoch);
+        publisher.publish(p).await.expect("published");
+    }
+    let mut latencies = Vec::new();
+    let mut end = start;
+    for _ in 0..buckets {
+        if let Some((l, at)) = finished.recv().await {
+            latencies.extend(l);
+            end = end.max(at);
+        }
+    }
+    Outcome { delivered: received.load(Ordering::Relaxed), elapsed: end - start, latencies }
+}
+
+/// The same runs through a peer server: subjects/topics carry no content, so every
+/// subscriber receives everything on its subject, decodes it and keeps what matches.
+async fn peer_quote_run(kind: PeerKind, sizes: Sizes, count: usize, rate: Option<u64>) -> Option<Outcome> {
+    let server = Peer::start(kind)?;
+    let subject = "quote";
+    let mut others = server.connect().await.ok()?;
+    for i in 0..sizes.others {
+        others.subscribe(&format!("other{i}")).await.ok()?;
+    }
+    let wanted: Subscription = "[class,eq,'quote'],[symbol,eq,'BENCH']".parse().ok()?;
+    let mut subscriber = server.connect().await.ok()?;
+    subscriber.subscribe(subject).await.ok()?;
+    let mut publisher = server.connect().await.ok()?;
+    subscriber.sync().await.ok()?;
+    let epoch = Instant::now();
+    let publish = async {
+        let per_ms = rate.map(|r| usize::try_from(r / 1000).unwrap_or(1).max(1));
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        for n in 0..count {
+            if let Some(per_ms) = per_ms {
+                if n % per_ms == 0 {
+                    tick.tick().await;
+                }
+            }
+            let p = publication("quote", "symbol", Value::str("BENCH"), n, epoch);
+            publisher.publish(subject, &peers::encode(&p)).await.ok();
+            if rate.is_some() {
+                // Paced: every message leaves at once, as the padres client's do.
+                publisher.flush().await.ok();
+            }
+        }
+        publisher.flush().await.ok();
+    };
+    let receive = async {
+        let mut latencies = Vec::with_capacity(count);
+        let mut seen = 0;
+        while seen < count {
+            let Ok(Ok(Some(body))) = tokio::time::timeout(Duration::from_secs(10), subscriber.next()).await
+            else {
+                break;
+            };
+            seen += 1;
+            if let Some(p) = peers::decode(&body) {
+                if matches(&wanted, &p) {
+                    latencies.extend(latency(epoch, &p));
+                }
+            }
+        }
+        (latencies, epoch.elapsed())
+    };
+    let ((), (latencies, elapsed)) = tokio::join!(publish, receive);
+    drop(others);
+    Some(Outcome { delivered: latencies.len(), elapsed, latencies })
+}
+
+async fn peer_fan_out(kind: PeerKind, sizes: Sizes) -> Option<Outcome> {
+    let server = Peer::start(kind)?;
+    let buckets = sizes.fan_out;
+    let per_subscriber = sizes.fan_count / buckets;
+    let total = per_subscriber * buckets;
+    let received = Arc::new(AtomicUsize::new(0));
+    let (done, mut finished) = mpsc::channel(buckets);
+    let epoch = Instant::now();
+    for k in 0..buckets {
+        let mut subscriber = server.connect().await.ok()?;
+        subscriber.subscribe("fan").await.ok()?;
+        subscriber.sync().await.ok()?;
+        let wanted: Subscription = format!("[class,eq,'fan'],[bucket,=,{k}]").parse().ok()?;
+        let received = received.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_subscriber);
+            let mut seen = 0;
+            while seen < total {
+                let Ok(Ok(Some(body))) =
+                    tokio::time::timeout(Duration::from_secs(10), subscriber.next()).await
+                else {
+                    break;
+                };
+                seen += 1;
+                if let Some(p) = peers::decode(&body) {
+                    if matches(&wanted, &p) {
+                        latencies.extend(latency(epoch, &p));
+                    }
+                }
+            }
+            received.fetch_add(latencies.len(), Ordering::Relaxed);
+            let _ = done.send((latencies, epoch.elapsed())).await;
+        });
+    }
+    let mut publisher = server.connect().await.ok()?;
+    let start = epoch.elapsed();
+    for n in 0..total {
+        let bucket = i64::try_from(n % buckets).unwrap_or(0);
+        let p = publication("fan", "bucket", Value::Int(bucket), n, epoch);
+        publisher.publish("fan", &peers::encode(&p)).await.ok()?;
+    }
+    publisher.flush().await.ok()?;
+    let mut latencies = Vec::new();
+    let mut end = start;
+    for _ in 0..buckets {
+        if let Some((l, at)) = finished.recv().await {
+            latencies.extend(l);
+            end = end.max(at);
+        }
+    }
+    Some(Outcome { delivered: received.load(Ordering::Relaxed), elapsed: end - start, latencies })
+}
+
+fn ratio(ours: &Outcome, theirs: Option<&Outcome>, label: &str) {
+    if let Some(theirs) = theirs {
+        println!("    ratio padres / {label}: {:.2}x", ours.per_second() / theirs.per_second().max(1e-9));
+    }
+}
+
+/// Runs every scenario and prints the figures.
+pub(crate) fn run(sizes: Sizes, with_peers: bool) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let root = std::env::temp_dir().join(format!("padres-bench-quic-{}", std::process::id()));
+    runtime.block_on(async {
+        println!(
+            "quic: {} publications per run, {} other subscriptions, paced runs at {}/s for {} s, fan-out to {}",
+            sizes.count,
+            sizes.others,
+            sizes.rate,
+            sizes.paced.as_secs(),
+            sizes.fan_out
+        );
+        let peers: Vec<PeerKind> = [PeerKind::Nats, PeerKind::Mosquitto]
+            .into_iter()
+            .filter(|k| with_peers && k.available())
+            .collect();
+        if with_peers && peers.is_empty() {
+            println!("(nats-server and mosquitto are not installed: no peer comparison)");
+        }
+
+        for brokers in [1, 3] {
+            let (throughput, paced) = padres_chain(brokers, sizes, &root).await;
+            let label = if brokers == 1 { "one broker" } else { "3-broker chain" };
+            println!("{}", throughput.line(&format!("padres {label}, max rate")));
+            let mut peer_results = Vec::new();
+            for &kind in &peers {
+                if let Some(o) = peer_quote_run(kind, sizes, sizes.count, None).await {
+                    println!("{}", o.line(&format!("{} (1 server), max rate", kind.label())));
+                    peer_results.push((kind, o));
+                }
+            }
+            for (kind, o) in &peer_results {
+                ratio(&throughput, Some(o), kind.label());
+            }
+            println!("{}", paced.line(&format!("padres {label}, paced {}/s", sizes.rate)));
+            let paced_count = usize::try_from(sizes.rate * sizes.paced.as_secs()).unwrap_or(10_000);
+            for &kind in &peers {
+                if let Some(o) = peer_quote_run(kind, sizes, paced_count, Some(sizes.rate)).await {
+                    println!("{}", o.line(&format!("{} (1 server), paced {}/s", kind.label(), sizes.rate)));
+                }
+            }
+        }
+
+        let fan = padres_fan_out(sizes, &root).await;
+        println!("{}", fan.line(&format!("padres fan-out to {} (1% each), useful", sizes.fan_out)));
+        for &kind in &peers {
+            if let Some(o) = peer_fan_out(kind, sizes).await {
+                println!("{}", o.line(&format!("{} fan-out, useful", kind.label())));
+                ratio(&fan, Some(&o), kind.label());
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&root);
+}
