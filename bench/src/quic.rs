@@ -24,6 +24,17 @@ use tokio::sync::mpsc;
 use crate::peers::{self, Peer, PeerKind};
 use crate::{fmt, percentiles};
 
+/// What can be run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// One publisher, one subscriber, one broker.
+    OneBroker,
+    /// One publisher, one subscriber, a 3-broker chain.
+    Chain,
+    /// 100 subscribers each selecting 1% of the publications.
+    FanOut,
+}
+
 /// Run sizes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sizes {
@@ -40,27 +51,31 @@ pub(crate) struct Sizes {
     /// Publications in the fan-out run (each reaches one padres subscriber, and every
     /// subscriber of a peer server).
     pub(crate) fan_count: usize,
+    /// Runs of each scenario; the median by rate is reported.
+    pub(crate) repeat: usize,
 }
 
 impl Sizes {
     pub(crate) fn new(quick: bool) -> Self {
         if quick {
             Self {
-                count: 20_000,
+                count: 50_000,
                 others: 10_000,
                 rate: 10_000,
                 paced: Duration::from_secs(1),
                 fan_out: 100,
                 fan_count: 10_000,
+                repeat: 3,
             }
         } else {
             Self {
-                count: 200_000,
+                count: 300_000,
                 others: 10_000,
                 rate: 10_000,
                 paced: Duration::from_secs(3),
                 fan_out: 100,
                 fan_count: 50_000,
+                repeat: 3,
             }
         }
     }
@@ -109,7 +124,8 @@ fn latency(epoch: Instant, publication: &Publication) -> Option<Duration> {
 }
 
 fn name(text: &str) -> Name {
-    Name::new(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    // Shared texts, as a real publisher keeps its attribute names.
+    Name::interned(text).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
 /// A publication of the benchmark: `class`, then `key` = `key_value`, price, volume, `t`,
@@ -136,8 +152,21 @@ async fn start_broker(name: &str, root: &std::path::Path, neighbor: Option<Socke
         ..Config::default()
     };
     let (bound, addr) = tokio::sync::oneshot::channel();
-    tokio::spawn(padres_broker::net::serve_until(config, Some(bound), std::future::pending()));
+    broker_runtime().spawn(padres_broker::net::serve_until(config, Some(bound), std::future::pending()));
     addr.await.expect("the broker binds")
+}
+
+/// Brokers run on a runtime of their own, as in their own process, so that the clients'
+/// tasks do not queue behind theirs on the same workers.
+fn broker_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name("broker")
+            .enable_all()
+            .build()
+            .expect("a runtime for the brokers")
+    })
 }
 
 async fn connect(addr: SocketAddr, who: &str) -> Client {
@@ -198,7 +227,7 @@ async fn quote_run(publisher: &Client, subscriber: &mut Client, count: usize, ra
 
 /// One publisher and one subscriber through a chain of `brokers` brokers, with the other
 /// subscriptions installed at the subscriber's broker.
-async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (Outcome, Outcome) {
+async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (Median, Median) {
     let mut addrs = Vec::new();
     for i in 0..brokers {
         let addr = start_broker(&format!("C{brokers}x{i}"), root, addrs.last().copied()).await;
@@ -215,10 +244,38 @@ async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (
     let mut subscriber = connect(last, "sub").await;
     subscriber.send("s [class,eq,'quote'],[symbol,eq,'BENCH']").await.expect("subscribed");
     settle(&connect(first, "observer").await, (sizes.others + 1) as u64).await;
-    let throughput = quote_run(&publisher, &mut subscriber, sizes.count, None).await;
     let paced_count = usize::try_from(sizes.rate * sizes.paced.as_secs()).unwrap_or(10_000);
-    let paced = quote_run(&publisher, &mut subscriber, paced_count, Some(sizes.rate)).await;
-    (throughput, paced)
+    let mut throughput = Vec::new();
+    let mut paced = Vec::new();
+    for _ in 0..sizes.repeat {
+        throughput.push(quote_run(&publisher, &mut subscriber, sizes.count, None).await);
+        paced.push(quote_run(&publisher, &mut subscriber, paced_count, Some(sizes.rate)).await);
+    }
+    (Median::of(throughput), Median::of(paced))
+}
+
+/// The run with the median rate of several, and the range of rates.
+#[derive(Debug)]
+struct Median {
+    run: Outcome,
+    runs: usize,
+    low: f64,
+    high: f64,
+}
+
+impl Median {
+    fn of(mut runs: Vec<Outcome>) -> Self {
+        runs.sort_by(|a, b| a.per_second().total_cmp(&b.per_second()));
+        let low = runs.first().map_or(0.0, Outcome::per_second);
+        let high = runs.last().map_or(0.0, Outcome::per_second);
+        let count = runs.len();
+        let run = runs.swap_remove(count / 2);
+        Self { run, runs: count, low, high }
+    }
+
+    fn line(&self, what: &str) -> String {
+        format!("{}  [median of {}; {:.0}-{:.0}/s]", self.run.line(what), self.runs, self.low, self.high)
+    }
 }
 
 /// `fan_out` subscribers each selecting 1% of the publications.
@@ -378,14 +435,25 @@ async fn peer_fan_out(kind: PeerKind, sizes: Sizes) -> Option<Outcome> {
     Some(Outcome { delivered: received.load(Ordering::Relaxed), elapsed: end - start, latencies })
 }
 
-fn ratio(ours: &Outcome, theirs: Option<&Outcome>, label: &str) {
-    if let Some(theirs) = theirs {
-        println!("    ratio padres / {label}: {:.2}x", ours.per_second() / theirs.per_second().max(1e-9));
+fn ratio(ours: &Median, theirs: &Median, label: &str) {
+    println!("    ratio padres / {label}: {:.2}x", ours.run.per_second() / theirs.run.per_second().max(1e-9));
+}
+
+/// Runs `scenario` `times` times; `None` if any run could not be made.
+async fn repeated<F: Future<Output = Option<Outcome>>>(
+    times: usize,
+    scenario: impl Fn() -> F,
+) -> Option<Median> {
+    let mut runs = Vec::new();
+    for _ in 0..times {
+        runs.push(scenario().await?);
     }
+    Some(Median::of(runs))
 }
 
 /// Runs every scenario and prints the figures.
-pub(crate) fn run(sizes: Sizes, with_peers: bool) {
+pub(crate) fn run(sizes: Sizes, with_peers: bool, only: &[Scenario]) {
+    let wanted = |s: Scenario| only.is_empty() || only.contains(&s);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     let root = std::env::temp_dir().join(format!("padres-bench-quic-{}", std::process::id()));
     runtime.block_on(async {
@@ -405,35 +473,40 @@ pub(crate) fn run(sizes: Sizes, with_peers: bool) {
             println!("(nats-server and mosquitto are not installed: no peer comparison)");
         }
 
+        let paced_count = usize::try_from(sizes.rate * sizes.paced.as_secs()).unwrap_or(10_000);
         for brokers in [1, 3] {
+            if !wanted(if brokers == 1 { Scenario::OneBroker } else { Scenario::Chain }) {
+                continue;
+            }
             let (throughput, paced) = padres_chain(brokers, sizes, &root).await;
             let label = if brokers == 1 { "one broker" } else { "3-broker chain" };
             println!("{}", throughput.line(&format!("padres {label}, max rate")));
-            let mut peer_results = Vec::new();
             for &kind in &peers {
-                if let Some(o) = peer_quote_run(kind, sizes, sizes.count, None).await {
-                    println!("{}", o.line(&format!("{} (1 server), max rate", kind.label())));
-                    peer_results.push((kind, o));
+                let run = || peer_quote_run(kind, sizes, sizes.count, None);
+                if let Some(theirs) = repeated(sizes.repeat, run).await {
+                    println!("{}", theirs.line(&format!("{} (1 server), max rate", kind.label())));
+                    ratio(&throughput, &theirs, kind.label());
                 }
             }
-            for (kind, o) in &peer_results {
-                ratio(&throughput, Some(o), kind.label());
-            }
             println!("{}", paced.line(&format!("padres {label}, paced {}/s", sizes.rate)));
-            let paced_count = usize::try_from(sizes.rate * sizes.paced.as_secs()).unwrap_or(10_000);
             for &kind in &peers {
-                if let Some(o) = peer_quote_run(kind, sizes, paced_count, Some(sizes.rate)).await {
-                    println!("{}", o.line(&format!("{} (1 server), paced {}/s", kind.label(), sizes.rate)));
+                let run = || peer_quote_run(kind, sizes, paced_count, Some(sizes.rate));
+                if let Some(theirs) = repeated(sizes.repeat, run).await {
+                    println!("{}", theirs.line(&format!("{} (1 server), paced {}/s", kind.label(), sizes.rate)));
                 }
             }
         }
 
-        let fan = padres_fan_out(sizes, &root).await;
+        if !wanted(Scenario::FanOut) {
+            return;
+        }
+        let fan = repeated(sizes.repeat, || async { Some(padres_fan_out(sizes, &root).await) }).await;
+        let Some(fan) = fan else { return };
         println!("{}", fan.line(&format!("padres fan-out to {} (1% each), useful", sizes.fan_out)));
         for &kind in &peers {
-            if let Some(o) = peer_fan_out(kind, sizes).await {
-                println!("{}", o.line(&format!("{} fan-out, useful", kind.label())));
-                ratio(&fan, Some(&o), kind.label());
+            if let Some(theirs) = repeated(sizes.repeat, || peer_fan_out(kind, sizes)).await {
+                println!("{}", theirs.line(&format!("{} fan-out, useful", kind.label())));
+                ratio(&fan, &theirs, kind.label());
             }
         }
     });

@@ -6,11 +6,11 @@
 //!   ([`router::Router`]).
 //! - [`config`]: the broker's configuration ([`config::Config`]), read from TOML and
 //!   flags, validated, printable with its defaults.
+//! - [`net`]: the I/O shell: the QUIC endpoint, connection tasks that only frame and
+//!   decode, the router task, neighbour links with redial and resync, limits, and the
+//!   TLS identity and federation certificates ([`net::cert`]).
 //!
-//! - [`net`]: the I/O shell: QUIC endpoint, connection tasks, the router task, the TLS
-//!   identity.
-//!
-//! Broker links over QUIC, composite detection and history are not built yet.
+//! Composite detection and history are not built yet.
 
 pub mod config;
 pub mod matching;

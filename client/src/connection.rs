@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader};
 use padres_lang::wire::{BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RoutesReport};
-use padres_lang::{Message, MessageId, Name, ParseError, Publication};
+use padres_lang::{
+    Advertisement, CompositeSubscription, Message, MessageId, Name, ParseError, Publication, Subscription,
+};
 use padres_transport::{Trust, local, read_frame, tls, write_frame};
 use tokio::sync::{mpsc, oneshot};
 
@@ -342,6 +344,37 @@ impl Client {
         Ok(id)
     }
 
+    /// Advertises what this client will publish; returns the advertisement's id.
+    pub async fn advertise(&self, adv: Advertisement) -> Result<MessageId, ClientError> {
+        self.request(Message::Advertise(adv)).await.and_then(expect_id)
+    }
+
+    /// Subscribes; matching publications then arrive through
+    /// [`Client::next_notification`], naming the returned id.
+    pub async fn subscribe(&self, sub: Subscription) -> Result<MessageId, ClientError> {
+        self.request(Message::Subscribe(sub)).await.and_then(expect_id)
+    }
+
+    /// Subscribes to a pattern of publications (AND, OR, sequence, repetition).
+    pub async fn composite_subscribe(&self, cs: CompositeSubscription) -> Result<MessageId, ClientError> {
+        self.request(Message::CompositeSubscribe(cs)).await.and_then(expect_id)
+    }
+
+    /// Withdraws a subscription or composite subscription.
+    pub async fn unsubscribe(&self, id: MessageId) -> Result<(), ClientError> {
+        self.request(Message::Unsubscribe(id)).await.map(drop)
+    }
+
+    /// Withdraws an advertisement.
+    pub async fn unadvertise(&self, id: MessageId) -> Result<(), ClientError> {
+        self.request(Message::Unadvertise(id)).await.map(drop)
+    }
+
+    /// Publishes and waits for the broker to accept it (or say why not).
+    pub async fn publish_acked(&self, publication: Publication) -> Result<(), ClientError> {
+        self.request(Message::Publish(publication)).await.map(drop)
+    }
+
     /// Publishes without waiting for the broker: returns once the publication is on its
     /// way. A refusal (no advertisement, say) comes back later as [`Client::last_error`].
     /// For publishers that stream; [`Client::request`] waits for each answer.
@@ -395,6 +428,10 @@ impl Client {
     pub fn last_error(&self) -> Option<String> {
         self.shared.last_error.lock().ok().and_then(|e| e.clone())
     }
+}
+
+fn expect_id(id: Option<MessageId>) -> Result<MessageId, ClientError> {
+    id.ok_or_else(|| ClientError::Closed("the broker assigned no id".to_owned()))
 }
 
 /// Reads frames until the connection ends; then, if asked, reconnects and re-issues.
@@ -469,15 +506,22 @@ async fn dispatch(
         }
         Frame::Error { req: None, code, message } => shared.set_last_error(format!("{code:?}: {message}")),
         Frame::Notification { subs, publication } => {
-            let subs = match shared.issued.lock() {
-                Ok(issued) => subs.into_iter().map(|id| issued.to_first(id)).collect(),
-                Err(_) => subs,
-            };
+            let subs = first_ids(shared, subs);
             return notify.send((subs, Arc::unwrap_or_clone(publication))).await.is_ok();
         }
         _ => {}
     }
     true
+}
+
+/// The ids a notification names, as the caller first got them.
+fn first_ids(shared: &Shared, subs: Vec<MessageId>) -> Vec<MessageId> {
+    match shared.issued.lock() {
+        // Nothing was re-issued (the usual case): the ids are the first ones.
+        Ok(issued) if issued.first.is_empty() => subs,
+        Ok(issued) => subs.into_iter().map(|id| issued.to_first(id)).collect(),
+        Err(_) => subs,
+    }
 }
 
 /// Re-issues every advertisement and subscription in force on a new connection, in the
@@ -510,10 +554,7 @@ async fn reissue(
                     break;
                 }
                 Some(Frame::Notification { subs, publication }) => {
-                    let subs = match shared.issued.lock() {
-                        Ok(issued) => subs.into_iter().map(|id| issued.to_first(id)).collect(),
-                        Err(_) => subs,
-                    };
+                    let subs = first_ids(shared, subs);
                     if notify.send((subs, Arc::unwrap_or_clone(publication))).await.is_err() {
                         return Err("the client is gone".to_owned());
                     }

@@ -157,6 +157,7 @@ fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
     let routes: serde_json::Value = serde_json::from_slice(&routes.stdout).expect("json");
     assert_eq!(routes["prt_total"], 1, "{routes}");
     assert_eq!(routes["prt"][0]["text"], "[class,eq,'stock'],[price,>,100]");
+    assert_eq!(routes["prt"][0]["id"], id.as_str());
 
     writeln!(input, "unsub {id}\nquit").expect("written");
     let unsub = json_line(&mut output);

@@ -11,9 +11,52 @@ use serde::{Deserialize, Serialize};
 use crate::error::InvalidMessage;
 
 /// A validated identifier: an attribute, broker or variable name.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "Arc<str>")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(into = "Arc<str>")]
 pub struct Name(Arc<str>);
+
+/// Names decoded recently on this thread. Publications repeat the same few attribute
+/// names, so a decoded name is usually a reference count away instead of an allocation.
+const RECENT_NAMES: usize = 1024;
+
+thread_local! {
+    static RECENT: std::cell::RefCell<std::collections::HashSet<Name>> =
+        std::cell::RefCell::new(std::collections::HashSet::new());
+}
+
+impl Name {
+    /// [`Name::new`], sharing the text of an equal name decoded before on this thread.
+    pub fn interned(text: &str) -> Result<Self, InvalidMessage> {
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            if let Some(name) = recent.get(text) {
+                return Ok(name.clone());
+            }
+            let name = Self::new(text)?;
+            if recent.len() >= RECENT_NAMES {
+                recent.clear();
+            }
+            recent.insert(name.clone());
+            Ok(name)
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Name {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Name;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an identifier")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Name, E> {
+                Name::interned(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
 
 impl Name {
     /// The longest name accepted, in bytes.
@@ -111,6 +154,14 @@ impl PartialEq<&str> for Name {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decoded_names_are_checked_and_shared() {
+        let a = Name::interned("price").expect("valid");
+        let b = Name::interned("price").expect("valid");
+        assert!(Arc::ptr_eq(&a.0, &b.0), "the second decode shares the first's text");
+        assert!(Name::interned("no spaces").is_err());
+    }
 
     #[test]
     fn identifiers() {

@@ -281,7 +281,25 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
         BrokerCommand::Routes { limit, json, broker } => {
             let routes = broker.connect().await?.routes(limit).await.map_err(|e| e.to_string())?;
             if json {
-                println!("{}", serde_json::to_string(&routes).map_err(|e| e.to_string())?);
+                let rows = |entries: &[padres_lang::wire::RouteEntry]| -> Vec<serde_json::Value> {
+                    entries
+                        .iter()
+                        .map(|e| {
+                            let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();
+                            serde_json::json!({ "id": e.id.to_string(), "text": e.text, "from": e.from, "to": to })
+                        })
+                        .collect()
+                };
+                let neighbours: Vec<String> = routes.neighbours.iter().map(ToString::to_string).collect();
+                let object = serde_json::json!({
+                    "broker": routes.broker.to_string(),
+                    "neighbours": neighbours,
+                    "srt_total": routes.srt_total,
+                    "srt": rows(&routes.srt),
+                    "prt_total": routes.prt_total,
+                    "prt": rows(&routes.prt),
+                });
+                println!("{object}");
             } else {
                 let neighbours: Vec<String> = routes.neighbours.iter().map(ToString::to_string).collect();
                 println!("broker {}; neighbours: {}", routes.broker, neighbours.join(" "));

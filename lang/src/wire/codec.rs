@@ -130,31 +130,39 @@ fn decode_body(body: &[u8]) -> Result<(Frame, usize), bincode::error::DecodeErro
 #[derive(Debug)]
 pub struct FrameReader {
     buf: Vec<u8>,
+    /// Where the undecoded bytes start: frames are consumed by moving this, and the
+    /// buffer is compacted only when more bytes arrive, so a chunk holding many frames is
+    /// not moved once per frame.
+    start: usize,
     max_frame: usize,
 }
 
 impl FrameReader {
     /// A reader refusing frames over `max_frame` bytes.
     pub fn new(max_frame: usize) -> Self {
-        Self { buf: Vec::new(), max_frame }
+        Self { buf: Vec::new(), start: 0, max_frame }
     }
 
     /// Adds bytes read from the stream.
     pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
         self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes buffered and not yet decoded.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.start
     }
 
     /// The next whole frame, `Ok(None)` if more bytes are needed. After an error the
     /// stream cannot be resynchronised; close the connection.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, DecodeError> {
-        match decode(&self.buf, self.max_frame) {
+        match decode(&self.buf[self.start..], self.max_frame) {
             Ok((frame, used)) => {
-                self.buf.drain(..used);
+                self.start += used;
                 Ok(Some(frame))
             }
             Err(DecodeError::Incomplete { .. }) => Ok(None),
