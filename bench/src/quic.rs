@@ -194,19 +194,36 @@ async fn settle(observer: &Client, n: u64) {
     }
 }
 
+/// Spreads publications over time: `rate` per second, sent in a burst each millisecond;
+/// no pacing without a rate.
+#[derive(Debug)]
+struct Pacer {
+    per_ms: Option<usize>,
+    tick: tokio::time::Interval,
+}
+
+impl Pacer {
+    fn new(rate: Option<u64>) -> Self {
+        let per_ms = rate.map(|r| usize::try_from(r / 1000).unwrap_or(1).max(1));
+        Self { per_ms, tick: tokio::time::interval(Duration::from_millis(1)) }
+    }
+
+    /// Waits, if publication `n` starts a new millisecond's burst.
+    async fn before(&mut self, n: usize) {
+        if self.per_ms.is_some_and(|per_ms| n % per_ms == 0) {
+            self.tick.tick().await;
+        }
+    }
+}
+
 /// Streams `count` quotes (paced to `rate` per second if given) from `publisher` and
 /// receives them at `subscriber`.
 async fn quote_run(publisher: &Client, subscriber: &mut Client, count: usize, rate: Option<u64>) -> Outcome {
     let epoch = Instant::now();
     let publish = async {
-        let per_ms = rate.map(|r| usize::try_from(r / 1000).unwrap_or(1).max(1));
-        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        let mut pace = Pacer::new(rate);
         for n in 0..count {
-            if let Some(per_ms) = per_ms {
-                if n % per_ms == 0 {
-                    tick.tick().await;
-                }
-            }
+            pace.before(n).await;
             let p = publication("quote", "symbol", Value::str("BENCH"), n, epoch);
             publisher.publish(p).await.expect("published");
         }
@@ -342,14 +359,9 @@ async fn peer_quote_run(kind: PeerKind, sizes: Sizes, count: usize, rate: Option
     subscriber.sync().await.ok()?;
     let epoch = Instant::now();
     let publish = async {
-        let per_ms = rate.map(|r| usize::try_from(r / 1000).unwrap_or(1).max(1));
-        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        let mut pace = Pacer::new(rate);
         for n in 0..count {
-            if let Some(per_ms) = per_ms {
-                if n % per_ms == 0 {
-                    tick.tick().await;
-                }
-            }
+            pace.before(n).await;
             let p = publication("quote", "symbol", Value::str("BENCH"), n, epoch);
             publisher.publish(subject, &peers::encode(&p)).await.ok();
             if rate.is_some() {
@@ -360,25 +372,35 @@ async fn peer_quote_run(kind: PeerKind, sizes: Sizes, count: usize, rate: Option
         publisher.flush().await.ok();
     };
     let receive = async {
-        let mut latencies = Vec::with_capacity(count);
-        let mut seen = 0;
-        while seen < count {
-            let Ok(Ok(Some(body))) = tokio::time::timeout(Duration::from_secs(10), subscriber.next()).await
-            else {
-                break;
-            };
-            seen += 1;
-            if let Some(p) = peers::decode(&body) {
-                if matches(&wanted, &p) {
-                    latencies.extend(latency(epoch, &p));
-                }
-            }
-        }
+        let latencies = peer_receive(&mut subscriber, &wanted, count, epoch).await;
         (latencies, epoch.elapsed())
     };
     let ((), (latencies, elapsed)) = tokio::join!(publish, receive);
     drop(others);
     Some(Outcome { delivered: latencies.len(), elapsed, latencies })
+}
+
+/// Receives `total` messages at a peer subscriber (or until none comes for 10 s), keeps
+/// those `wanted` matches, and returns their latencies.
+async fn peer_receive(
+    subscriber: &mut peers::PeerClient,
+    wanted: &Subscription,
+    total: usize,
+    epoch: Instant,
+) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    for _ in 0..total {
+        let Ok(Ok(Some(body))) = tokio::time::timeout(Duration::from_secs(10), subscriber.next()).await
+        else {
+            break;
+        };
+        if let Some(p) = peers::decode(&body) {
+            if matches(wanted, &p) {
+                latencies.extend(latency(epoch, &p));
+            }
+        }
+    }
+    latencies
 }
 
 async fn peer_fan_out(kind: PeerKind, sizes: Sizes) -> Option<Outcome> {
@@ -397,21 +419,7 @@ async fn peer_fan_out(kind: PeerKind, sizes: Sizes) -> Option<Outcome> {
         let received = received.clone();
         let done = done.clone();
         tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(per_subscriber);
-            let mut seen = 0;
-            while seen < total {
-                let Ok(Ok(Some(body))) =
-                    tokio::time::timeout(Duration::from_secs(10), subscriber.next()).await
-                else {
-                    break;
-                };
-                seen += 1;
-                if let Some(p) = peers::decode(&body) {
-                    if matches(&wanted, &p) {
-                        latencies.extend(latency(epoch, &p));
-                    }
-                }
-            }
+            let latencies = peer_receive(&mut subscriber, &wanted, total, epoch).await;
             received.fetch_add(latencies.len(), Ordering::Relaxed);
             let _ = done.send((latencies, epoch.elapsed())).await;
         });

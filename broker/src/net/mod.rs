@@ -581,23 +581,9 @@ async fn connection(
             },
             frame = rx.recv() => match frame {
                 Some(first) => {
-                    // Everything already queued goes out in one write.
-                    let mut size = 0;
-                    let mut encoded = Ok(());
-                    out.clear();
-                    let mut next = Some(first);
-                    while let Some((frame, frame_size)) = next.take() {
-                        size += frame_size;
-                        encoded = encoded.and(wire::encode(&frame, max_frame, &mut out).map_err(|e| e.to_string()));
-                        if out.len() < WRITE_BATCH {
-                            next = rx.try_recv().ok();
-                        }
-                    }
-                    let written = match encoded {
-                        Ok(()) => send.write_all(&out).await.map_err(|e| e.to_string()),
-                        Err(why) => Err(why),
-                    };
-                    queued.fetch_sub(size, Ordering::Relaxed);
+                    let more = || rx.try_recv().ok();
+                    let written = write_batch(&mut send, &mut out, first, more, max_frame).await;
+                    queued.fetch_sub(written.as_ref().map_or(0, |size| *size), Ordering::Relaxed);
                     if let Err(why) = written {
                         break Err(why);
                     }
@@ -609,6 +595,30 @@ async fn connection(
     let _ = events.send(Event::Gone(id)).await;
     finish(send).await;
     result
+}
+
+/// Writes `first` and whatever else is already queued (`more`, up to [`WRITE_BATCH`]
+/// bytes) in one write. Each frame comes with its size as counted for the slow-client
+/// limit; the sum is returned.
+async fn write_batch(
+    send: &mut quinn::SendStream,
+    out: &mut Vec<u8>,
+    first: (Frame, usize),
+    mut more: impl FnMut() -> Option<(Frame, usize)>,
+    max_frame: usize,
+) -> Result<usize, String> {
+    out.clear();
+    let mut size = 0;
+    let mut next = Some(first);
+    while let Some((frame, frame_size)) = next.take() {
+        size += frame_size;
+        wire::encode(&frame, max_frame, out).map_err(|e| e.to_string())?;
+        if out.len() < WRITE_BATCH {
+            next = more();
+        }
+    }
+    send.write_all(out).await.map_err(|e| e.to_string())?;
+    Ok(size)
 }
 
 /// Finishes `send` and gives its last frames (an error's explanation, say) a moment to
@@ -709,20 +719,8 @@ async fn run_link(
             },
             frame = rx.recv() => match frame {
                 Some(first) => {
-                    out.clear();
-                    let mut next = Some(first);
-                    let mut encoded = Ok(());
-                    while let Some(frame) = next.take() {
-                        encoded = encoded.and(wire::encode(&frame, max_frame, &mut out).map_err(|e| e.to_string()));
-                        if out.len() < WRITE_BATCH {
-                            next = rx.try_recv().ok();
-                        }
-                    }
-                    let written = match encoded {
-                        Ok(()) => send.write_all(&out).await.map_err(|e| e.to_string()),
-                        Err(why) => Err(why),
-                    };
-                    if let Err(why) = written {
+                    let more = || rx.try_recv().ok().map(|frame| (frame, 0));
+                    if let Err(why) = write_batch(&mut send, &mut out, (first, 0), more, max_frame).await {
                         break Err(why);
                     }
                 }
