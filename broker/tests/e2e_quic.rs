@@ -579,3 +579,56 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     let _ = std::fs::remove_dir_all(&fed);
     let _ = std::fs::remove_dir_all(&other);
 }
+
+#[tokio::test]
+async fn sigterm_shuts_the_broker_down_cleanly() {
+    let mut broker = start_broker("B1", "sigterm");
+    let registered = padres_transport::local::certificate_path(broker.addr.port()).expect("a registry");
+    assert!(registered.is_file(), "the broker registered its certificate for local clients");
+    let subscriber = client(&broker, "sub").await;
+    subscriber.send("s [class,eq,'x']").await.expect("subscribed");
+
+    let status =
+        Command::new("kill").args(["-TERM", &broker.child.id().to_string()]).status().expect("kill runs");
+    assert!(status.success());
+    let mut exited = None;
+    for _ in 0..100 {
+        exited = broker.child.try_wait().expect("waits");
+        if exited.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let exited = exited.expect("the broker exits within 5 s of SIGTERM");
+    assert!(exited.success(), "{exited:?}");
+    assert!(!registered.exists(), "the registration is withdrawn on shutdown");
+    // Its clients are told (the connection closes), not left waiting for a timeout.
+    let closed = subscriber.send("s [class,eq,'y']").await;
+    assert!(matches!(closed, Err(ClientError::Closed(_))), "{closed:?}");
+}
+
+#[tokio::test]
+async fn configured_limits_refuse_with_a_reason() {
+    let limits = ["--max-subscriptions-per-client", "2", "--max-connections", "2"].map(String::from);
+    let broker = start_with("B1", "limits", &limits);
+    let first = client(&broker, "first").await;
+    first.send("s [class,eq,'a']").await.expect("1 of 2");
+    first.send("s [class,eq,'b']").await.expect("2 of 2");
+    let third = first.send("s [class,eq,'c']").await;
+    match third {
+        Err(ClientError::Refused { code: ErrorCode::LimitExceeded, message }) => {
+            assert!(message.contains("unsubscribe first"), "{message}");
+        }
+        other => panic!("expected LimitExceeded, got {other:?}"),
+    }
+    let _second = client(&broker, "second").await;
+    let refused =
+        Client::connect(broker.addr, "localhost", &broker.dir.join("cert.pem"), "third").await.map(|_| ());
+    assert!(
+        matches!(refused, Err(ClientError::Connect { .. })),
+        "a third connection is refused: {refused:?}"
+    );
+    // Those admitted are still served.
+    first.send("unsub B1/1").await.expect("unsubscribed");
+    first.send("s [class,eq,'c']").await.expect("room again");
+}
