@@ -313,16 +313,12 @@ impl Client {
     /// Sends `message` and waits for the broker's answer: the id it assigned (for
     /// advertisements and subscriptions), or why it refused.
     pub async fn request(&self, message: Message) -> Result<Option<MessageId>, ClientError> {
-        let first_of = |id: &MessageId| id.clone();
+        // Withdrawals name the id the caller was given; the broker knows the current one.
         let (sent, withdrawn) = {
             let issued = self.shared.issued.lock().map_err(|e| ClientError::Closed(e.to_string()))?;
             match message {
-                Message::Unsubscribe(id) => {
-                    (Message::Unsubscribe(issued.to_current(id.clone())), Some(first_of(&id)))
-                }
-                Message::Unadvertise(id) => {
-                    (Message::Unadvertise(issued.to_current(id.clone())), Some(first_of(&id)))
-                }
+                Message::Unsubscribe(id) => (Message::Unsubscribe(issued.to_current(id.clone())), Some(id)),
+                Message::Unadvertise(id) => (Message::Unadvertise(issued.to_current(id.clone())), Some(id)),
                 other => (other, None),
             }
         };

@@ -119,6 +119,8 @@ pub async fn serve_until(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     config.validate()?;
+    let invalid = |why: String| ServeError::Config(crate::config::ConfigError::Invalid(why));
+    let name = Name::new(&config.name).map_err(|e| invalid(format!("name: {e}")))?;
     let identity = cert::identity(&config)?;
     let fed_ca = config.federation_ca.clone().map(|ca| vec![ca]);
     let server_config = padres_transport::tls::server_config(&identity.tls, fed_ca.as_deref())?;
@@ -128,6 +130,9 @@ pub async fn serve_until(
         padres_transport::tls::server_endpoint(socket, server_config, &identity.tls).map_err(listen_error)?;
     let addr = endpoint.local_addr().map_err(|source| ServeError::Listen { addr: config.listen, source })?;
     let incarnation = cert::next_incarnation(&config.data_dir)?;
+    let mut options = config.router_options();
+    options.incarnation = incarnation;
+    let router = Router::with_options(name.clone(), options).map_err(invalid)?;
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
         Ok(path) => Some(path),
         Err(error) => {
@@ -142,11 +147,6 @@ pub async fn serve_until(
     }
     let mut shutdown = std::pin::pin!(shutdown);
 
-    let invalid = |why: String| ServeError::Config(crate::config::ConfigError::Invalid(why));
-    let name = Name::new(&config.name).map_err(|e| invalid(format!("name: {e}")))?;
-    let mut options = config.router_options();
-    options.incarnation = incarnation;
-    let router = Router::with_options(name.clone(), options).map_err(invalid)?;
     let (events, inbox) = mpsc::channel(1024);
     let limits = Limits {
         max_frame: config.limits.max_frame_bytes,
