@@ -471,6 +471,24 @@ async fn bad_input_gets_an_error_and_leaves_other_clients_alone() {
     write_frame(&mut confused.send, &subscribe, DEFAULT_MAX_FRAME).await.expect("sent");
     assert!(matches!(confused.answer().await, Some(Frame::Ok { req: 1, id: Some(_) })));
 
+    // A subscription that does not hold up: an attribute name with a space in it, written
+    // into an otherwise well-formed frame (the client library would never send it).
+    let mut invalid = raw(&broker, true).await;
+    let subscribe =
+        Frame::Request { req: 1, message: "s [class,eq,'x'],[abc,>,1]".parse::<Message>().expect("valid") };
+    let mut bytes = Vec::new();
+    padres_lang::wire::encode(&subscribe, DEFAULT_MAX_FRAME, &mut bytes).expect("encodes");
+    let at = bytes.windows(3).position(|w| w == b"abc").expect("the name is in the frame");
+    bytes[at + 1] = b' ';
+    invalid.send.write_all(&bytes).await.expect("sent");
+    match invalid.answer().await {
+        Some(Frame::Error { code: ErrorCode::BadRequest, message, .. }) => {
+            assert!(message.contains("a c"), "the error names the bad attribute: {message}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    witness.still_served().await;
+
     // A publication without an advertisement.
     let refused = witness.subscriber.send("p [class,'witness'],[n,0]").await;
     assert!(
