@@ -650,3 +650,36 @@ async fn configured_limits_refuse_with_a_reason() {
     first.send("unsub B1/1").await.expect("unsubscribed");
     first.send("s [class,eq,'c']").await.expect("room again");
 }
+
+#[tokio::test]
+async fn brokers_that_list_each_other_keep_one_link() {
+    // B2 dials B1 first; then B1 is restarted listing B2 too, so both dial.
+    let mut b1 = start_broker("B1", "mutual");
+    let b2 = start_linked_broker("B2", "mutual", Some(&b1));
+    b1.args.extend(neighbour_of(&b2));
+    b1.kill_and_restart();
+
+    let at_b1 = client(&b1, "observer").await;
+    let at_b2 = client(&b2, "observer").await;
+    // Each broker accepts its observer; only B2 also accepts a link (the one B1 dialled,
+    // B1 having the smaller name); B2's own link to B1 is closed as a duplicate.
+    for _ in 0..100 {
+        let (s1, s2) = (at_b1.stats().await.expect("stats"), at_b2.stats().await.expect("stats"));
+        if s1.connections == 1 && s2.connections == 2 && s1.neighbours.len() == 1 && s2.neighbours.len() == 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And it stays so: the closed link's dialler does not come straight back.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (s1, s2) = (at_b1.stats().await.expect("stats"), at_b2.stats().await.expect("stats"));
+    assert_eq!((s1.connections, s2.connections), (1, 2), "accepted connections at B1 and B2");
+    assert_eq!(s1.neighbours.iter().map(Name::as_str).collect::<Vec<_>>(), ["B2"]);
+
+    let publisher = client(&b1, "pub").await;
+    let mut subscriber = client(&b2, "sub").await;
+    publisher.send("a [class,eq,'stock'],[price,>,0],[n,isPresent,0]").await.expect("advertised");
+    subscriber.send("s [class,eq,'stock']").await.expect("subscribed");
+    publish_until_delivered(&publisher, &mut subscriber, "[class,'stock'],[price,1]").await;
+}

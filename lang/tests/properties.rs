@@ -218,6 +218,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     broker,
                     uptime_ms: n,
                     clients: n / 2,
+                    connections: n / 3,
                     neighbours,
                     advertisements: n / 3,
                     subscriptions: n / 5,

@@ -6,7 +6,9 @@
 //! [`Role::Broker`] and its name, then both sides exchange [`Frame::Broker`] traffic. A link
 //! coming up or going down is a `NeighbourUp`/`NeighbourDown` for the router, which
 //! re-synchronises advertisements and subscriptions; a dialled link that drops is dialled
-//! again with backoff (0.1 s doubling to 5 s).
+//! again with backoff (0.1 s doubling to 5 s). Two brokers that list each other would hold
+//! two links; both keep the one dialled by the broker with the smaller name, and the other
+//! is closed with a [`Frame::Bye`] that tells its dialler to wait before trying again.
 //!
 //! Trust (see [`tls`]): a neighbour is verified against `peer_certs`, the federation CA,
 //! and, for a neighbour on a loopback address, the certificate its broker left in the
@@ -73,6 +75,24 @@ struct ClientHandle {
     connection: quinn::Connection,
 }
 
+/// One link to a neighbour, as the router task holds it.
+#[derive(Debug)]
+struct Link {
+    /// Tells links to the same peer apart.
+    id: u64,
+    /// True if this broker dialled it.
+    dialled: bool,
+    queue: mpsc::Sender<Frame>,
+}
+
+/// What a broker says when it closes a second link to a neighbour it is already linked
+/// to; the dialler then waits [`DUPLICATE_REDIAL`] before trying again.
+const DUPLICATE_LINK: &str = "duplicate link: the link dialled by the broker with the smaller name is kept";
+
+/// How long a broker whose link was closed as a duplicate waits before dialling again
+/// (the kept link's dialler redials at once if that link drops).
+const DUPLICATE_REDIAL: Duration = Duration::from_secs(30);
+
 /// What connection tasks tell the router task.
 #[derive(Debug)]
 enum Event {
@@ -80,8 +100,8 @@ enum Event {
     Request(ClientId, u64, Message),
     Query(ClientId, u64, Query),
     Gone(ClientId),
-    /// A link to neighbour `Name` is up (the number tells links to the same peer apart).
-    LinkUp(Name, u64, mpsc::Sender<Frame>),
+    /// A link to a neighbour is up.
+    LinkUp(Name, Link),
     FromBroker(Name, BrokerMessage),
     LinkDown(Name, u64),
 }
@@ -153,7 +173,8 @@ pub async fn serve_until(
         max_queued: config.limits.max_queued_bytes_per_client,
         require_broker_cert: config.federation_ca.is_some(),
     };
-    let router_task = tokio::spawn(run_router(router, inbox, limits));
+    let open = Arc::new(AtomicUsize::new(0));
+    let router_task = tokio::spawn(run_router(router, inbox, limits, open.clone()));
     let dialer = tls::Dialer::new(&config, &identity.tls);
     if config.insecure && !config.neighbors.is_empty() {
         tracing::warn!("INSECURE: neighbours' certificates are not verified; anyone can pose as a neighbour");
@@ -174,7 +195,6 @@ pub async fn serve_until(
             limits,
         ));
     }
-    let open = Arc::new(AtomicUsize::new(0));
     let mut next_client: ClientId = 0;
     loop {
         tokio::select! {
@@ -291,15 +311,22 @@ struct RouterTask {
     start: Instant,
     limits: Limits,
     clients: HashMap<ClientId, ClientHandle>,
-    links: HashMap<Name, (u64, mpsc::Sender<Frame>)>,
+    links: HashMap<Name, Link>,
     counters: Counters,
+    /// Connections accepted and open (kept by the accepting loop).
+    open: Arc<AtomicUsize>,
     out: Vec<Output>,
 }
 
 /// Runs the router task until every event sender is gone. Events are taken in batches
 /// (as many as are waiting, up to [`EVENT_BATCH`]) and what they produced is handed out
 /// after each batch.
-async fn run_router(router: Router, mut inbox: mpsc::Receiver<Event>, limits: Limits) {
+async fn run_router(
+    router: Router,
+    mut inbox: mpsc::Receiver<Event>,
+    limits: Limits,
+    open: Arc<AtomicUsize>,
+) {
     let mut task = RouterTask {
         router,
         start: Instant::now(),
@@ -307,6 +334,7 @@ async fn run_router(router: Router, mut inbox: mpsc::Receiver<Event>, limits: Li
         clients: HashMap::new(),
         links: HashMap::new(),
         counters: Counters::default(),
+        open,
         out: Vec::new(),
     };
     while let Some(event) = inbox.recv().await {
@@ -339,9 +367,7 @@ impl RouterTask {
             }
             Event::Query(client, req, query) => {
                 let report = match query {
-                    Query::Stats => {
-                        Report::Stats(stats(router, &self.counters, self.clients.len(), &self.links, now))
-                    }
+                    Query::Stats => Report::Stats(self.stats(now)),
                     Query::Routes { limit } => Report::Routes(routes(router, limit)),
                 };
                 if let Some(handle) = self.clients.get(&client) {
@@ -352,9 +378,19 @@ impl RouterTask {
                 self.clients.remove(&id);
                 router.handle(now, Input::ClientGone(id), out);
             }
-            Event::LinkUp(peer, link, tx) => {
-                tracing::info!(%peer, "neighbour link up");
-                self.links.insert(peer.clone(), (link, tx));
+            Event::LinkUp(peer, link) => {
+                // Two brokers that both list each other dial twice; both keep the link
+                // dialled by the one with the smaller name and close the other.
+                let kept_is_dialled_by_me = router.name() < &peer;
+                if let Some(current) = self.links.get(&peer) {
+                    if current.dialled == kept_is_dialled_by_me && link.dialled != kept_is_dialled_by_me {
+                        tracing::debug!(%peer, "second link closed as a duplicate");
+                        let _ = link.queue.try_send(Frame::Bye { reason: DUPLICATE_LINK.to_owned() });
+                        return;
+                    }
+                }
+                tracing::info!(%peer, dialled = link.dialled, "neighbour link up");
+                self.links.insert(peer.clone(), link);
                 router.handle(now, Input::NeighbourUp(peer), out);
             }
             Event::FromBroker(from, message) => {
@@ -364,12 +400,35 @@ impl RouterTask {
             }
             Event::LinkDown(peer, link) => {
                 // Only the current link's end counts: a replaced link's late news is stale.
-                if self.links.get(&peer).is_some_and(|(current, _)| *current == link) {
+                if self.links.get(&peer).is_some_and(|current| current.id == link) {
                     tracing::info!(%peer, "neighbour link down");
                     self.links.remove(&peer);
                     router.handle(now, Input::NeighbourDown(peer), out);
                 }
             }
+        }
+    }
+
+    fn stats(&self, now: u64) -> BrokerStats {
+        let (advertisements, subscriptions) = self.router.table_sizes();
+        let mut neighbours: Vec<Name> = self.links.keys().cloned().collect();
+        neighbours.sort();
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let counters = &self.counters;
+        BrokerStats {
+            broker: self.router.name().clone(),
+            uptime_ms: now,
+            clients: count(self.clients.len()),
+            connections: count(self.open.load(Ordering::Relaxed)),
+            neighbours,
+            advertisements: count(advertisements),
+            subscriptions: count(subscriptions),
+            client_requests: counters.client_requests,
+            publications_in: counters.publications_in,
+            notifications_out: counters.notifications_out,
+            broker_messages_in: counters.broker_messages_in,
+            broker_messages_out: counters.broker_messages_out,
+            slow_clients_dropped: counters.slow_clients_dropped,
         }
     }
 
@@ -401,8 +460,8 @@ impl RouterTask {
                     Output::ToBroker { to, message } => {
                         self.counters.broker_messages_out += 1;
                         tracing::trace!(%to, ?message, "to neighbour");
-                        if let Some((_, tx)) = self.links.get(&to) {
-                            if tx.try_send(Frame::Broker(message)).is_err() {
+                        if let Some(link) = self.links.get(&to) {
+                            if link.queue.try_send(Frame::Broker(message)).is_err() {
                                 // The link cannot keep up: drop it; the router
                                 // re-synchronises when it is back.
                                 tracing::warn!(peer = %to, "neighbour link too slow, dropping it");
@@ -433,33 +492,6 @@ impl RouterTask {
                 self.router.handle(now, Input::ClientGone(client), &mut self.out);
             }
         }
-    }
-}
-
-fn stats(
-    router: &Router,
-    counters: &Counters,
-    clients: usize,
-    links: &HashMap<Name, (u64, mpsc::Sender<Frame>)>,
-    now: u64,
-) -> BrokerStats {
-    let (advertisements, subscriptions) = router.table_sizes();
-    let mut neighbours: Vec<Name> = links.keys().cloned().collect();
-    neighbours.sort();
-    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    BrokerStats {
-        broker: router.name().clone(),
-        uptime_ms: now,
-        clients: count(clients),
-        neighbours,
-        advertisements: count(advertisements),
-        subscriptions: count(subscriptions),
-        client_requests: counters.client_requests,
-        publications_in: counters.publications_in,
-        notifications_out: counters.notifications_out,
-        broker_messages_in: counters.broker_messages_in,
-        broker_messages_out: counters.broker_messages_out,
-        slow_clients_dropped: counters.slow_clients_dropped,
     }
 }
 
@@ -522,7 +554,7 @@ async fn connection(
             let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
             write_frame(&mut send, &welcome, max_frame).await.map_err(|e| e.to_string())?;
             let link = link_ids.fetch_add(1, Ordering::Relaxed);
-            return run_link(send, recv, reader, name, link, events, max_frame).await;
+            return run_link(send, recv, reader, name, (link, false), events, max_frame).await;
         }
         Ok(Some(Frame::Hello { role: Role::Client, .. })) => {
             let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
@@ -644,6 +676,10 @@ async fn dial(
     loop {
         match dial_once(&endpoint, &dialer, &neighbor, &me, &events, &link_ids, limits.max_frame).await {
             Ok(()) => backoff = Duration::from_millis(100),
+            Err(error) if error == DUPLICATE_LINK => {
+                tracing::debug!(host = %neighbor.host, port = neighbor.port, "linked already; the neighbour keeps its own link");
+                tokio::time::sleep(DUPLICATE_REDIAL).await;
+            }
             Err(error) => {
                 tracing::debug!(host = %neighbor.host, port = neighbor.port, %error, "neighbour unreachable");
             }
@@ -689,7 +725,7 @@ async fn dial_once(
         other => return Err(format!("unexpected answer to hello: {other:?}")),
     };
     let link = link_ids.fetch_add(1, Ordering::Relaxed);
-    run_link(send, recv, reader, peer, link, events.clone(), max_frame).await
+    run_link(send, recv, reader, peer, (link, true), events.clone(), max_frame).await
 }
 
 /// Serves an established neighbour link until either side closes it.
@@ -698,12 +734,13 @@ async fn run_link(
     mut recv: quinn::RecvStream,
     mut reader: FrameReader,
     peer: Name,
-    link: u64,
+    (link, dialled): (u64, bool),
     events: mpsc::Sender<Event>,
     max_frame: usize,
 ) -> Result<(), String> {
     let (tx, mut rx) = mpsc::channel(LINK_QUEUE);
-    events.send(Event::LinkUp(peer.clone(), link, tx)).await.map_err(|e| e.to_string())?;
+    let up = Link { id: link, dialled, queue: tx };
+    events.send(Event::LinkUp(peer.clone(), up)).await.map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     let result = loop {
         tokio::select! {
@@ -713,7 +750,8 @@ async fn run_link(
                         break Ok(());
                     }
                 }
-                Ok(Some(Frame::Bye { .. }) | None) => break Ok(()),
+                Ok(Some(Frame::Bye { reason })) => break Err(reason),
+                Ok(None) => break Ok(()),
                 Ok(Some(other)) => break Err(format!("unexpected frame on a broker link: {other:?}")),
                 Err(why) => break Err(why.to_string()),
             },

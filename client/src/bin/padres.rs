@@ -267,6 +267,7 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 println!("broker               {}", stats.broker);
                 println!("uptime               {:.1} s", stats.uptime_ms as f64 / 1000.0);
                 println!("clients              {}", stats.clients);
+                println!("connections accepted {}", stats.connections);
                 println!("neighbours           {}", neighbours.join(" "));
                 println!("advertisements       {}", stats.advertisements);
                 println!("subscriptions        {}", stats.subscriptions);

@@ -234,6 +234,8 @@ pub struct BrokerStats {
     pub uptime_ms: u64,
     /// Clients connected now.
     pub clients: u64,
+    /// Connections accepted and open now: clients, and links other brokers dialled.
+    pub connections: u64,
     /// Neighbour links up now.
     #[serde(deserialize_with = "bounded::vec")]
     pub neighbours: Vec<Name>,
