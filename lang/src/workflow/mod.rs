@@ -1,0 +1,21 @@
+//! Workflows: XML application definitions, their calendars, and their translation into
+//! subscriptions and advertisements (DESIGN §8, the PADRES paper §4).
+//!
+//! - [`parse`]: [`parse_application`] reads and validates a definition, reporting every
+//!   problem with its line and column ([`WorkflowErrors`]).
+//! - [`model`]: what a definition says: [`Application`], [`Job`], [`Dependency`],
+//!   [`Trigger`].
+//! - [`calendar`]: [`Calendar`], [`RunTerm`], [`HolidayRule`] and [`Schedule`], evaluated
+//!   against a generation's date, never the wall clock.
+//! - [`duration`]: ISO-8601 durations (`PT2H`).
+//!
+//! The format is documented in `docs/workflow-xml.md`.
+
+pub mod calendar;
+pub mod duration;
+pub mod model;
+pub mod parse;
+
+pub use calendar::{Calendar, HolidayRule, RunTerm, Schedule};
+pub use model::{Application, Dependency, Job, Pos, Runner, StatusCondition, Trigger};
+pub use parse::{WorkflowError, WorkflowErrors, parse_application};
