@@ -1,8 +1,15 @@
 //! Workflow definitions: the payroll example, run terms on real dates, and every
 //! validation error with its message and position.
 
+use std::collections::HashMap;
+
 use chrono::NaiveDate;
-use padres_lang::workflow::{Application, RunTerm, StatusCondition, parse_application};
+use padres_lang::Publication;
+use padres_lang::semantics::composite::satisfied;
+use padres_lang::workflow::translate::deployment_messages;
+use padres_lang::workflow::{
+    APPL_END, APPL_START, Application, Dependency, RunTerm, StatusCondition, parse_application, translate,
+};
 
 const PAYROLL: &str = include_str!("../../examples/payroll.xml");
 
@@ -32,10 +39,13 @@ fn payroll_reads_as_the_paper_draws_it() {
     assert_eq!(app.job("B").expect("B").retries, 1, "defaults apply");
     assert_eq!(app.job("A").expect("A").args, ["--date", "${gen.date}"]);
     assert_eq!(app.job("C").expect("C").schedule.run, "friday".parse::<RunTerm>().expect("term"));
-    assert!(app.job("B").expect("B").after.iter().all(|dep| matches!(
-        dep,
-        padres_lang::workflow::Dependency::After { status: StatusCondition::Ok, .. }
-    )));
+    assert!(
+        app.job("B")
+            .expect("B")
+            .after
+            .iter()
+            .all(|dep| matches!(dep, Dependency::After { status: StatusCondition::Ok, .. }))
+    );
 }
 
 #[test]
@@ -141,4 +151,136 @@ fn size_limits_hold() {
     assert!(error(&huge).contains("bytes; at most"));
     let many = format!("<application name=\"t\">{}</application>", "<x/>".repeat(250_000));
     assert!(error(&many).contains("XML nodes"), "{}", error(&many));
+}
+
+const MONTH_END: &str = include_str!("../../examples/month-end.xml");
+
+fn status_publication(appl: &str, gid: &str, job: &str, status: &str) -> Publication {
+    format!("[class,'job_status'],[appl,'{appl}'],[gid,'{gid}'],[job,'{job}'],[agent,'a'],[status,'{status}'],[exit,0],[attempt,1]")
+        .parse()
+        .expect("a job_status publication")
+}
+
+/// Whether `dep` holds given the final statuses of one generation's jobs so far.
+fn holds(dep: &Dependency, done: &HashMap<String, String>) -> bool {
+    match dep {
+        Dependency::After { job, status, .. } => {
+            done.get(job).is_some_and(|s| status.statuses().contains(&s.as_str()))
+        }
+        Dependency::AnyOf(deps) => deps.iter().any(|d| holds(d, done)),
+    }
+}
+
+/// Runs one generation of `app` dated `day` the way agents will: each job whose
+/// translated dependency subscription is satisfied by the publications so far publishes
+/// its status (succeeded if it runs that day, skipped otherwise; virtual jobs succeed).
+/// After every publication, checks that each waiting job's subscription is satisfied
+/// exactly when its predecessors are done. Returns the jobs in the order they finished,
+/// with their statuses. A finished generation of another id is in the history from the
+/// start, and must never satisfy anything.
+fn run_generation(app: &Application, day: &str) -> Vec<(String, String)> {
+    let deployment = translate(app).expect("translates");
+    let appl = app.name.as_str();
+    let mut history: Vec<Publication> =
+        deployment.jobs.iter().map(|j| status_publication(appl, "old", &j.job, "succeeded")).collect();
+    history.push(
+        format!("[class,'trigger'],[appl,'{appl}'],[gid,'g1'],[date,'{day}']").parse().expect("trigger"),
+    );
+    let mut done: HashMap<String, String> = HashMap::new();
+    let mut order = Vec::new();
+    loop {
+        // Every waiting job: its subscription holds exactly when its predecessors are done.
+        let mut ready = None;
+        for job in deployment.jobs.iter().filter(|j| !done.contains_key(&j.job)) {
+            let subscribed = satisfied(&job.dependency, &history).expect("no Times in workflows");
+            let deps: Vec<Dependency> = match app.job(&job.job) {
+                Some(real) if !real.after.is_empty() => real.after.clone(),
+                _ => job
+                    .predecessors
+                    .iter()
+                    .map(|p| Dependency::After {
+                        job: p.clone(),
+                        status: Default::default(),
+                        at: Default::default(),
+                    })
+                    .collect(),
+            };
+            let expected = deps.iter().all(|d| holds(d, &done));
+            assert_eq!(
+                subscribed, expected,
+                "{}: subscription satisfied {subscribed}, predecessors done {expected}",
+                job.job
+            );
+            if subscribed && ready.is_none() {
+                ready = Some(job.job.clone());
+            }
+        }
+        let Some(job) = ready else { break };
+        let status = match app.job(&job) {
+            Some(real) if !real.schedule.runs_on(date(day), &app.calendar) => "skipped",
+            _ => "succeeded",
+        };
+        history.push(status_publication(appl, "g1", &job, status));
+        done.insert(job.clone(), status.to_owned());
+        order.push((job, status.to_owned()));
+    }
+    assert_eq!(done.len(), deployment.jobs.len(), "every job finished; the generation ended");
+    order
+}
+
+fn position(order: &[(String, String)], job: &str) -> usize {
+    order.iter().position(|(j, _)| j == job).unwrap_or_else(|| panic!("{job} never finished"))
+}
+
+#[test]
+fn payroll_generations_follow_the_paper() {
+    let app = payroll();
+    // Friday: C runs; D waits for both B and C.
+    let friday = run_generation(&app, "2026-11-20");
+    assert_eq!(friday.first().map(|(j, _)| j.as_str()), Some(APPL_START));
+    assert_eq!(friday.last().map(|(j, _)| j.as_str()), Some(APPL_END));
+    assert!(friday.iter().all(|(_, s)| s == "succeeded"), "{friday:?}");
+    assert!(
+        position(&friday, "D") > position(&friday, "B") && position(&friday, "D") > position(&friday, "C")
+    );
+    // Wednesday: C is skipped (after A), and D runs after B and C's skip.
+    let wednesday = run_generation(&app, "2026-11-18");
+    assert!(wednesday.contains(&("C".to_owned(), "skipped".to_owned())), "{wednesday:?}");
+    assert!(wednesday.contains(&("D".to_owned(), "succeeded".to_owned())));
+    assert!(position(&wednesday, "C") > position(&wednesday, "A"));
+    assert!(position(&wednesday, "D") > position(&wednesday, "C"));
+    // Christmas Friday: C moved to Thursday the 24th; on the 25th it and D are skipped.
+    let christmas = run_generation(&app, "2026-12-25");
+    assert!(christmas.contains(&("C".to_owned(), "skipped".to_owned())));
+    assert!(christmas.contains(&("D".to_owned(), "skipped".to_owned())));
+    let eve = run_generation(&app, "2026-12-24");
+    assert!(eve.contains(&("C".to_owned(), "succeeded".to_owned())), "C moved to the previous workday");
+}
+
+#[test]
+fn the_large_example_runs_to_its_end_on_any_day() {
+    let app = parse_application(MONTH_END).unwrap_or_else(|e| panic!("month-end.xml:\n{e}"));
+    assert!(app.jobs.len() >= 40);
+    // A Monday, a Saturday, and the last workday of November 2026 (Monday the 30th).
+    for day in ["2026-11-16", "2026-11-21", "2026-11-30"] {
+        let order = run_generation(&app, day);
+        let ran = |job: &str| order.contains(&(job.to_owned(), "succeeded".to_owned()));
+        assert_eq!(ran("close_books"), day == "2026-11-30", "{day}");
+        assert_eq!(ran("backup_warehouse"), day == "2026-11-21", "{day}");
+        assert!(position(&order, "load_warehouse") > position(&order, "validate_fx_rates"));
+    }
+}
+
+#[test]
+fn deployment_needs_fewer_messages_with_composite_subscriptions() {
+    for (name, xml) in [("payroll", PAYROLL), ("month-end", MONTH_END)] {
+        let app = parse_application(xml).expect("valid");
+        let deployment = translate(&app).expect("translates");
+        let (composite, primitive) = deployment_messages(&deployment);
+        let saved = 100.0 * (1.0 - composite as f64 / primitive as f64);
+        println!(
+            "{name}: {composite} messages with composite subscriptions, {primitive} with primitive ones ({saved:.0}% fewer)"
+        );
+        assert!(composite < primitive);
+    }
 }

@@ -8,6 +8,8 @@
 //! - [`calendar`]: [`Calendar`], [`RunTerm`], [`HolidayRule`] and [`Schedule`], evaluated
 //!   against a generation's date, never the wall clock.
 //! - [`duration`]: ISO-8601 durations (`PT2H`).
+//! - [`translate`]: [`translate()`] an application into per-job dependency subscriptions and
+//!   advertisements, grouped into `agent_ctl` [`Envelope`]s.
 //!
 //! The format is documented in `docs/workflow-xml.md`.
 
@@ -15,7 +17,9 @@ pub mod calendar;
 pub mod duration;
 pub mod model;
 pub mod parse;
+pub mod translate;
 
 pub use calendar::{Calendar, HolidayRule, RunTerm, Schedule};
 pub use model::{Application, Dependency, Job, Pos, Runner, StatusCondition, Trigger};
 pub use parse::{WorkflowError, WorkflowErrors, parse_application};
+pub use translate::{APPL_END, APPL_START, Deployment, Envelope, JobDeployment, translate};

@@ -1,0 +1,234 @@
+//! Translation (the PADRES paper §4.3): an [`Application`] becomes, per job, a composite
+//! dependency subscription, an advertisement for its `job_status` publications and its
+//! job information; these are grouped into one `agent_ctl` envelope per agent.
+//!
+//! Two virtual jobs frame every application. `APPL_START` depends on the generation's
+//! trigger alone and precedes every start job (one without predecessors); `APPL_END`
+//! follows every end job (one without successors), so a monitor sees a generation begin
+//! and end. Both run on the agent of the application's first job.
+//!
+//! A job's dependency is the trigger AND each of its dependencies (an `<any-of>` becomes
+//! an OR), every part joined on `appl` (a constant) and `gid` (the variable `$S$g`), so the
+//! statuses of one generation never satisfy another's. A status condition becomes a set of
+//! `job_status` statuses (`ok`: succeeded or skipped), written as exclusions of the others.
+//!
+//! Message classes and attributes (DESIGN §8):
+//! `trigger` [appl, gid, date]; `job_status` [appl, gid, job, agent, status, exit,
+//! attempt]; `agent_ctl` [agent, cmd, appl, body].
+
+use std::collections::BTreeMap;
+
+use crate::composite::{CompositeOp, CompositeSubscription};
+use crate::error::InvalidMessage;
+use crate::name::Name;
+use crate::publication::Publication;
+use crate::subscription::{Advertisement, Subscription};
+use crate::value::Value;
+
+use super::model::{Application, Dependency, Job, StatusCondition};
+
+/// The virtual job before every start job.
+pub const APPL_START: &str = "APPL_START";
+/// The virtual job after every end job.
+pub const APPL_END: &str = "APPL_END";
+
+/// Every status a `job_status` publication may carry.
+pub const STATUSES: [&str; 5] = ["started", "succeeded", "failed", "skipped", "timeout"];
+
+/// What one job (real or virtual) is deployed as.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobDeployment {
+    /// The job.
+    pub job: String,
+    /// The agent (or pool) that runs it.
+    pub agent: String,
+    /// When it may run: the trigger and its predecessors' statuses of one generation.
+    pub dependency: CompositeSubscription,
+    /// What its agent advertises to publish the job's `job_status`.
+    pub advertisement: Advertisement,
+    /// Its predecessors (for a virtual job, the start or end jobs).
+    pub predecessors: Vec<String>,
+}
+
+/// One `agent_ctl` envelope: everything one agent is to deploy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Envelope {
+    /// The agent (or pool) addressed.
+    pub agent: String,
+    /// Its jobs, in document order (virtual jobs first and last).
+    pub jobs: Vec<JobDeployment>,
+}
+
+/// A translated application.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deployment {
+    /// The application's name.
+    pub appl: String,
+    /// Every job, `APPL_START` first and `APPL_END` last.
+    pub jobs: Vec<JobDeployment>,
+    /// One envelope per agent, by agent name.
+    pub envelopes: Vec<Envelope>,
+}
+
+fn quoted(text: &str) -> String {
+    Value::str(text).to_string()
+}
+
+fn parse_sub(text: &str) -> Subscription {
+    // Built from validated names and quoted strings: a failure is a bug here.
+    text.parse().unwrap_or_else(|e| panic!("translation built an invalid subscription {text}: {e}"))
+}
+
+/// The trigger of a generation of `appl`, binding `$S$g` to its `gid`.
+pub fn trigger_subscription(appl: &str) -> Subscription {
+    parse_sub(&format!("[class,eq,'trigger'],[appl,eq,{}],[gid,eq,$S$g]", quoted(appl)))
+}
+
+/// `job`'s statuses allowed by `status`, in the same generation (`$S$g`).
+pub fn status_subscription(appl: &str, job: &str, status: StatusCondition) -> Subscription {
+    let allowed = status.statuses();
+    let mut text =
+        format!("[class,eq,'job_status'],[appl,eq,{}],[gid,eq,$S$g],[job,eq,{}]", quoted(appl), quoted(job));
+    if let [only] = allowed {
+        text.push_str(&format!(",[status,eq,{}]", quoted(only)));
+    } else {
+        for excluded in STATUSES.iter().filter(|s| !allowed.contains(s)) {
+            text.push_str(&format!(",[status,neq,{}]", quoted(excluded)));
+        }
+    }
+    parse_sub(&text)
+}
+
+/// The advertisement of `job`'s `job_status` publications.
+pub fn status_advertisement(appl: &str, job: &str) -> Advertisement {
+    let text = format!(
+        "[class,eq,'job_status'],[appl,eq,{}],[gid,isPresent,''],[job,eq,{}],[agent,isPresent,''],\
+         [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0]",
+        quoted(appl),
+        quoted(job)
+    );
+    text.parse().unwrap_or_else(|e| panic!("translation built an invalid advertisement {text}: {e}"))
+}
+
+/// Why an application cannot be translated (it is too large for one message).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("job '{job}': {message}")]
+pub struct TranslateError {
+    /// The job whose messages could not be made.
+    pub job: String,
+    /// Why.
+    pub message: String,
+}
+
+/// Joins `parts` with `op` as a balanced tree, so that its depth grows with the
+/// logarithm of the number of parts (composite subscriptions have a depth limit).
+fn balanced(mut parts: Vec<CompositeSubscription>, op: CompositeOp) -> Result<CompositeSubscription, String> {
+    while parts.len() > 1 {
+        let mut next = Vec::with_capacity(parts.len().div_ceil(2));
+        let mut pairs = parts.into_iter();
+        while let Some(left) = pairs.next() {
+            next.push(match pairs.next() {
+                Some(right) => left.combine(op, right).map_err(|e| e.to_string())?,
+                None => left,
+            });
+        }
+        parts = next;
+    }
+    parts.pop().ok_or_else(|| "nothing to join".to_owned())
+}
+
+fn dependency_of(appl: &str, dep: &Dependency) -> Result<CompositeSubscription, String> {
+    match dep {
+        Dependency::After { job, status, .. } => {
+            Ok(CompositeSubscription::leaf(status_subscription(appl, job, *status)))
+        }
+        Dependency::AnyOf(deps) => {
+            let parts = deps.iter().map(|d| dependency_of(appl, d)).collect::<Result<Vec<_>, _>>()?;
+            balanced(parts, CompositeOp::Or)
+        }
+    }
+}
+
+fn deployment(
+    appl: &str,
+    job: &str,
+    agent: &str,
+    deps: &[Dependency],
+) -> Result<JobDeployment, TranslateError> {
+    let error = |message: String| TranslateError { job: job.to_owned(), message };
+    let mut parts = vec![CompositeSubscription::leaf(trigger_subscription(appl))];
+    for dep in deps {
+        parts.push(dependency_of(appl, dep).map_err(error)?);
+    }
+    Ok(JobDeployment {
+        job: job.to_owned(),
+        agent: agent.to_owned(),
+        dependency: balanced(parts, CompositeOp::And).map_err(error)?,
+        advertisement: status_advertisement(appl, job),
+        predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
+    })
+}
+
+fn after(job: &str) -> Dependency {
+    Dependency::After { job: job.to_owned(), status: StatusCondition::Ok, at: Default::default() }
+}
+
+/// Translates a parsed (so valid) application. Fails only for a job with more
+/// dependencies than one composite subscription holds (about 2,000).
+pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
+    let appl = app.name.as_str();
+    let home = app.jobs.first().map_or("", |j| j.runner.name());
+    let has_successor =
+        |job: &Job| app.jobs.iter().any(|other| other.predecessors().contains(&job.name.as_str()));
+    let mut jobs = vec![deployment(appl, APPL_START, home, &[])?];
+    for job in &app.jobs {
+        let deps: Vec<Dependency> =
+            if job.after.is_empty() { vec![after(APPL_START)] } else { job.after.clone() };
+        jobs.push(deployment(appl, &job.name, job.runner.name(), &deps)?);
+    }
+    let ends: Vec<Dependency> =
+        app.jobs.iter().filter(|j| !has_successor(j)).map(|j| after(&j.name)).collect();
+    jobs.push(deployment(appl, APPL_END, home, &ends)?);
+    let mut by_agent: BTreeMap<&str, Vec<JobDeployment>> = BTreeMap::new();
+    for job in &jobs {
+        by_agent.entry(job.agent.as_str()).or_default().push(job.clone());
+    }
+    let envelopes =
+        by_agent.into_iter().map(|(agent, jobs)| Envelope { agent: agent.to_owned(), jobs }).collect();
+    Ok(Deployment { appl: appl.to_owned(), jobs, envelopes })
+}
+
+impl Envelope {
+    /// The envelope's body: for each job, its subscription and advertisement in command
+    /// form (`cs …`, `a …`), each on a line after a `job NAME` line.
+    pub fn body(&self) -> String {
+        let mut body = String::new();
+        for job in &self.jobs {
+            body.push_str(&format!("job {}\ncs {}\na {}\n", job.job, job.dependency, job.advertisement));
+        }
+        body
+    }
+
+    /// The `agent_ctl` publication that deploys this envelope for application `appl`.
+    pub fn publication(&self, appl: &str) -> Result<Publication, InvalidMessage> {
+        let attr = |name: &str, value: &str| Ok::<_, InvalidMessage>((Name::new(name)?, Value::str(value)));
+        Publication::new(vec![
+            attr("class", "agent_ctl")?,
+            attr("agent", &self.agent)?,
+            attr("cmd", "deploy")?,
+            attr("appl", appl)?,
+            attr("body", &self.body())?,
+        ])
+    }
+}
+
+/// Messages to deploy `deployment`: with composite subscriptions (one per job) and with
+/// the equivalent primitive subscriptions (one per atomic part), advertisements counted
+/// in both.
+pub fn deployment_messages(deployment: &Deployment) -> (usize, usize) {
+    let advertisements = deployment.jobs.len();
+    let composite = deployment.jobs.len() + advertisements;
+    let primitive =
+        deployment.jobs.iter().map(|j| j.dependency.atoms().count()).sum::<usize>() + advertisements;
+    (composite, primitive)
+}
