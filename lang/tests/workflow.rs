@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use chrono::NaiveDate;
-use padres_lang::Publication;
 use padres_lang::semantics::composite::satisfied;
 use padres_lang::workflow::translate::deployment_messages;
 use padres_lang::workflow::{
-    APPL_END, APPL_START, Application, Dependency, RunTerm, StatusCondition, parse_application, translate,
+    APPL_END, APPL_START, Application, Dependency, EnvelopeBody, RunTerm, StatusCondition, parse_application,
+    translate,
 };
+use padres_lang::{Message, Publication};
 
 const PAYROLL: &str = include_str!("../../examples/payroll.xml");
 
@@ -283,4 +284,39 @@ fn deployment_needs_fewer_messages_with_composite_subscriptions() {
         );
         assert!(composite < primitive);
     }
+}
+
+#[test]
+fn envelopes_carry_everything_an_agent_needs() {
+    let app = payroll();
+    let deployment = translate(&app).expect("translates");
+    let agents: Vec<&str> = deployment.envelopes.iter().map(|e| e.agent.as_str()).collect();
+    assert_eq!(agents, ["agent-1", "agent-2", "agent-3"]);
+    let agent_1 = &deployment.envelopes[0];
+    let publication = agent_1.publication("payroll").expect("an agent_ctl publication");
+    assert_eq!(publication.class(), "agent_ctl");
+    assert_eq!(publication.get("agent").and_then(|v| v.as_str()), Some("agent-1"));
+    let body = EnvelopeBody::from_json(publication.get("body").and_then(|v| v.as_str()).expect("a body"))
+        .expect("the body reads back");
+    assert_eq!((body.workdays.as_str(), body.holidays.len()), ("mon,tue,wed,thu,fri", 2));
+    let jobs: Vec<&str> = body.jobs.iter().map(|j| j.job.as_str()).collect();
+    assert_eq!(jobs, [APPL_START, "A", "D", APPL_END], "agent-1 runs A and D, and the virtual jobs");
+    for job in &body.jobs {
+        let deployed = deployment.jobs.iter().find(|j| j.job == job.job).expect("deployed");
+        assert_eq!(
+            job.subscription.parse::<Message>(),
+            Ok(Message::CompositeSubscribe(deployed.dependency.clone()))
+        );
+        assert_eq!(
+            job.advertisement.parse::<Message>(),
+            Ok(Message::Advertise(deployed.advertisement.clone()))
+        );
+    }
+    let d = body.jobs.iter().find(|j| j.job == "D").and_then(|j| j.info.clone()).expect("D's information");
+    assert_eq!(
+        (d.run.as_str(), d.command.as_str(), d.timeout_ms, d.retries),
+        ("workdays", "./post.sh", Some(7_200_000), 0)
+    );
+    assert_eq!(d.workdir.as_deref(), Some("/srv/payroll"));
+    assert!(body.jobs[0].info.is_none(), "virtual jobs run no command");
 }

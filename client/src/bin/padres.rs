@@ -88,6 +88,11 @@ enum Command {
         #[command(flatten)]
         broker: BrokerArgs,
     },
+    /// Workflow definitions (XML): check them, and see what they are deployed as.
+    Workflow {
+        #[command(subcommand)]
+        command: WorkflowCommand,
+    },
     /// Inspect a broker: its counters or its routing tables.
     Broker {
         #[command(subcommand)]
@@ -112,6 +117,24 @@ enum Command {
         wait: f64,
         #[command(flatten)]
         broker: BrokerArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WorkflowCommand {
+    /// Validate a definition; every problem is printed as FILE:LINE:COLUMN: message.
+    Check {
+        /// The XML file.
+        file: PathBuf,
+    },
+    /// Print the agent_ctl envelopes a definition is deployed as (one publication per
+    /// agent, in text syntax), and with --date, which jobs run in that day's generation.
+    Translate {
+        /// The XML file.
+        file: PathBuf,
+        /// A generation date, YYYY-MM-DD: list the jobs that run and those skipped.
+        #[arg(long, value_name = "YYYY-MM-DD")]
+        date: Option<String>,
     },
 }
 
@@ -204,6 +227,7 @@ fn main() -> ExitCode {
                 padres_client::session::run(client).await.map_err(|e| format!("standard input: {e}"))
             })
         }),
+        Command::Workflow { command } => workflow(command),
         Command::Broker { command } => {
             runtime().map_err(|e| e.to_string()).and_then(|rt| rt.block_on(inspect(command)))
         }
@@ -234,6 +258,52 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
             println!("{publication}");
         }
         seen += 1;
+    }
+    Ok(())
+}
+
+/// Reads and validates a workflow file, naming the file in every problem.
+fn read_workflow(file: &std::path::Path) -> Result<padres_lang::workflow::Application, String> {
+    let xml = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    padres_lang::workflow::parse_application(&xml).map_err(|errors| {
+        let lines: Vec<String> = errors
+            .0
+            .iter()
+            .map(|e| format!("{}:{}:{}: {}", file.display(), e.at.line, e.at.column, e.message))
+            .collect();
+        lines.join("\n")
+    })
+}
+
+fn workflow(command: WorkflowCommand) -> Result<(), String> {
+    match command {
+        WorkflowCommand::Check { file } => {
+            let app = read_workflow(&file)?;
+            println!("{}: application {} with {} jobs is valid", file.display(), app.name, app.jobs.len());
+        }
+        WorkflowCommand::Translate { file, date } => {
+            let app = read_workflow(&file)?;
+            if let Some(date) = date {
+                let day: chrono::NaiveDate =
+                    date.parse().map_err(|_| format!("--date {date}: expected YYYY-MM-DD"))?;
+                let (runs, skipped): (Vec<_>, Vec<_>) =
+                    app.jobs.iter().partition(|j| j.schedule.runs_on(day, &app.calendar));
+                let names = |jobs: &[&padres_lang::workflow::Job]| {
+                    jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>().join(" ")
+                };
+                println!(
+                    "# {date} ({}): runs {}; skipped {}",
+                    day.format("%A"),
+                    names(&runs),
+                    names(&skipped)
+                );
+            }
+            let deployment = padres_lang::workflow::translate(&app).map_err(|e| e.to_string())?;
+            for envelope in &deployment.envelopes {
+                let publication = envelope.publication(&deployment.appl).map_err(|e| e.to_string())?;
+                println!("{publication}");
+            }
+        }
     }
     Ok(())
 }

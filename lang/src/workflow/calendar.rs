@@ -163,6 +163,30 @@ impl FromStr for RunTerm {
     }
 }
 
+impl std::fmt::Display for RunTerm {
+    /// The canonical text, which parses back to the same term.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Daily => f.write_str("daily"),
+            Self::Workdays => f.write_str("workdays"),
+            Self::Weekends => f.write_str("weekends"),
+            Self::Days(days) => f.write_str(&weekdays_text(days)),
+            Self::FirstWorkdayOfMonth => f.write_str("first-workday-of-month"),
+            Self::LastWorkdayOfMonth => f.write_str("last-workday-of-month"),
+            Self::DayOfMonth(d) => write!(f, "day-{d}"),
+            Self::Cron(cron) => write!(f, "cron:{}", cron.pattern),
+            Self::Never => f.write_str("never"),
+        }
+    }
+}
+
+/// Weekdays as a list of short names, Monday first (`mon,wed,fri`).
+pub fn weekdays_text(days: &[bool; 7]) -> String {
+    let names: Vec<&str> =
+        DAY_NAMES.iter().zip(days).filter(|(_, on)| **on).map(|((short, _), _)| *short).collect();
+    names.join(",")
+}
+
 impl RunTerm {
     /// True if this term selects `date` (holidays aside, see the module docs).
     pub fn selects(&self, date: NaiveDate, calendar: &Calendar) -> bool {
@@ -206,6 +230,18 @@ pub enum HolidayRule {
     NextWorkday,
     /// It runs on the holiday anyway.
     Run,
+}
+
+impl HolidayRule {
+    /// As written in the XML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skip => "skip",
+            Self::PreviousWorkday => "previous-workday",
+            Self::NextWorkday => "next-workday",
+            Self::Run => "run",
+        }
+    }
 }
 
 impl FromStr for HolidayRule {
@@ -359,6 +395,25 @@ mod tests {
         };
         assert!(s.runs_on(date("2026-11-27"), &cal));
         assert!(!s.runs_on(date("2026-11-30"), &cal));
+    }
+
+    #[test]
+    fn terms_print_back_to_themselves() {
+        for text in [
+            "daily",
+            "workdays",
+            "weekends",
+            "mon,wed,fri",
+            "first-workday-of-month",
+            "last-workday-of-month",
+            "day-15",
+            "never",
+            "cron:0 18 * * 5",
+        ] {
+            let term: RunTerm = text.parse().expect(text);
+            assert_eq!(term.to_string().parse::<RunTerm>().as_ref(), Ok(&term), "{text}");
+        }
+        assert_eq!("mon-fri".parse::<RunTerm>().map(|t| t.to_string()), Ok("mon,tue,wed,thu,fri".to_owned()));
     }
 
     #[test]

@@ -22,4 +22,6 @@ pub mod translate;
 pub use calendar::{Calendar, HolidayRule, RunTerm, Schedule};
 pub use model::{Application, Dependency, Job, Pos, Runner, StatusCondition, Trigger};
 pub use parse::{WorkflowError, WorkflowErrors, parse_application};
-pub use translate::{APPL_END, APPL_START, Deployment, Envelope, JobDeployment, translate};
+pub use translate::{
+    APPL_END, APPL_START, BodyJob, Deployment, Envelope, EnvelopeBody, JobDeployment, JobInfo, translate,
+};

@@ -12,11 +12,17 @@
 //! statuses of one generation never satisfy another's. A status condition becomes a set of
 //! `job_status` statuses (`ok`: succeeded or skipped), written as exclusions of the others.
 //!
+//! An envelope's `body` is JSON ([`EnvelopeBody`]): the application's time zone, workdays
+//! and holidays, and per job its subscription and advertisement in command form and its
+//! [`JobInfo`] (run term, command, arguments, environment, timeout, retries).
+//!
 //! Message classes and attributes (DESIGN §8):
 //! `trigger` [appl, gid, date]; `job_status` [appl, gid, job, agent, status, exit,
 //! attempt]; `agent_ctl` [agent, cmd, appl, body].
 
 use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 use crate::composite::{CompositeOp, CompositeSubscription};
 use crate::error::InvalidMessage;
@@ -25,6 +31,7 @@ use crate::publication::Publication;
 use crate::subscription::{Advertisement, Subscription};
 use crate::value::Value;
 
+use super::calendar::weekdays_text;
 use super::model::{Application, Dependency, Job, StatusCondition};
 
 /// The virtual job before every start job.
@@ -34,6 +41,93 @@ pub const APPL_END: &str = "APPL_END";
 
 /// Every status a `job_status` publication may carry.
 pub const STATUSES: [&str; 5] = ["started", "succeeded", "failed", "skipped", "timeout"];
+
+/// How a job runs: what its agent needs besides the subscription and advertisement.
+/// Travels as JSON in the envelope body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// Run term (see [`super::RunTerm`]), as text.
+    pub run: String,
+    /// Dates excepted, as a run term, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub except: Option<String>,
+    /// Holiday rule: skip, previous-workday, next-workday or run.
+    pub holiday: String,
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment variables, name then value.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Longest run, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Attempts after a failure.
+    #[serde(default)]
+    pub retries: u32,
+    /// Wait before a retry, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_ms: Option<u64>,
+}
+
+impl JobInfo {
+    fn of(job: &Job) -> Self {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            run: job.schedule.run.to_string(),
+            except: job.schedule.except.as_ref().map(ToString::to_string),
+            holiday: job.schedule.holiday.as_str().to_owned(),
+            command: job.command.clone(),
+            args: job.args.clone(),
+            env: job.env.clone(),
+            workdir: job.workdir.clone(),
+            timeout_ms: job.timeout.map(ms),
+            retries: job.retries,
+            backoff_ms: job.backoff.map(ms),
+        }
+    }
+}
+
+/// One job in an envelope body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BodyJob {
+    /// The job's name.
+    pub job: String,
+    /// Its dependency subscription, in command form (`cs …`).
+    pub subscription: String,
+    /// Its status advertisement, in command form (`a …`).
+    pub advertisement: String,
+    /// How it runs; absent for the virtual jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<JobInfo>,
+}
+
+/// An `agent_ctl` envelope's body: the application's calendar and the agent's jobs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeBody {
+    /// The application.
+    pub appl: String,
+    /// Its time zone.
+    pub tz: String,
+    /// Working weekdays (`mon,tue,wed,thu,fri`).
+    pub workdays: String,
+    /// Holidays, YYYY-MM-DD.
+    pub holidays: Vec<String>,
+    /// The jobs.
+    pub jobs: Vec<BodyJob>,
+}
+
+impl EnvelopeBody {
+    /// Reads a body back (what an agent does with an envelope).
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| format!("bad agent_ctl body: {e}"))
+    }
+}
 
 /// What one job (real or virtual) is deployed as.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +142,8 @@ pub struct JobDeployment {
     pub advertisement: Advertisement,
     /// Its predecessors (for a virtual job, the start or end jobs).
     pub predecessors: Vec<String>,
+    /// How it runs; `None` for the virtual jobs.
+    pub info: Option<JobInfo>,
 }
 
 /// One `agent_ctl` envelope: everything one agent is to deploy.
@@ -55,6 +151,12 @@ pub struct JobDeployment {
 pub struct Envelope {
     /// The agent (or pool) addressed.
     pub agent: String,
+    /// The application's time zone, workdays and holidays, for the agent's schedule checks.
+    pub tz: String,
+    /// Working weekdays.
+    pub workdays: String,
+    /// Holidays.
+    pub holidays: Vec<String>,
     /// Its jobs, in document order (virtual jobs first and last).
     pub jobs: Vec<JobDeployment>,
 }
@@ -166,6 +268,7 @@ fn deployment(
         dependency: balanced(parts, CompositeOp::And).map_err(error)?,
         advertisement: status_advertisement(appl, job),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
+        info: None,
     })
 }
 
@@ -184,7 +287,9 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
     for job in &app.jobs {
         let deps: Vec<Dependency> =
             if job.after.is_empty() { vec![after(APPL_START)] } else { job.after.clone() };
-        jobs.push(deployment(appl, &job.name, job.runner.name(), &deps)?);
+        let mut deployed = deployment(appl, &job.name, job.runner.name(), &deps)?;
+        deployed.info = Some(JobInfo::of(job));
+        jobs.push(deployed);
     }
     let ends: Vec<Dependency> =
         app.jobs.iter().filter(|j| !has_successor(j)).map(|j| after(&j.name)).collect();
@@ -193,20 +298,42 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
     for job in &jobs {
         by_agent.entry(job.agent.as_str()).or_default().push(job.clone());
     }
-    let envelopes =
-        by_agent.into_iter().map(|(agent, jobs)| Envelope { agent: agent.to_owned(), jobs }).collect();
+    let workdays = weekdays_text(&app.calendar.workdays);
+    let holidays: Vec<String> = app.calendar.holidays.iter().map(ToString::to_string).collect();
+    let envelopes = by_agent
+        .into_iter()
+        .map(|(agent, jobs)| Envelope {
+            agent: agent.to_owned(),
+            tz: app.tz.clone(),
+            workdays: workdays.clone(),
+            holidays: holidays.clone(),
+            jobs,
+        })
+        .collect();
     Ok(Deployment { appl: appl.to_owned(), jobs, envelopes })
 }
 
 impl Envelope {
-    /// The envelope's body: for each job, its subscription and advertisement in command
-    /// form (`cs …`, `a …`), each on a line after a `job NAME` line.
-    pub fn body(&self) -> String {
-        let mut body = String::new();
-        for job in &self.jobs {
-            body.push_str(&format!("job {}\ncs {}\na {}\n", job.job, job.dependency, job.advertisement));
-        }
-        body
+    /// The envelope's body, as JSON ([`EnvelopeBody`]).
+    pub fn body(&self, appl: &str) -> String {
+        let body = EnvelopeBody {
+            appl: appl.to_owned(),
+            tz: self.tz.clone(),
+            workdays: self.workdays.clone(),
+            holidays: self.holidays.clone(),
+            jobs: self
+                .jobs
+                .iter()
+                .map(|j| BodyJob {
+                    job: j.job.clone(),
+                    subscription: format!("cs {}", j.dependency),
+                    advertisement: format!("a {}", j.advertisement),
+                    info: j.info.clone(),
+                })
+                .collect(),
+        };
+        // Plain data of strings and numbers: serialising cannot fail.
+        serde_json::to_string(&body).unwrap_or_default()
     }
 
     /// The `agent_ctl` publication that deploys this envelope for application `appl`.
@@ -217,7 +344,7 @@ impl Envelope {
             attr("agent", &self.agent)?,
             attr("cmd", "deploy")?,
             attr("appl", appl)?,
-            attr("body", &self.body())?,
+            attr("body", &self.body(appl))?,
         ])
     }
 }
