@@ -68,7 +68,16 @@ fn reply(line: usize, op: &str, id: Option<&MessageId>) -> String {
     object.to_string()
 }
 
-/// Runs a session: commands from standard input, JSON lines to standard output.
+/// Writes one line to standard output (an error once nobody reads it any more).
+fn write_line(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")?;
+    stdout.flush()
+}
+
+/// Runs a session: commands from standard input, JSON lines to standard output. Ends
+/// with an error of kind `BrokenPipe` when standard output is closed.
 pub async fn run(mut client: Client) -> std::io::Result<()> {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut number = 0;
@@ -76,7 +85,7 @@ pub async fn run(mut client: Client) -> std::io::Result<()> {
         let line = tokio::select! {
             line = lines.next_line() => line?,
             Some((subs, publication)) = client.next_notification() => {
-                println!("{}", crate::json::notification(&subs, &publication));
+                write_line(&crate::json::notification(&subs, &publication))?;
                 continue;
             }
         };
@@ -90,17 +99,17 @@ pub async fn run(mut client: Client) -> std::io::Result<()> {
                 while let Ok(Some((subs, publication))) =
                     tokio::time::timeout_at(deadline, client.next_notification()).await
                 {
-                    println!("{}", crate::json::notification(&subs, &publication));
+                    write_line(&crate::json::notification(&subs, &publication))?;
                 }
             }
             Ok(Command::Send(message)) => {
                 let op = message.command();
                 match client.request(message).await {
-                    Ok(id) => println!("{}", reply(number, op, id.as_ref())),
-                    Err(e) => println!("{}", error(number, &e.to_string())),
+                    Ok(id) => write_line(&reply(number, op, id.as_ref()))?,
+                    Err(e) => write_line(&error(number, &e.to_string()))?,
                 }
             }
-            Err(message) => println!("{}", error(number, &message)),
+            Err(message) => write_line(&error(number, &message))?,
         }
     }
 }

@@ -10,6 +10,26 @@ use clap::{Args, Parser, Subcommand};
 use padres_client::check::{Checked, check_line, default_parser, render_error};
 use padres_client::{Client, ClientError, Connect, Trust};
 
+/// Prints a line on standard output; when the reader has gone (`padres sub | head`),
+/// ends quietly as other command-line tools do, rather than panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        write_out(format_args!($($arg)*))
+    };
+}
+
+fn write_out(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = io::stdout().lock();
+    if let Err(error) = stdout.write_fmt(line).and_then(|()| stdout.write_all(b"\n")) {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("padres: standard output: {error}");
+        std::process::exit(1);
+    }
+}
+
 /// The padres-rs command-line tool: publish, subscribe, script a client, inspect brokers,
 /// and check messages.
 ///
@@ -224,7 +244,10 @@ fn main() -> ExitCode {
         Command::Session { broker } => runtime().map_err(|e| e.to_string()).and_then(|rt| {
             rt.block_on(async {
                 let client = broker.connect().await?;
-                padres_client::session::run(client).await.map_err(|e| format!("standard input: {e}"))
+                match padres_client::session::run(client).await {
+                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+                    other => other.map_err(|e| format!("session: {e}")),
+                }
             })
         }),
         Command::Workflow { command } => workflow(command),
@@ -253,9 +276,9 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
             return Err("the broker closed the connection".to_owned());
         };
         if json {
-            println!("{}", padres_client::json::notification(&subs, &publication));
+            out!("{}", padres_client::json::notification(&subs, &publication));
         } else {
-            println!("{publication}");
+            out!("{publication}");
         }
         seen += 1;
     }
@@ -279,7 +302,7 @@ fn workflow(command: WorkflowCommand) -> Result<(), String> {
     match command {
         WorkflowCommand::Check { file } => {
             let app = read_workflow(&file)?;
-            println!("{}: application {} with {} jobs is valid", file.display(), app.name, app.jobs.len());
+            out!("{}: application {} with {} jobs is valid", file.display(), app.name, app.jobs.len());
         }
         WorkflowCommand::Translate { file, date } => {
             let app = read_workflow(&file)?;
@@ -289,19 +312,16 @@ fn workflow(command: WorkflowCommand) -> Result<(), String> {
                 let (runs, skipped): (Vec<_>, Vec<_>) =
                     app.jobs.iter().partition(|j| j.schedule.runs_on(day, &app.calendar));
                 let names = |jobs: &[&padres_lang::workflow::Job]| {
-                    jobs.iter().map(|j| j.name.as_str()).collect::<Vec<_>>().join(" ")
+                    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+                    if names.is_empty() { "none".to_owned() } else { names.join(" ") }
                 };
-                println!(
-                    "# {date} ({}): runs {}; skipped {}",
-                    day.format("%A"),
-                    names(&runs),
-                    names(&skipped)
-                );
+                let (runs, skipped) = (names(&runs), names(&skipped));
+                out!("# {date} ({}): runs {runs}; skipped {skipped}", day.format("%A"));
             }
             let deployment = padres_lang::workflow::translate(&app).map_err(|e| e.to_string())?;
             for envelope in &deployment.envelopes {
                 let publication = envelope.publication(&deployment.appl).map_err(|e| e.to_string())?;
-                println!("{publication}");
+                out!("{publication}");
             }
         }
     }
@@ -315,7 +335,7 @@ async fn adv(advertisement: &str, hold: Option<f64>, broker: &BrokerArgs) -> Res
         .await
         .map_err(|e| format!("advertisement refused: {e}"))?;
     if let Some(id) = id {
-        println!("advertised as {id}");
+        out!("advertised as {id}");
     }
     match hold {
         Some(secs) => tokio::time::sleep(Duration::from_secs_f64(secs.max(0.0))).await,
@@ -331,22 +351,22 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
         BrokerCommand::Stats { json, broker } => {
             let stats = broker.connect().await?.stats().await.map_err(|e| e.to_string())?;
             if json {
-                println!("{}", serde_json::to_string(&stats).map_err(|e| e.to_string())?);
+                out!("{}", serde_json::to_string(&stats).map_err(|e| e.to_string())?);
             } else {
                 let neighbours: Vec<String> = stats.neighbours.iter().map(ToString::to_string).collect();
-                println!("broker               {}", stats.broker);
-                println!("uptime               {:.1} s", stats.uptime_ms as f64 / 1000.0);
-                println!("clients              {}", stats.clients);
-                println!("connections accepted {}", stats.connections);
-                println!("neighbours           {}", neighbours.join(" "));
-                println!("advertisements       {}", stats.advertisements);
-                println!("subscriptions        {}", stats.subscriptions);
-                println!("client requests      {}", stats.client_requests);
-                println!("publications in      {}", stats.publications_in);
-                println!("notifications out    {}", stats.notifications_out);
-                println!("broker messages in   {}", stats.broker_messages_in);
-                println!("broker messages out  {}", stats.broker_messages_out);
-                println!("slow clients dropped {}", stats.slow_clients_dropped);
+                out!("broker               {}", stats.broker);
+                out!("uptime               {:.1} s", stats.uptime_ms as f64 / 1000.0);
+                out!("clients              {}", stats.clients);
+                out!("connections accepted {}", stats.connections);
+                out!("neighbours           {}", neighbours.join(" "));
+                out!("advertisements       {}", stats.advertisements);
+                out!("subscriptions        {}", stats.subscriptions);
+                out!("client requests      {}", stats.client_requests);
+                out!("publications in      {}", stats.publications_in);
+                out!("notifications out    {}", stats.notifications_out);
+                out!("broker messages in   {}", stats.broker_messages_in);
+                out!("broker messages out  {}", stats.broker_messages_out);
+                out!("slow clients dropped {}", stats.slow_clients_dropped);
             }
         }
         BrokerCommand::Routes { limit, json, broker } => {
@@ -370,24 +390,18 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     "prt_total": routes.prt_total,
                     "prt": rows(&routes.prt),
                 });
-                println!("{object}");
+                out!("{object}");
             } else {
                 let neighbours: Vec<String> = routes.neighbours.iter().map(ToString::to_string).collect();
-                println!("broker {}; neighbours: {}", routes.broker, neighbours.join(" "));
-                println!("SRT: {} advertisements", routes.srt_total);
+                out!("broker {}; neighbours: {}", routes.broker, neighbours.join(" "));
+                out!("SRT: {} advertisements", routes.srt_total);
                 for e in &routes.srt {
-                    println!("  {:<12} from {:<12} {}", e.id.to_string(), e.from, e.text);
+                    out!("  {:<12} from {:<12} {}", e.id.to_string(), e.from, e.text);
                 }
-                println!("PRT: {} subscriptions", routes.prt_total);
+                out!("PRT: {} subscriptions", routes.prt_total);
                 for e in &routes.prt {
                     let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();
-                    println!(
-                        "  {:<12} from {:<12} to [{}] {}",
-                        e.id.to_string(),
-                        e.from,
-                        to.join(" "),
-                        e.text
-                    );
+                    out!("  {:<12} from {:<12} to [{}] {}", e.id.to_string(), e.from, to.join(" "), e.text);
                 }
             }
         }
@@ -423,7 +437,7 @@ async fn ping(wait: f64, broker: &BrokerArgs) -> Result<(), String> {
     loop {
         match broker.connect().await {
             Ok(_) => {
-                println!("{} answers", broker.broker);
+                out!("{} answers", broker.broker);
                 return Ok(());
             }
             Err(error) if Instant::now() >= deadline => return Err(error),
@@ -437,7 +451,7 @@ fn check(messages: Vec<String>) -> ExitCode {
     let mut failed = false;
     let mut report = |line: &str| match check_line(&parser, line) {
         Checked::Skipped => {}
-        Checked::Ok(message) => println!("{message}"),
+        Checked::Ok(message) => out!("{message}"),
         Checked::Error(error) => {
             failed = true;
             eprintln!("{}", render_error(line, &error));
