@@ -683,3 +683,24 @@ async fn brokers_that_list_each_other_keep_one_link() {
     subscriber.send("s [class,eq,'stock']").await.expect("subscribed");
     publish_until_delivered(&publisher, &mut subscriber, "[class,'stock'],[price,1]").await;
 }
+
+#[tokio::test]
+async fn a_notification_over_the_frame_limit_is_reported_not_fatal() {
+    let broker = start_with("B1", "oversized", &["--max-frame-bytes".to_owned(), "1024".to_owned()]);
+    let mut subscriber = client(&broker, "sub").await;
+    // Two hundred matching subscriptions: the notification names them all, and grows past
+    // the limit that the publication itself fits in.
+    for _ in 0..200 {
+        subscriber.send("s [class,eq,'big']").await.expect("subscribed");
+    }
+    subscriber.send("s [class,eq,'small']").await.expect("subscribed");
+    let publisher = client(&broker, "pub").await;
+    publisher.send("a [class,eq,'big']").await.expect("advertised");
+    publisher.send("a [class,eq,'small']").await.expect("advertised");
+    publisher.send(&format!("p [class,'big'] payload=0x{}", "ab".repeat(600))).await.expect("published");
+    publisher.send("p [class,'small']").await.expect("published");
+    let (_, p) = next(&mut subscriber, Duration::from_secs(10)).await.expect("the connection survives");
+    assert_eq!(p.class(), "small");
+    let said = subscriber.last_error().unwrap_or_default();
+    assert!(said.contains("LimitExceeded") && said.contains("not delivered"), "{said}");
+}

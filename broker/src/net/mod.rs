@@ -83,6 +83,8 @@ struct Link {
     /// True if this broker dialled it.
     dialled: bool,
     queue: mpsc::Sender<Frame>,
+    /// To close it at once when it cannot keep up.
+    connection: quinn::Connection,
 }
 
 /// What a broker says when it closes a second link to a neighbour it is already linked
@@ -460,13 +462,18 @@ impl RouterTask {
                     Output::ToBroker { to, message } => {
                         self.counters.broker_messages_out += 1;
                         tracing::trace!(%to, ?message, "to neighbour");
-                        if let Some(link) = self.links.get(&to) {
-                            if link.queue.try_send(Frame::Broker(message)).is_err() {
-                                // The link cannot keep up: drop it; the router
-                                // re-synchronises when it is back.
-                                tracing::warn!(peer = %to, "neighbour link too slow, dropping it");
-                                self.links.remove(&to);
+                        let stuck = self
+                            .links
+                            .get(&to)
+                            .is_some_and(|link| link.queue.try_send(Frame::Broker(message)).is_err());
+                        if stuck {
+                            // The link cannot keep up (or is gone): close it and forget the
+                            // neighbour's routes now; the two re-synchronise when it is back.
+                            tracing::warn!(peer = %to, "neighbour link too slow, closing it");
+                            if let Some(link) = self.links.remove(&to) {
+                                link.connection.close(CLOSE_TOO_SLOW.into(), b"link too slow");
                             }
+                            self.router.handle(now, Input::NeighbourDown(to), &mut self.out);
                         }
                         continue;
                     }
@@ -554,7 +561,8 @@ async fn connection(
             let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
             write_frame(&mut send, &welcome, max_frame).await.map_err(|e| e.to_string())?;
             let link = link_ids.fetch_add(1, Ordering::Relaxed);
-            return run_link(send, recv, reader, name, (link, false), events, max_frame).await;
+            return run_link(send, recv, reader, name, (link, false, connection.clone()), events, max_frame)
+                .await;
         }
         Ok(Some(Frame::Hello { role: Role::Client, .. })) => {
             let welcome = Frame::Welcome { version: PROTOCOL_VERSION, broker: broker.clone() };
@@ -644,7 +652,24 @@ async fn write_batch(
     let mut next = Some(first);
     while let Some((frame, frame_size)) = next.take() {
         size += frame_size;
-        wire::encode(&frame, max_frame, out).map_err(|e| e.to_string())?;
+        if let Err(error) = wire::encode(&frame, max_frame, out) {
+            // One frame over the limit must not cost the peer its connection: say so in
+            // its place where there is someone to tell, else drop it with a warning.
+            tracing::warn!(%error, "a frame could not be sent");
+            let message = format!("not delivered: {error}");
+            let stand_in = match frame {
+                Frame::Notification { .. } => {
+                    Some(Frame::Error { req: None, code: ErrorCode::LimitExceeded, message })
+                }
+                Frame::Report { req, .. } | Frame::Ok { req, .. } => {
+                    Some(Frame::Error { req: Some(req), code: ErrorCode::LimitExceeded, message })
+                }
+                _ => None,
+            };
+            if let Some(stand_in) = stand_in {
+                wire::encode(&stand_in, max_frame, out).map_err(|e| e.to_string())?;
+            }
+        }
         if out.len() < WRITE_BATCH {
             next = more();
         }
@@ -725,7 +750,7 @@ async fn dial_once(
         other => return Err(format!("unexpected answer to hello: {other:?}")),
     };
     let link = link_ids.fetch_add(1, Ordering::Relaxed);
-    run_link(send, recv, reader, peer, (link, true), events.clone(), max_frame).await
+    run_link(send, recv, reader, peer, (link, true, connection.clone()), events.clone(), max_frame).await
 }
 
 /// Serves an established neighbour link until either side closes it.
@@ -734,14 +759,16 @@ async fn run_link(
     mut recv: quinn::RecvStream,
     mut reader: FrameReader,
     peer: Name,
-    (link, dialled): (u64, bool),
+    (link, dialled, connection): (u64, bool, quinn::Connection),
     events: mpsc::Sender<Event>,
     max_frame: usize,
 ) -> Result<(), String> {
     let (tx, mut rx) = mpsc::channel(LINK_QUEUE);
-    let up = Link { id: link, dialled, queue: tx };
+    let up = Link { id: link, dialled, queue: tx, connection };
     events.send(Event::LinkUp(peer.clone(), up)).await.map_err(|e| e.to_string())?;
     let mut out = Vec::new();
+    // Set when this side closes the link (a duplicate): the dialler then waits.
+    let mut closing: Option<String> = None;
     let result = loop {
         tokio::select! {
             frame = read_frame(&mut recv, &mut reader) => match frame {
@@ -757,16 +784,19 @@ async fn run_link(
             },
             frame = rx.recv() => match frame {
                 Some(first) => {
+                    if let Frame::Bye { reason } = &first {
+                        closing = Some(reason.clone());
+                    }
                     let more = || rx.try_recv().ok().map(|frame| (frame, 0));
                     if let Err(why) = write_batch(&mut send, &mut out, (first, 0), more, max_frame).await {
                         break Err(why);
                     }
                 }
-                None => break Ok(()),
+                None => break closing.take().map_or(Ok(()), Err),
             },
         }
     };
     let _ = events.send(Event::LinkDown(peer, link)).await;
-    let _ = send.finish();
+    finish(send).await;
     result
 }
