@@ -704,3 +704,34 @@ async fn a_notification_over_the_frame_limit_is_reported_not_fatal() {
     let said = subscriber.last_error().unwrap_or_default();
     assert!(said.contains("LimitExceeded") && said.contains("not delivered"), "{said}");
 }
+
+#[tokio::test]
+async fn a_subscription_whose_caller_stopped_waiting_is_still_reissued() {
+    let mut broker = start_broker("B1", "abandoned");
+    let mut subscriber = client(&broker, "sub").await;
+    // The caller gives up after the request is sent (one poll writes it) and before the
+    // answer can arrive; the broker still installs the subscription.
+    {
+        let request = subscriber.send("s [class,eq,'x']");
+        tokio::pin!(request);
+        tokio::select! {
+            biased;
+            answer = &mut request => panic!("answered within one poll: {answer:?}"),
+            () = std::future::ready(()) => {}
+        }
+    }
+    let publisher = client(&broker, "pub").await;
+    publisher.send("a [class,eq,'x'],[n,isPresent,0]").await.expect("advertised");
+    publish_until_delivered(&publisher, &mut subscriber, "[class,'x']").await;
+
+    broker.kill_and_restart();
+    let mut delivered = false;
+    for n in 0..100 {
+        let _ = publisher.send(&format!("p [class,'x'],[n,{n}]")).await;
+        if next(&mut subscriber, Duration::from_millis(100)).await.is_some() {
+            delivered = true;
+            break;
+        }
+    }
+    assert!(delivered, "the subscription was re-issued after the restart");
+}

@@ -186,7 +186,20 @@ async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, Cli
     }
 }
 
-type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Answer, ClientError>>>>;
+/// What to remember once the broker accepts a request, so that a reconnect re-issues
+/// exactly what is in force. Applied by the task that reads the answer, so a caller that
+/// stops waiting (a timeout) cannot leave it undone.
+#[derive(Debug)]
+enum Remember {
+    /// Nothing.
+    Nothing,
+    /// An advertisement or subscription now in force, under the id the answer carries.
+    Issued(Message),
+    /// The advertisement or subscription first issued under this id is withdrawn.
+    Withdrawn(MessageId),
+}
+
+type Pending = Mutex<HashMap<u64, (oneshot::Sender<Result<Answer, ClientError>>, Remember)>>;
 
 /// What this client issued, to re-issue after a reconnect, and how ids map.
 #[derive(Debug, Default)]
@@ -242,7 +255,7 @@ struct Shared {
 impl Shared {
     fn fail_pending(&self, why: &str) {
         if let Ok(mut pending) = self.pending.lock() {
-            for (_, tx) in pending.drain() {
+            for (_, (tx, _)) in pending.drain() {
                 let _ = tx.send(Err(ClientError::Closed(why.to_owned())));
             }
         }
@@ -264,7 +277,7 @@ pub struct Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.closed.store(true, Ordering::SeqCst);
         if let Some(connection) = self.shared.connection.lock().ok().and_then(|mut c| c.take()) {
             connection.close(0_u32.into(), b"client closed");
         }
@@ -288,56 +301,71 @@ impl Client {
             .await
     }
 
-    async fn call(&self, frame: impl FnOnce(u64) -> Frame) -> Result<Answer, ClientError> {
+    async fn call(
+        &self,
+        frame: impl FnOnce(u64) -> Frame,
+        remember: Remember,
+    ) -> Result<Answer, ClientError> {
         let req = self.shared.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.shared.pending.lock().map_err(|e| ClientError::Closed(e.to_string()))?.insert(req, tx);
-        {
-            let mut send = self.shared.send.lock().await;
-            let written = match send.as_mut() {
-                Some(send) => {
-                    write_frame(send, &frame(req), DEFAULT_MAX_FRAME).await.map_err(|e| e.to_string())
-                }
-                None => Err("not connected (reconnecting)".to_owned()),
-            };
-            if let Err(why) = written {
-                if let Ok(mut pending) = self.shared.pending.lock() {
-                    pending.remove(&req);
-                }
-                return Err(ClientError::Closed(why));
+        self.shared
+            .pending
+            .lock()
+            .map_err(|e| ClientError::Closed(e.to_string()))?
+            .insert(req, (tx, remember));
+        let written = self.write(&frame(req)).await;
+        if let Err(why) = written {
+            if let Ok(mut pending) = self.shared.pending.lock() {
+                pending.remove(&req);
             }
+            return Err(why);
         }
         rx.await.map_err(|_| ClientError::Closed("no answer".to_owned()))?
+    }
+
+    /// Writes one frame on the current connection. A write abandoned half way (its caller
+    /// timed out) resets the stream rather than leave half a frame on it; the client then
+    /// reconnects.
+    async fn write(&self, frame: &Frame) -> Result<(), ClientError> {
+        let mut bytes = Vec::new();
+        padres_lang::wire::encode(frame, DEFAULT_MAX_FRAME, &mut bytes)
+            .map_err(|e| ClientError::Closed(e.to_string()))?;
+        let mut send = self.shared.send.lock().await;
+        let Some(stream) = send.as_mut() else {
+            return Err(ClientError::Closed("not connected (reconnecting)".to_owned()));
+        };
+        let mut guard = WholeWrite { stream, done: false };
+        let written = guard.stream.write_all(&bytes).await;
+        guard.done = true;
+        written.map_err(|e| ClientError::Closed(e.to_string()))
     }
 
     /// Sends `message` and waits for the broker's answer: the id it assigned (for
     /// advertisements and subscriptions), or why it refused.
     pub async fn request(&self, message: Message) -> Result<Option<MessageId>, ClientError> {
         // Withdrawals name the id the caller was given; the broker knows the current one.
-        let (sent, withdrawn) = {
+        let (sent, remember) = {
             let issued = self.shared.issued.lock().map_err(|e| ClientError::Closed(e.to_string()))?;
             match message {
-                Message::Unsubscribe(id) => (Message::Unsubscribe(issued.to_current(id.clone())), Some(id)),
-                Message::Unadvertise(id) => (Message::Unadvertise(issued.to_current(id.clone())), Some(id)),
-                other => (other, None),
+                Message::Unsubscribe(id) => {
+                    (Message::Unsubscribe(issued.to_current(id.clone())), Remember::Withdrawn(id))
+                }
+                Message::Unadvertise(id) => {
+                    (Message::Unadvertise(issued.to_current(id.clone())), Remember::Withdrawn(id))
+                }
+                m @ (Message::Advertise(_) | Message::Subscribe(_) | Message::CompositeSubscribe(_)) => {
+                    let kept = Remember::Issued(m.clone());
+                    (m, kept)
+                }
+                other => (other, Remember::Nothing),
             }
         };
-        let keep =
-            matches!(sent, Message::Advertise(_) | Message::Subscribe(_) | Message::CompositeSubscribe(_))
-                .then(|| sent.clone());
-        let answer = self.call(|req| Frame::Request { req, message: sent }).await?;
-        let Answer::Id(id) = answer else {
-            return Err(ClientError::Closed("the broker answered a request with a report".to_owned()));
-        };
-        if let Ok(mut issued) = self.shared.issued.lock() {
-            if let (Some(message), Some(id)) = (keep, &id) {
-                issued.live.push((id.clone(), message));
-            }
-            if let Some(first) = withdrawn {
-                issued.forget(&first);
+        match self.call(|req| Frame::Request { req, message: sent }, remember).await? {
+            Answer::Id(id) => Ok(id),
+            Answer::Report(_) => {
+                Err(ClientError::Closed("the broker answered a request with a report".to_owned()))
             }
         }
-        Ok(id)
     }
 
     /// Advertises what this client will publish; returns the advertisement's id.
@@ -375,14 +403,7 @@ impl Client {
     /// way. A refusal (no advertisement, say) comes back later as [`Client::last_error`].
     /// For publishers that stream; [`Client::request`] waits for each answer.
     pub async fn publish(&self, publication: Publication) -> Result<(), ClientError> {
-        let frame = Frame::Publish { publication: Arc::new(publication) };
-        let mut send = self.shared.send.lock().await;
-        match send.as_mut() {
-            Some(send) => write_frame(send, &frame, DEFAULT_MAX_FRAME)
-                .await
-                .map_err(|e| ClientError::Closed(e.to_string())),
-            None => Err(ClientError::Closed("not connected (reconnecting)".to_owned())),
-        }
+        self.write(&Frame::Publish { publication: Arc::new(publication) }).await
     }
 
     /// Sends a message in command form (`a …`, `s …`, `p …`, `unsub ID`, …).
@@ -391,7 +412,7 @@ impl Client {
     }
 
     async fn query(&self, query: Query) -> Result<Report, ClientError> {
-        match self.call(|req| Frame::Query { req, query }).await? {
+        match self.call(|req| Frame::Query { req, query }, Remember::Nothing).await? {
             Answer::Report(report) => Ok(report),
             Answer::Id(_) => Err(ClientError::Closed("the broker answered a query with an id".to_owned())),
         }
@@ -426,6 +447,20 @@ impl Client {
     }
 }
 
+/// Resets the stream if dropped before the write it guards completed.
+struct WholeWrite<'a> {
+    stream: &'a mut quinn::SendStream,
+    done: bool,
+}
+
+impl Drop for WholeWrite<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.stream.reset(0_u32.into());
+        }
+    }
+}
+
 fn expect_id(id: Option<MessageId>) -> Result<MessageId, ClientError> {
     id.ok_or_else(|| ClientError::Closed("the broker assigned no id".to_owned()))
 }
@@ -441,7 +476,12 @@ async fn drive(
 ) {
     loop {
         loop {
-            match read_frame(&mut recv, &mut reader).await {
+            let frame = tokio::select! {
+                frame = read_frame(&mut recv, &mut reader) => frame,
+                // The client was dropped (it may never read a notification to notice).
+                () = notify.closed() => return,
+            };
+            match frame {
                 Ok(Some(frame)) => {
                     if !dispatch(&shared, frame, &notify).await {
                         return;
@@ -475,7 +515,12 @@ async fn drive(
             backoff = (backoff * 2).min(Duration::from_secs(5));
         };
         if let Ok(mut connection) = shared.connection.lock() {
-            *connection = Some(link.connection);
+            *connection = Some(link.connection.clone());
+        }
+        // Dropped while reconnecting: Drop found no connection to close, so close this one.
+        if shared.closed.load(Ordering::SeqCst) {
+            link.connection.close(0_u32.into(), b"client closed");
+            return;
         }
         *shared.send.lock().await = Some(link.send);
         recv = link.recv;
@@ -489,10 +534,18 @@ async fn dispatch(
     frame: Frame,
     notify: &mpsc::Sender<(Vec<MessageId>, Publication)>,
 ) -> bool {
-    let answer = |req: u64, result| {
-        if let Some(tx) = shared.pending.lock().ok().and_then(|mut p| p.remove(&req)) {
-            let _ = tx.send(result);
+    let answer = |req: u64, result: Result<Answer, ClientError>| {
+        let Some((tx, remember)) = shared.pending.lock().ok().and_then(|mut p| p.remove(&req)) else {
+            return;
+        };
+        if let (Ok(Answer::Id(id)), Ok(mut issued)) = (&result, shared.issued.lock()) {
+            match (remember, id) {
+                (Remember::Issued(message), Some(id)) => issued.live.push((id.clone(), message)),
+                (Remember::Withdrawn(first), _) => issued.forget(&first),
+                _ => {}
+            }
         }
+        let _ = tx.send(result);
     };
     match frame {
         Frame::Ok { req, id } => answer(req, Ok(Answer::Id(id))),

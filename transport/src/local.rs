@@ -1,8 +1,9 @@
 //! The local broker registry: a broker started on this machine leaves a copy of its
 //! certificate under `brokers/PORT.pem` in the registry directory, and a client connecting
 //! to a loopback address with no `--ca` trusts the certificate registered for that port.
-//! Verification stays on: only this user can write the directory, so a client trusts what
-//! a broker of this user put there.
+//! Verification stays on. A client trusts a registered certificate only if the `brokers`
+//! directory and the file belong to this user and no one else can write them, so what it
+//! trusts was put there by a broker of this user.
 //!
 //! The directory is `$PADRES_LOCAL_DIR` if set, else `$XDG_RUNTIME_DIR/padres`, else
 //! `$HOME/.cache/padres`.
@@ -27,12 +28,13 @@ pub fn register(port: u16, cert_pem: &[u8]) -> std::io::Result<PathBuf> {
     let path = certificate_path(port)
         .ok_or_else(|| std::io::Error::other("no registry directory: set PADRES_LOCAL_DIR or HOME"))?;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if let Some(top) = dir.parent() {
-                std::fs::set_permissions(top, std::fs::Permissions::from_mode(0o700))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir)?;
+            // Only the directory made here is restricted: never one the user named.
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
             }
         }
     }
@@ -55,5 +57,22 @@ pub fn unregister(port: u16, cert_pem: &[u8]) {
 
 /// The registered certificate of the local broker on `port`, if there is one.
 pub fn lookup(port: u16) -> Option<PathBuf> {
-    certificate_path(port).filter(|p| p.is_file())
+    let path = certificate_path(port).filter(|p| p.is_file())?;
+    let dir = path.parent()?;
+    (private(dir) && private(&path)).then_some(path)
+}
+
+/// True if `path` belongs to this user and only this user can write it.
+#[cfg(unix)]
+fn private(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Ok(me)) = (std::fs::metadata(path), std::fs::metadata("/proc/self")) else {
+        return false;
+    };
+    meta.uid() == me.uid() && meta.mode() & 0o022 == 0
+}
+
+#[cfg(not(unix))]
+fn private(_path: &std::path::Path) -> bool {
+    true
 }

@@ -128,8 +128,13 @@ pub fn server_endpoint(
     let mut endpoint = quinn::EndpointConfig::new(Arc::new(key));
     // The restarted endpoint must also recognise the connection ids of its earlier life as
     // its own, or it drops their packets instead of answering them with a reset.
+    // Its own derivation: connection ids are visible on the wire and their (non
+    // cryptographic) hash must not reveal anything of the reset key.
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    context.update(b"padres connection id key v1");
+    context.update(identity.key.secret_der());
     let mut cid_key = [0_u8; 8];
-    cid_key.copy_from_slice(&digest.as_ref()[..8]);
+    cid_key.copy_from_slice(&context.finish().as_ref()[..8]);
     let cid_key = u64::from_le_bytes(cid_key);
     endpoint.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
     let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
