@@ -577,7 +577,22 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
         ],
     );
     // Y presents no certificate at all.
-    let y = start_with("Y", test, &["--peer-cert".into(), fed_ca, "--neighbor".into(), link_to_b1]);
+    let y = start_with(
+        "Y",
+        test,
+        &["--peer-cert".into(), fed_ca.clone(), "--neighbor".into(), link_to_b1.clone()],
+    );
+    // Z holds a certificate of the right CA, but issued for another name.
+    let status = Command::new(env!("CARGO_BIN_EXE_padres-broker"))
+        .args(["cert", "issue", "--ca"])
+        .arg(&fed)
+        .args(["--name", "Mallory", "--out"])
+        .arg(data_dir(test, "Z"))
+        .stdout(Stdio::null())
+        .status()
+        .expect("runs");
+    assert!(status.success());
+    let _z = start_with("Z", test, &["--federation-ca".into(), fed_ca, "--neighbor".into(), link_to_b1]);
 
     let observer = Client::connect(b1.addr, "localhost", &fed.join("ca.pem"), "observer")
         .await
@@ -587,7 +602,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let routes = observer.routes(10).await.expect("routes");
     let neighbours: Vec<&str> = routes.neighbours.iter().map(Name::as_str).collect();
-    assert_eq!(neighbours, ["B2"], "X (another CA) and Y (no certificate) are refused");
+    assert_eq!(neighbours, ["B2"], "X (another CA), Y (no certificate) and Z (another name) are refused");
     for (refused, name, trust) in [(&x, "X", other.join("ca.pem")), (&y, "Y", y.dir.join("cert.pem"))] {
         let own = Client::connect(refused.addr, "localhost", &trust, "observer").await.expect("connects");
         let stats = own.stats().await.expect("stats");

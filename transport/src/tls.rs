@@ -206,6 +206,29 @@ pub fn peer_has_certificate(connection: &quinn::Connection) -> bool {
         .is_some_and(|chain| !chain.is_empty())
 }
 
+/// The names the peer's certificate is for (its DNS subject alternative names and
+/// common name); empty if it presented none.
+pub fn peer_names(connection: &quinn::Connection) -> Vec<String> {
+    let Some(chain) =
+        connection.peer_identity().and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+    else {
+        return Vec::new();
+    };
+    let Some(Ok((_, cert))) = chain.first().map(|der| x509_parser::parse_x509_certificate(der)) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> =
+        cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok()).map(str::to_owned).collect();
+    if let Ok(Some(alt)) = cert.subject_alternative_name() {
+        for name in &alt.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+                names.push((*dns).to_owned());
+            }
+        }
+    }
+    names
+}
+
 /// Accepts any server certificate; signatures are still checked, so the handshake itself
 /// is sound, but the peer is whoever answers.
 #[derive(Debug)]

@@ -550,10 +550,19 @@ async fn connection(
             return Ok(());
         }
         Ok(Some(Frame::Hello { role: Role::Broker, name, .. })) => {
-            if limits.require_broker_cert && !padres_transport::tls::peer_has_certificate(&connection) {
-                tracing::warn!(peer = %name, "broker refused: no certificate from the federation CA");
-                let message =
-                    "this federation requires brokers to present a certificate issued by its CA".to_owned();
+            // With a federation CA, a broker must present the CA's certificate for the
+            // name it claims (any certificate reaching here passed the CA check).
+            let refusal = if !limits.require_broker_cert {
+                None
+            } else if !padres_transport::tls::peer_has_certificate(&connection) {
+                Some("this federation requires brokers to present a certificate issued by its CA".to_owned())
+            } else if !padres_transport::tls::peer_names(&connection).iter().any(|n| n == name.as_str()) {
+                Some(format!("the certificate presented is not issued for broker '{name}'"))
+            } else {
+                None
+            };
+            if let Some(message) = refusal {
+                tracing::warn!(peer = %name, %message, "broker refused");
                 let _ = write_frame(&mut send, &refuse(ErrorCode::Forbidden, message), max_frame).await;
                 finish(send).await;
                 return Ok(());
@@ -742,7 +751,16 @@ async fn dial_once(
     write_frame(&mut send, &hello, max_frame).await.map_err(|e| e.to_string())?;
     let mut reader = FrameReader::new(max_frame);
     let peer = match read_frame(&mut recv, &mut reader).await.map_err(|e| e.to_string())? {
-        Some(Frame::Welcome { broker, .. }) => broker,
+        Some(Frame::Welcome { broker, .. }) => {
+            if dialer.checks_names()
+                && !padres_transport::tls::peer_names(&connection).iter().any(|n| n == broker.as_str())
+            {
+                return Err(format!(
+                    "the neighbour says it is '{broker}', but its certificate is not issued for that name"
+                ));
+            }
+            broker
+        }
         Some(Frame::Error { code, message, .. }) => {
             tracing::warn!(host = %neighbor.host, port = neighbor.port, ?code, %message, "neighbour refused the link");
             return Err(message);

@@ -29,6 +29,12 @@ impl Dialer {
         }
     }
 
+    /// True if neighbours are checked against the federation CA, so the name a neighbour
+    /// gives must be one its certificate is issued for.
+    pub(super) fn checks_names(&self) -> bool {
+        self.identity.is_some() && !self.insecure
+    }
+
     /// The configuration for dialling `addr`. Built per attempt, so that a local
     /// neighbour's certificate registered after this broker started is found.
     pub(super) fn client_config(&self, addr: SocketAddr) -> Result<quinn::ClientConfig, String> {
