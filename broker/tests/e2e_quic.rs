@@ -750,3 +750,34 @@ async fn a_subscription_whose_caller_stopped_waiting_is_still_reissued() {
     }
     assert!(delivered, "the subscription was re-issued after the restart");
 }
+
+#[tokio::test]
+async fn notifications_can_be_read_apart_from_requests() {
+    let broker = start_broker("B1", "split");
+    let mut subscriber = client(&broker, "sub").await;
+    let mut notifications = subscriber.take_notifications();
+    let subscriber = std::sync::Arc::new(subscriber);
+    subscriber.send("s [class,eq,'x']").await.expect("subscribed");
+    let publisher = client(&broker, "pub").await;
+    publisher.send("a [class,eq,'x'],[n,isPresent,0]").await.expect("advertised");
+    let reader = tokio::spawn(async move {
+        let mut seen = 0;
+        while seen < 5_000 {
+            match tokio::time::timeout(Duration::from_secs(10), notifications.next()).await {
+                Ok(Some(_)) => seen += 1,
+                _ => break,
+            }
+        }
+        seen
+    });
+    // More than the notification channel holds, while the subscriber keeps asking.
+    for n in 0..5_000 {
+        publisher.publish(format!("[class,'x'],[n,{n}]").parse().expect("valid")).await.expect("sent");
+    }
+    for _ in 0..20 {
+        subscriber.stats().await.expect("answered while notifications flow");
+    }
+    assert_eq!(reader.await.expect("reader"), 5_000);
+    // Once nobody reads notifications, requests are still served.
+    subscriber.send("s [class,eq,'y']").await.expect("still served");
+}

@@ -151,6 +151,7 @@ impl Connect {
             issued: Mutex::default(),
             next_req: AtomicU64::new(1),
             closed: AtomicBool::new(false),
+            dropped: tokio::sync::Notify::new(),
             last_error: Mutex::default(),
         });
         let (notify, notifications) = mpsc::channel(4096);
@@ -248,6 +249,8 @@ struct Shared {
     issued: Mutex<Issued>,
     next_req: AtomicU64,
     closed: AtomicBool,
+    /// Woken when the client is dropped.
+    dropped: tokio::sync::Notify,
     /// The last connection-level error the broker sent or the connection ended with.
     last_error: Mutex<Option<String>>,
 }
@@ -268,6 +271,18 @@ impl Shared {
     }
 }
 
+/// The notifications of a [`Client`], read apart from it.
+#[derive(Debug)]
+pub struct Notifications(mpsc::Receiver<(Vec<MessageId>, Publication)>);
+
+impl Notifications {
+    /// The next publication matching the client's subscriptions; `None` once the client
+    /// is gone for good.
+    pub async fn next(&mut self) -> Option<(Vec<MessageId>, Publication)> {
+        self.0.recv().await
+    }
+}
+
 /// A connected client (see the module docs).
 #[derive(Debug)]
 pub struct Client {
@@ -278,6 +293,7 @@ pub struct Client {
 impl Drop for Client {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.dropped.notify_one();
         if let Some(connection) = self.shared.connection.lock().ok().and_then(|mut c| c.take()) {
             connection.close(0_u32.into(), b"client closed");
         }
@@ -435,9 +451,22 @@ impl Client {
     }
 
     /// The next publication matching this client's subscriptions, with every subscription
-    /// it matched; `None` once the connection is gone for good.
+    /// it matched; `None` once the connection is gone for good (or the notifications were
+    /// taken with [`Client::take_notifications`]).
+    ///
+    /// Answers and notifications arrive on one stream, in order: while 4,096 notifications
+    /// wait unread, answers wait behind them. A program that awaits requests while busy
+    /// subscriptions deliver should read notifications in another task
+    /// ([`Client::take_notifications`]).
     pub async fn next_notification(&mut self) -> Option<(Vec<MessageId>, Publication)> {
         self.notifications.recv().await
+    }
+
+    /// Moves the notification stream out, to be read by another task while this client
+    /// (shared, e.g. in an `Arc`) makes requests.
+    pub fn take_notifications(&mut self) -> Notifications {
+        let (_, closed) = mpsc::channel(1);
+        Notifications(std::mem::replace(&mut self.notifications, closed))
     }
 
     /// The last connection-level error: what the broker said before closing (a slow
@@ -478,14 +507,12 @@ async fn drive(
         loop {
             let frame = tokio::select! {
                 frame = read_frame(&mut recv, &mut reader) => frame,
-                // The client was dropped (it may never read a notification to notice).
-                () = notify.closed() => return,
+                // The client was dropped (a publisher may never receive anything to notice).
+                () = shared.dropped.notified() => return,
             };
             match frame {
                 Ok(Some(frame)) => {
-                    if !dispatch(&shared, frame, &notify).await {
-                        return;
-                    }
+                    dispatch(&shared, frame, &notify).await;
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -502,7 +529,7 @@ async fn drive(
         let mut backoff = Duration::from_millis(100);
         let link = loop {
             tokio::time::sleep(backoff).await;
-            if shared.closed.load(Ordering::Relaxed) || notify.is_closed() {
+            if shared.closed.load(Ordering::Relaxed) {
                 return;
             }
             match establish(&endpoint, &to).await {
@@ -528,12 +555,8 @@ async fn drive(
     }
 }
 
-/// Handles one frame from the broker; false once nobody listens any more.
-async fn dispatch(
-    shared: &Shared,
-    frame: Frame,
-    notify: &mpsc::Sender<(Vec<MessageId>, Publication)>,
-) -> bool {
+/// Handles one frame from the broker.
+async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<(Vec<MessageId>, Publication)>) {
     let answer = |req: u64, result: Result<Answer, ClientError>| {
         let Some((tx, remember)) = shared.pending.lock().ok().and_then(|mut p| p.remove(&req)) else {
             return;
@@ -556,11 +579,12 @@ async fn dispatch(
         Frame::Error { req: None, code, message } => shared.set_last_error(format!("{code:?}: {message}")),
         Frame::Notification { subs, publication } => {
             let subs = first_ids(shared, subs);
-            return notify.send((subs, Arc::unwrap_or_clone(publication))).await.is_ok();
+            // Nobody reading notifications any more (they were taken and dropped) is no
+            // reason to stop serving requests.
+            let _ = notify.send((subs, Arc::unwrap_or_clone(publication))).await;
         }
         _ => {}
     }
-    true
 }
 
 /// The ids a notification names, as the caller first got them.
@@ -604,9 +628,7 @@ async fn reissue(
                 }
                 Some(Frame::Notification { subs, publication }) => {
                     let subs = first_ids(shared, subs);
-                    if notify.send((subs, Arc::unwrap_or_clone(publication))).await.is_err() {
-                        return Err("the client is gone".to_owned());
-                    }
+                    let _ = notify.send((subs, Arc::unwrap_or_clone(publication))).await;
                 }
                 Some(_) => {}
                 None => return Err("the broker closed the connection while re-issuing".to_owned()),

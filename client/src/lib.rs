@@ -13,5 +13,5 @@ pub mod connection;
 pub mod json;
 pub mod session;
 
-pub use connection::{Client, ClientError, Connect};
+pub use connection::{Client, ClientError, Connect, Notifications};
 pub use padres_transport::Trust;
