@@ -189,7 +189,7 @@ async fn install_others(client: &Client, n: usize) {
 /// Waits until the broker at `observer` holds `n` subscriptions.
 async fn settle(observer: &Client, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while observer.routes(0).await.map(|r| r.prt_total).unwrap_or(0) < n && Instant::now() < deadline {
+    while observer.stats().await.map(|s| s.subscriptions).unwrap_or(0) < n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

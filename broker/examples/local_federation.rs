@@ -102,7 +102,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // Let the subscriptions travel toward the advertisement before the stream starts.
     let observer = connect(b1, "observer").await?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while observer.routes(0).await?.prt_total < SUBSCRIBERS.len() as u64 && Instant::now() < deadline {
+    while observer.stats().await?.subscriptions < SUBSCRIBERS.len() as u64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 

@@ -435,3 +435,24 @@ fn neighbour_up_again_without_down_starts_over() {
     router.handle(1, Input::NeighbourUp(b2), &mut out);
     assert_eq!(sent(&out), 1, "the advertisement is sent again");
 }
+
+#[test]
+fn a_limited_routes_listing_is_the_head_of_the_whole() {
+    use padres_broker::router::{Input, Router};
+    let mut router = Router::new(padres_lang::Name::new("B1").expect("name"));
+    let mut out = Vec::new();
+    for (req, text) in
+        ["a [class,eq,'x']", "a [class,eq,'y']", "s [class,eq,'x']", "s [class,eq,'y']", "s [class,eq,'z']"]
+            .iter()
+            .enumerate()
+    {
+        let message = text.parse().expect("valid");
+        router.handle(0, Input::Client { client: 1, req: req as u64, message }, &mut out);
+    }
+    let whole = router.routes();
+    let head = router.routes_up_to(2);
+    assert_eq!((whole.srt.len(), whole.prt.len()), (2, 3));
+    assert_eq!(head.srt, whole.srt[..2]);
+    assert_eq!(head.prt, whole.prt[..2]);
+    assert_eq!(router.routes_up_to(0).prt, []);
+}

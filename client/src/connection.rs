@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader};
+use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader, MAX_FRAME_CEILING};
 use padres_lang::wire::{BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RoutesReport};
 use padres_lang::{
     Advertisement, CompositeSubscription, Message, MessageId, Name, ParseError, Publication, Subscription,
@@ -179,7 +179,9 @@ async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, Cli
     let name = Name::new(&to.name).map_err(|e| connect_error(format!("client name: {e}")))?;
     let hello = Frame::Hello { version: PROTOCOL_VERSION, role: Role::Client, name };
     write_frame(&mut send, &hello, DEFAULT_MAX_FRAME).await.map_err(|e| connect_error(e.to_string()))?;
-    let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
+    // The broker is authenticated and may be configured for frames larger than the
+    // default; read up to the ceiling any broker may use.
+    let mut reader = FrameReader::new(MAX_FRAME_CEILING);
     match read_frame(&mut recv, &mut reader).await.map_err(|e| connect_error(e.to_string()))? {
         Some(Frame::Welcome { .. }) => Ok(Link { connection, send, recv, reader }),
         Some(Frame::Error { code, message, .. }) => Err(ClientError::Refused { code, message }),

@@ -120,25 +120,29 @@ pub fn server_endpoint(
     config: quinn::ServerConfig,
     identity: &Identity,
 ) -> std::io::Result<quinn::Endpoint> {
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-    context.update(b"padres stateless reset key v1");
-    context.update(identity.key.secret_der());
-    let digest = context.finish();
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, digest.as_ref());
+    let key = ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        derived(b"padres stateless reset key v1", identity).as_ref(),
+    );
     let mut endpoint = quinn::EndpointConfig::new(Arc::new(key));
     // The restarted endpoint must also recognise the connection ids of its earlier life as
-    // its own, or it drops their packets instead of answering them with a reset.
-    // Its own derivation: connection ids are visible on the wire and their (non
-    // cryptographic) hash must not reveal anything of the reset key.
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-    context.update(b"padres connection id key v1");
-    context.update(identity.key.secret_der());
+    // its own, or it drops their packets instead of answering them with a reset. The key
+    // has its own label: connection ids are visible on the wire, and their (not
+    // cryptographic) hash must reveal nothing of the reset key.
     let mut cid_key = [0_u8; 8];
-    cid_key.copy_from_slice(&context.finish().as_ref()[..8]);
+    cid_key.copy_from_slice(&derived(b"padres connection id key v1", identity).as_ref()[..8]);
     let cid_key = u64::from_le_bytes(cid_key);
     endpoint.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
     let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))?;
     quinn::Endpoint::new(endpoint, Some(config), socket, runtime)
+}
+
+/// A key for `label`, derived from the identity's private key (stable across restarts).
+fn derived(label: &[u8], identity: &Identity) -> ring::digest::Digest {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    context.update(label);
+    context.update(identity.key.secret_der());
+    context.finish()
 }
 
 fn provider() -> Arc<CryptoProvider> {

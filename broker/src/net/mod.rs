@@ -150,16 +150,16 @@ pub async fn serve_until(
     let socket = std::net::UdpSocket::bind(config.listen).map_err(listen_error)?;
     let endpoint =
         padres_transport::tls::server_endpoint(socket, server_config, &identity.tls).map_err(listen_error)?;
-    let addr = endpoint.local_addr().map_err(|source| ServeError::Listen { addr: config.listen, source })?;
+    let addr = endpoint.local_addr().map_err(listen_error)?;
     let incarnation = cert::next_incarnation(&config.data_dir)?;
     let mut options = config.router_options();
     options.incarnation = incarnation;
     let router = Router::with_options(name.clone(), options).map_err(invalid)?;
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
-        Ok(path) => Some(path),
+        Ok(_) => true,
         Err(error) => {
             tracing::warn!(%error, "cannot register the certificate for local clients");
-            None
+            false
         }
     };
     tracing::info!(broker = %config.name, %addr, incarnation, "listening");
@@ -230,7 +230,7 @@ pub async fn serve_until(
     drop(events);
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
     router_task.abort();
-    if registered.is_some() {
+    if registered {
         padres_transport::local::unregister(addr.port(), identity.pem.as_bytes());
     }
     Ok(())
@@ -504,23 +504,22 @@ impl RouterTask {
 
 fn routes(router: &Router, limit: u32) -> RoutesReport {
     let limit = usize::try_from(limit.min(MAX_ROUTES_LISTED)).unwrap_or(usize::MAX);
-    let tables = router.routes();
+    let (advertisements, subscriptions) = router.table_sizes();
+    let tables = router.routes_up_to(limit);
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     RoutesReport {
         broker: router.name().clone(),
         neighbours: tables.neighbours,
-        srt_total: count(tables.srt.len()),
+        srt_total: count(advertisements),
         srt: tables
             .srt
             .into_iter()
-            .take(limit)
             .map(|(id, text, from)| RouteEntry { id, text, from: from.to_string(), to: Vec::new() })
             .collect(),
-        prt_total: count(tables.prt.len()),
+        prt_total: count(subscriptions),
         prt: tables
             .prt
             .into_iter()
-            .take(limit)
             .map(|(id, text, from, to)| RouteEntry { id, text, from: from.to_string(), to })
             .collect(),
     }

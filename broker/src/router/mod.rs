@@ -313,17 +313,31 @@ impl Router {
 
     /// A copy of the routing tables, sorted.
     pub fn routes(&self) -> Routes {
-        let mut srt: Vec<_> =
-            self.advs.iter().map(|(id, e)| (id.clone(), e.adv.to_string(), e.last.clone())).collect();
-        srt.sort();
-        let mut prt: Vec<_> = self
-            .subs
-            .iter()
-            .map(|(id, e)| {
-                (id.clone(), e.sub.to_string(), e.last.clone(), e.sent_to.iter().cloned().collect())
+        self.routes_up_to(usize::MAX)
+    }
+
+    /// The first `limit` rows of the SRT and PRT by id (the neighbours and tree entries
+    /// whole). Only the rows listed are written out as text, so asking a broker with a
+    /// million subscriptions for ten of them costs a sort of ids, not a million strings.
+    pub fn routes_up_to(&self, limit: usize) -> Routes {
+        let mut adv_ids: Vec<&MessageId> = self.advs.keys().collect();
+        adv_ids.sort();
+        let srt = adv_ids
+            .into_iter()
+            .take(limit)
+            .filter_map(|id| self.advs.get(id).map(|e| (id.clone(), e.adv.to_string(), e.last.clone())))
+            .collect();
+        let mut sub_ids: Vec<&MessageId> = self.subs.keys().collect();
+        sub_ids.sort();
+        let prt = sub_ids
+            .into_iter()
+            .take(limit)
+            .filter_map(|id| {
+                self.subs.get(id).map(|e| {
+                    (id.clone(), e.sub.to_string(), e.last.clone(), e.sent_to.iter().cloned().collect())
+                })
             })
             .collect();
-        prt.sort();
         Routes {
             neighbours: self.neighbours.iter().cloned().collect(),
             srt,
