@@ -137,6 +137,26 @@ fn every_problem_is_named_with_its_position() {
 }
 
 #[test]
+fn graph_problems_are_reported_with_the_others() {
+    // B has no agent; C depends on B (defined, so not unknown) and on Z (unknown).
+    let xml = app(
+        "<job name=\"B\"><command>x</command></job>\n<job name=\"C\" agent=\"a1\"><command>x</command><after job=\"B\"/><after job=\"Z\"/></job>",
+    );
+    let errors = parse_application(&xml).expect_err("invalid").0;
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages[0].starts_with("job 'B' has no agent"), "{messages:?}");
+    assert_eq!(messages[1], "job 'C' depends on 'Z', which is not defined");
+    assert!(
+        error(
+            &app("<job name=\"A\" agent=\"a\"><command>x</command></job>")
+                .replace("name=\"t\"", "name=\"t\" max-generations=\"0\"")
+        )
+        .contains("max-generations: must be at least 1")
+    );
+}
+
+#[test]
 fn all_problems_are_reported_at_once() {
     let xml = app(
         "<job name=\"A\" agent=\"a1\" run=\"sometimes\"><command>x</command></job>\n<job name=\"B\"><command>x</command></job>",

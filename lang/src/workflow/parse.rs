@@ -156,9 +156,13 @@ pub fn parse_application(xml: &str) -> Result<Application, WorkflowErrors> {
         return Err(WorkflowErrors(r.errors));
     }
     let app = read_application(&mut r, root);
-    if r.errors.is_empty() {
-        check_graph(&mut r, &app);
-    }
+    // Every job the document names, valid or not, so that a job with a problem of its own
+    // is not also reported as an unknown predecessor of its successors.
+    let defined: std::collections::HashSet<&str> = Reader::elements(root)
+        .filter(|n| n.tag_name().name() == "job")
+        .filter_map(|n| n.attribute("name"))
+        .collect();
+    check_graph(&mut r, &app, &defined);
     if r.errors.is_empty() {
         Ok(app)
     } else {
@@ -180,7 +184,9 @@ fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'inpu
             String::new()
         }
     };
-    let max_generations = r.parsed(root, "max-generations", number).unwrap_or(1).max(1);
+    let at_least_one =
+        |t: &str| number(t).and_then(|n| if n == 0 { Err("must be at least 1".to_owned()) } else { Ok(n) });
+    let max_generations = r.parsed(root, "max-generations", at_least_one).unwrap_or(1);
     let mut calendars: Vec<(Calendar, Pos)> = Vec::new();
     let mut triggers = Vec::new();
     let mut defaults = Defaults::default();
@@ -480,7 +486,8 @@ fn read_dependency<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input
 }
 
 /// Unknown predecessors, jobs depending on themselves, and cycles.
-fn check_graph(r: &mut Reader<'_, '_>, app: &Application) {
+fn check_graph(r: &mut Reader<'_, '_>, app: &Application, defined: &std::collections::HashSet<&str>) {
+    let errors_before = r.errors.len();
     let index: HashMap<&str, usize> =
         app.jobs.iter().enumerate().map(|(i, j)| (j.name.as_str(), i)).collect();
     let mut edges: Vec<Vec<usize>> = vec![Vec::new(); app.jobs.len()];
@@ -496,6 +503,8 @@ fn check_graph(r: &mut Reader<'_, '_>, app: &Application) {
                         });
                     }
                     Some(&p) => edges[i].push(p),
+                    // Defined, but with a problem of its own (reported already).
+                    None if defined.contains(pred.as_str()) => {}
                     None => r.errors.push(WorkflowError {
                         at: *at,
                         message: format!("job '{}' depends on '{pred}', which is not defined", job.name),
@@ -505,7 +514,7 @@ fn check_graph(r: &mut Reader<'_, '_>, app: &Application) {
             }
         }
     }
-    if !r.errors.is_empty() {
+    if r.errors.len() > errors_before {
         return;
     }
     // Depth-first search; a predecessor on the current path closes a cycle.
