@@ -290,12 +290,15 @@ impl Schedule {
         }
         // A holiday it was wanted on may have moved here: for previous-workday, from the
         // non-workdays right after this workday; for next-workday, from those right before.
-        let step = match self.holiday {
-            HolidayRule::PreviousWorkday if calendar.is_workday(date) => Days::new(1),
-            HolidayRule::NextWorkday if calendar.is_workday(date) => Days::new(1),
-            _ => return false,
+        let forward = match self.holiday {
+            HolidayRule::PreviousWorkday => true,
+            HolidayRule::NextWorkday => false,
+            HolidayRule::Skip | HolidayRule::Run => return false,
         };
-        let forward = self.holiday == HolidayRule::PreviousWorkday;
+        if !calendar.is_workday(date) {
+            return false;
+        }
+        let step = Days::new(1);
         let mut day = date;
         for _ in 0..MOST_DAYS_MOVED {
             let next = if forward { day.checked_add_days(step) } else { day.checked_sub_days(step) };
