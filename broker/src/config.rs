@@ -85,7 +85,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Covering mode: off, lazy or active.
     pub covering: CoveringMode,
-    /// Allow cycles in the overlay (covering must then be off).
+    /// Allow cycles in the overlay.
     pub cycles: bool,
     /// Resource limits.
     pub limits: LimitsConfig,
@@ -178,12 +178,6 @@ impl Config {
         for n in &self.neighbors {
             parse_neighbor(n)?;
         }
-        if self.cycles && self.covering != CoveringMode::Off {
-            return Err(ConfigError::Invalid(
-                "covering cannot be combined with cycles yet: set covering = \"off\" or cycles = false"
-                    .to_owned(),
-            ));
-        }
         let l = &self.limits;
         let ceiling = padres_lang::wire::codec::MAX_FRAME_CEILING;
         if l.max_frame_bytes < 1024 || l.max_frame_bytes > ceiling {
@@ -260,8 +254,10 @@ impl Config {
             CoveringMode::Active => "active",
         };
         let _ = writeln!(out, "covering = {}\n", value(covering));
-        let _ =
-            writeln!(out, "# Allow cycles in the overlay (per-advertisement trees); covering must be off.");
+        let _ = writeln!(
+            out,
+            "# Allow cycles in the overlay (per-advertisement trees; subscriptions are covered per tree)."
+        );
         let _ = writeln!(out, "cycles = {}\n", self.cycles);
         let _ = writeln!(out, "[limits]");
         let _ = writeln!(out, "# Largest frame accepted from a peer, in bytes (1024 to 64 MiB).");
@@ -302,9 +298,9 @@ mod tests {
         let err = |c: Config| c.validate().expect_err("invalid").to_string();
         assert!(err(Config { name: "no spaces".into(), ..Config::default() }).contains("name:"));
         assert!(err(Config { neighbors: vec!["tcp://x:1".into()], ..Config::default() }).contains("quic://"));
+        // Covering and cycles go together.
         assert!(
-            err(Config { covering: CoveringMode::Lazy, cycles: true, ..Config::default() })
-                .contains("cycles")
+            Config { covering: CoveringMode::Active, cycles: true, ..Config::default() }.validate().is_ok()
         );
         let limits = LimitsConfig { max_connections: 0, ..LimitsConfig::default() };
         assert!(err(Config { limits, ..Config::default() }).contains("limits.max_connections"));

@@ -116,7 +116,7 @@ struct Overrides {
     /// Subscription and advertisement covering.
     #[arg(long, value_enum, global = true)]
     covering: Option<CoveringFlag>,
-    /// Allow cycles in the overlay (covering must be off).
+    /// Allow cycles in the overlay (per-advertisement trees).
     #[arg(long, global = true)]
     cycles: bool,
     /// Largest frame accepted from a peer, in bytes.

@@ -298,10 +298,10 @@ fn a_restarted_broker_rejoins_and_delivery_resumes() {
     assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,1]".to_owned())]);
 }
 
-#[test]
-fn a_ring_with_cycles_on_delivers_each_publication_once() {
-    // B1–B2–B3–B4–B1, plus B5–B1.
-    let mut sim = Sim::with_options(5, Options { cycles: true, ..Options::default() });
+/// PADRES's cyclic scenario: B1–B2–B3–B4–B1, plus B5–B1; a publisher at B3, subscribers
+/// at B5, B1 and B4. Returns the tree entries the publisher's broker holds at the end.
+fn ring_with_cycles(covering: Covering) -> usize {
+    let mut sim = Sim::with_options(5, Options { cycles: true, covering, ..Options::default() });
     for (a, b) in [(0, 1), (1, 2), (2, 3), (3, 0), (4, 0)] {
         sim.link(a, b, 1 + a as u64);
     }
@@ -315,33 +315,48 @@ fn a_ring_with_cycles_on_delivers_each_publication_once() {
     // The advertisement reaches every broker once; each forwards it once to every other
     // neighbour, and duplicates stop there: no loop.
     for b in 0..5 {
-        assert_eq!(sim.routes(b).srt.len(), 1, "B{}", b + 1);
+        assert_eq!(sim.routes(b).srt.len(), 1, "{covering:?} B{}", b + 1);
     }
     assert!(sim.advertise_messages() <= 2 * 5, "{} advertisement messages", sim.advertise_messages());
-    sim.id(S, "s [class,eq,'stock'],[price,>,10]");
-    sim.id(S2, "s [class,eq,'stock']");
+    // The cover first, so that lazy covering holds the covered one back too.
+    let s2 = sim.id(S2, "s [class,eq,'stock']");
+    let s = sim.id(S, "s [class,eq,'stock'],[price,>,10]");
     sim.id(S3, "s [class,eq,'stock'],[price,<,100]");
+    let at_publisher = sim.routes(2).tree_prt.len();
     for (price, expected) in [(50, vec![S, S2, S3]), (5, vec![S2, S3]), (500, vec![S, S2])] {
         let before = sim.deliveries.len();
         assert_eq!(sim.call(P, &format!("p [class,'stock'],[price,{price}]")), Ok(None));
         let mut got: Vec<u64> = sim.delivered_since(before).into_iter().map(|(c, _)| c).collect();
         got.sort_unstable();
-        assert_eq!(got, expected, "price {price}: each subscriber exactly once");
+        assert_eq!(got, expected, "{covering:?} price {price}: each subscriber exactly once");
     }
+    // Unsubscribing the covering subscription releases the one it covered.
+    assert_eq!(sim.call(S2, &format!("unsub {s2}")), Ok(None));
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,500]"), Ok(None));
+    assert_eq!(sim.delivered_since(before), [(S, "[class,'stock'],[price,500]".to_owned())], "{covering:?}");
+    assert_eq!(sim.call(S, &format!("unsub {s}")), Ok(None));
     // Unadvertising removes the advertisement and its tree everywhere.
     let adv = sim.routes(2).srt[0].0.clone();
     assert_eq!(sim.call(P, &format!("unadv {adv}")), Ok(None));
     for b in 0..5 {
         let routes = sim.routes(b);
-        assert!(routes.srt.is_empty() && routes.tree_prt.is_empty(), "B{}: {routes:?}", b + 1);
+        assert!(routes.srt.is_empty() && routes.tree_prt.is_empty(), "{covering:?} B{}: {routes:?}", b + 1);
     }
+    at_publisher
 }
 
 #[test]
-fn covering_and_cycles_cannot_be_combined_yet() {
-    let name = padres_lang::Name::new("B1").expect("name");
-    let options = Options { covering: Covering::Active, cycles: true, ..Options::default() };
-    assert!(padres_broker::router::Router::with_options(name, options).is_err());
+fn a_ring_with_cycles_on_delivers_each_publication_once_in_every_covering_mode() {
+    let off = ring_with_cycles(Covering::Off);
+    let lazy = ring_with_cycles(Covering::Lazy);
+    let active = ring_with_cycles(Covering::Active);
+    // B1's [class,eq,'stock'] covers B5's [price,>,10]: with covering only the cover
+    // climbs the tree past B1.
+    assert!(
+        lazy < off && active < off,
+        "tree entries at the publisher's broker: off {off}, lazy {lazy}, active {active}"
+    );
 }
 
 fn receivers(sim: &mut Sim, client: u64, text: &str) -> Vec<u64> {
@@ -455,4 +470,64 @@ fn a_limited_routes_listing_is_the_head_of_the_whole() {
     assert_eq!(head.srt, whole.srt[..2]);
     assert_eq!(head.prt, whole.prt[..2]);
     assert_eq!(router.routes_up_to(0).prt, []);
+}
+
+/// B1 — B2 — B3 — B4 with a publisher at B4 and two subscribers at B1; the second
+/// subscribes while the first, which covers it, is still on its way, and the publisher
+/// publishes the moment the second's reply arrives.
+fn covered_while_in_flight(options: Options) -> Vec<(u64, String)> {
+    let mut sim = Sim::with_options(4, options);
+    for b in 0..3 {
+        sim.link(b, b + 1, 10);
+    }
+    sim.attach(P, 3);
+    sim.attach(S, 0);
+    sim.attach(S2, 0);
+    sim.run();
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    sim.send(S, "s [class,eq,'stock']");
+    sim.id_settled(S2, "s [class,eq,'stock'],[price,>,10]");
+    let before = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20]"), Ok(None));
+    let mut got = sim.delivered_since(before);
+    got.sort();
+    got
+}
+
+#[test]
+fn a_subscription_held_back_by_a_cover_in_flight_settles_with_the_cover() {
+    let expected =
+        vec![(S, "[class,'stock'],[price,20]".to_owned()), (S2, "[class,'stock'],[price,20]".to_owned())];
+    for covering in [Covering::Off, Covering::Lazy, Covering::Active] {
+        for cycles in [false, true] {
+            let got = covered_while_in_flight(Options { covering, cycles, ..Options::default() });
+            assert_eq!(got, expected, "{covering:?}, cycles {cycles}");
+        }
+    }
+}
+
+#[test]
+fn an_advertisement_is_answered_after_what_it_pulls_has_arrived() {
+    // B1 — B2 — B3, subscribers at B3, publisher at B1 publishing right after its reply.
+    for cycles in [false, true] {
+        let mut sim = Sim::with_options(3, Options { cycles, ..Options::default() });
+        sim.link(0, 1, 10);
+        sim.link(1, 2, 10);
+        sim.attach(P, 0);
+        sim.attach(S, 2);
+        sim.run();
+        sim.id(S, "s [class,eq,'stock'],[price,>,100]");
+        let before_reply = sim.now();
+        sim.id_settled(P, "a [class,eq,'stock'],[price,isPresent,0]");
+        // A round trip to the farthest broker: 2 × 2 hops × 10 ms.
+        assert!(sim.now() - before_reply >= 40, "answered after {} ms", sim.now() - before_reply);
+        let before = sim.deliveries.len();
+        sim.send(P, "p [class,'stock'],[price,120]");
+        sim.run();
+        assert_eq!(
+            sim.delivered_since(before),
+            [(S, "[class,'stock'],[price,120]".to_owned())],
+            "cycles {cycles}"
+        );
+    }
 }

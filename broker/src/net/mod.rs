@@ -154,7 +154,7 @@ pub async fn serve_until(
     let incarnation = cert::next_incarnation(&config.data_dir)?;
     let mut options = config.router_options();
     options.incarnation = incarnation;
-    let router = Router::with_options(name.clone(), options).map_err(invalid)?;
+    let router = Router::with_options(name.clone(), options);
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
         Ok(_) => true,
         Err(error) => {

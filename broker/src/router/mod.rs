@@ -3,9 +3,23 @@
 //! A [`Router`] is one broker's routing state: its neighbours (the overlay routing table),
 //! the advertisements it knows with the hop each came from (the SRT), and the
 //! subscriptions with the hop each came from and the brokers each was forwarded to (the
-//! PRT). Inputs are `(time, input)`; every decision comes out as [`Output`]s to send.
-//! There is no socket, clock, task or lock inside, so a test can run many routers in one
-//! thread and replay any run exactly.
+//! PRT). Inputs are `(time, input)` through [`Router::handle`]; every decision comes out as
+//! [`Output`]s to send. There is no socket, clock, task or lock inside, so a test can run
+//! many routers in one thread and replay any run exactly. Handlers are named after what
+//! happened (`client_request`, `broker_message`, `neighbour_up`, …); outputs are pushed.
+//!
+//! Where things live:
+//!
+//! - `mod.rs` (this file): the inputs and outputs, the tables, and the routing rules below.
+//! - `covering.rs`: [`Covering`] and the one mechanism that sends, holds back and releases
+//!   entries of the SRT and the PRT alike (`Table::offer`).
+//! - `cycles.rs`: cyclic overlays, one spanning tree per advertisement, with covering per
+//!   tree.
+//! - `settle.rs`: settled replies: `advertise` and `subscribe` are answered once they have
+//!   taken effect everywhere they must.
+//!
+//! The overlay's shape is a type (`Overlay::Acyclic` or `Overlay::Cyclic` with its trees),
+//! so the state only cycles need exists only with cycles.
 //!
 //! Routing, after SIENA and PADRES (DESIGN §4):
 //!
@@ -25,20 +39,7 @@
 //!   that goes away takes its advertisements and subscriptions with it; a neighbour that
 //!   (re)appears is sent every advertisement, and pulls subscriptions as its own arrive.
 //!
-//! **Covering** ([`Covering`]) keeps subscriptions off links where a more general one
-//! already goes: with `Lazy`, a subscription covered at a hop (by another subscription
-//! already sent there, from elsewhere) is held back, and sent when the covering one goes
-//! away (before the covering one's withdrawal, so a link never lacks either); `Active`
-//! also withdraws, when a covering subscription is sent, the ones it covers. Deliveries
-//! are the same in every mode, since each broker matches against all its subscriptions;
-//! only the subscriptions on links and in upstream tables shrink.
-//!
 //! Matching and overlap queries use the indexes of [`crate::matching`].
-//!
-//! Advertisements are covered the same way (`adv_covers`): one covered at a neighbour by
-//! an advertisement already flooded there is held back, and flooded when the cover is
-//! withdrawn. A subscription overlapping the covered one overlaps its cover, so it still
-//! finds its way to this broker, which knows both.
 //!
 //! **Overlay changes.** An `Unadvertise` says whether the sender *lost* its path (a link
 //! went down) or the owner *withdrew* the advertisement. In a tree, a known advertisement
@@ -47,37 +48,35 @@
 //! late withdrawal finds nothing to remove. `NeighbourUp` for a neighbour already up
 //! starts over with it (the peer may have restarted).
 //!
-//! **Cyclic overlays** are opt-in ([`Options::cycles`]): every advertisement then defines
-//! its own spanning tree and subscriptions and publications travel tagged with it
-//! (`trees.rs`), so each subscriber gets a publication once whatever the loops. Owner
-//! withdrawals are remembered (late copies of a withdrawn advertisement still circling are
-//! dropped) and ids carry the broker's incarnation ([`Options::incarnation`]), so a
-//! restarted broker recognises, and withdraws, its own advertisements from an earlier life.
-//! A lost link does not remove advertisements (their copies may still be circling, and a
-//! removal racing them would never settle): the trees that used it wait for it, and when it
-//! returns, subscriptions are sent up them again. Each copy of an advertisement carries
-//! its path length, and a broker moves a tree onto a strictly shorter path when one
-//! arrives, so a restarted broker's neighbours and the broker itself find their way back.
-//! Limits: covering is not combined with cycles; one publisher's publications keep their
+//! **Cyclic overlays** are opt-in ([`Options::cycles`]). Ids carry the broker's incarnation
+//! ([`Options::incarnation`]), so a restarted broker recognises, and withdraws, its own
+//! advertisements from an earlier life. A lost link does not remove advertisements (their
+//! copies may still be circling, and a removal racing them would never settle): the trees
+//! that used it wait for it, and when it returns, subscriptions are sent up them again.
+//! Each copy of an advertisement carries its path length, and a broker moves a tree onto a
+//! strictly shorter path when one arrives. Limits: one publisher's publications keep their
 //! order per advertisement, not across advertisements with different trees; a tree whose
-//! link never returns is not rebuilt over another path; the memory of withdrawals is not
-//! yet pruned.
+//! link never returns is not rebuilt over another path.
 //!
 //! Not yet here: composite subscriptions (refused with an error), the history store hop.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
-use padres_lang::wire::ErrorCode;
-use padres_lang::{
-    Advertisement, Message, MessageId, Name, Publication, Subscription, adv_covers, conforms, covers,
-};
+use padres_lang::wire::{ErrorCode, Forwarded};
+use padres_lang::{Advertisement, Message, MessageId, Name, Publication, Subscription, conforms};
 
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 
-mod trees;
-use trees::{Next, Trees};
+mod covering;
+mod cycles;
+mod settle;
+
+pub use covering::Covering;
+use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
+use cycles::{Ctx, Cycles, Hold, Next};
+use settle::{Settle, Waiter};
 
 /// A client connection, numbered by the I/O shell.
 pub type ClientId = u64;
@@ -159,34 +158,12 @@ pub enum Output {
     },
 }
 
-#[derive(Debug)]
-struct AdvEntry {
-    adv: Arc<Advertisement>,
-    last: Hop,
-    /// Brokers to the advertiser's broker along `last` (0: a local client's).
-    distance: u32,
-    /// Neighbours this advertisement was flooded to.
-    sent_to: BTreeSet<Name>,
-    /// Neighbours it is held back from, covered by one flooded there.
-    held: BTreeSet<Name>,
-}
-
-#[derive(Debug)]
-struct SubEntry {
-    sub: Arc<Subscription>,
-    last: Hop,
-    /// Brokers this subscription was forwarded to.
-    sent_to: BTreeSet<Name>,
-    /// Brokers it should reach but is held back from, covered by one sent there.
-    held: BTreeSet<Name>,
-}
-
 /// How a router routes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     /// Subscription and advertisement covering.
     pub covering: Covering,
-    /// Allow cycles in the overlay (per-advertisement trees).
+    /// Allow cycles in the overlay (per-advertisement trees, `cycles.rs`).
     pub cycles: bool,
     /// Which life of this broker this is (e.g. its start time): the high half of every
     /// id it assigns, so ids of an earlier life never come back.
@@ -196,16 +173,13 @@ pub struct Options {
     pub max_subscriptions_per_client: Option<usize>,
 }
 
-/// Subscription covering (see the module docs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Covering {
-    /// Every subscription goes to every hop it overlaps.
-    #[default]
-    Off,
-    /// A covered subscription is held back, and sent when its cover goes away.
-    Lazy,
-    /// As `Lazy`, and sending a subscription withdraws those it covers.
-    Active,
+/// The shape of the overlay, with the state only that shape needs.
+#[derive(Debug)]
+enum Overlay {
+    /// A tree: one path between any two brokers.
+    Acyclic,
+    /// Cycles allowed: every advertisement routes on a spanning tree of its own.
+    Cyclic(Cycles),
 }
 
 #[derive(Debug, Default)]
@@ -232,20 +206,42 @@ pub struct Routes {
 pub struct Router {
     name: Name,
     covering: Covering,
-    cycles: bool,
-    trees: Trees,
-    /// With cycles: advertisements withdrawn by their owners, so late copies still
-    /// travelling round a loop are not installed again.
-    withdrawn: HashSet<MessageId>,
+    overlay: Overlay,
     seq: u64,
     max_subs_per_client: usize,
     neighbours: BTreeSet<Name>,
     clients: HashMap<ClientId, ClientState>,
-    advs: HashMap<MessageId, AdvEntry>,
+    /// The SRT.
+    advs: Table<Advertisements>,
     adv_index: AdvertisementIndex<MessageId>,
-    subs: HashMap<MessageId, SubEntry>,
+    /// The PRT.
+    subs: Table<Subscriptions>,
     sub_index: SubscriptionIndex<MessageId>,
     scratch: Scratch,
+    settle: Settle,
+    /// Copies held back by covering while the current input is handled.
+    holds: Vec<Hold>,
+    /// The forwarded copies the current input waits on before it is answered.
+    settling: Option<(Copies, Waiter)>,
+}
+
+/// Which forwarded copies an input is answered after.
+#[derive(Debug)]
+enum Copies {
+    /// Copies of this message.
+    One(Forwarded),
+    /// A subscription's copies on every tree.
+    OnEveryTree(MessageId),
+}
+
+impl Copies {
+    fn include(&self, what: &Forwarded) -> bool {
+        match (self, what) {
+            (Self::One(one), what) => one == what,
+            (Self::OnEveryTree(id), Forwarded::TreeSubscription { id: sub, .. }) => sub == id,
+            (Self::OnEveryTree(_), _) => false,
+        }
+    }
 }
 
 impl Router {
@@ -256,34 +252,27 @@ impl Router {
 
     /// A router for broker `name` with the given covering mode.
     pub fn with_covering(name: Name, covering: Covering) -> Self {
-        Self::build(name, Options { covering, ..Options::default() })
+        Self::with_options(name, Options { covering, ..Options::default() })
     }
 
-    /// A router for broker `name` with `options`; covering cannot be combined with cycles
-    /// yet.
-    pub fn with_options(name: Name, options: Options) -> Result<Self, String> {
-        if options.cycles && options.covering != Covering::Off {
-            return Err("covering cannot be combined with cycles yet: set covering off".to_owned());
-        }
-        Ok(Self::build(name, options))
-    }
-
-    fn build(name: Name, options: Options) -> Self {
+    /// A router for broker `name` with `options`.
+    pub fn with_options(name: Name, options: Options) -> Self {
         Self {
             max_subs_per_client: options.max_subscriptions_per_client.unwrap_or(usize::MAX),
             seq: u64::from(options.incarnation) << 32,
-            withdrawn: HashSet::new(),
             name,
             covering: options.covering,
-            cycles: options.cycles,
-            trees: Trees::default(),
+            overlay: if options.cycles { Overlay::Cyclic(Cycles::default()) } else { Overlay::Acyclic },
             neighbours: BTreeSet::new(),
             clients: HashMap::new(),
-            advs: HashMap::new(),
+            advs: Table::default(),
             adv_index: AdvertisementIndex::new(),
-            subs: HashMap::new(),
+            subs: Table::default(),
             sub_index: SubscriptionIndex::new(),
             scratch: Scratch::default(),
+            settle: Settle::default(),
+            holds: Vec::new(),
+            settling: None,
         }
     }
 
@@ -295,8 +284,10 @@ impl Router {
     /// Handles one input at time `now` (milliseconds, from the caller's clock), appending
     /// what to send to `out`.
     pub fn handle(&mut self, now: u64, input: Input, out: &mut Vec<Output>) {
-        // No timers yet; the time is part of the contract for the ones to come.
+        // No timers in the routing tables; the time is part of the contract.
         let _ = now;
+        let start = out.len();
+        self.holds.clear();
         match input {
             Input::Client { client, req, message } => self.client_request(client, req, message, out),
             Input::ClientGone(client) => self.client_gone(client, out),
@@ -304,11 +295,39 @@ impl Router {
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
         }
+        for output in &out[start..] {
+            if let Output::ToBroker { to, message } = output {
+                self.settle.sent(to, message);
+            }
+        }
+        if let Some((copies, waiter)) = self.settling.take() {
+            // The input is answered once its own forwarded copies, and the covers' copies
+            // standing in for those it held back, have settled.
+            let mut needs = BTreeSet::new();
+            for output in &out[start..] {
+                if let Output::ToBroker { to, message } = output {
+                    if let Some(what) = settle::forwarded(message).filter(|what| copies.include(what)) {
+                        needs.insert((what, to.clone()));
+                    }
+                }
+            }
+            for (held, cover, to) in self.holds.drain(..) {
+                if copies.include(&held) {
+                    needs.insert((cover, to));
+                }
+            }
+            self.settle.wait(needs, waiter, out);
+        }
     }
 
     /// How many advertisements and subscriptions the tables hold.
     pub fn table_sizes(&self) -> (usize, usize) {
         (self.advs.len(), self.subs.len())
+    }
+
+    /// Requests and forwarded messages waiting to settle.
+    pub fn unsettled(&self) -> usize {
+        self.settle.waiting()
     }
 
     /// A copy of the routing tables, sorted.
@@ -320,21 +339,21 @@ impl Router {
     /// whole). Only the rows listed are written out as text, so asking a broker with a
     /// million subscriptions for ten of them costs a sort of ids, not a million strings.
     pub fn routes_up_to(&self, limit: usize) -> Routes {
-        let mut adv_ids: Vec<&MessageId> = self.advs.keys().collect();
+        let mut adv_ids: Vec<&MessageId> = self.advs.iter().map(|(id, _)| id).collect();
         adv_ids.sort();
         let srt = adv_ids
             .into_iter()
             .take(limit)
-            .filter_map(|id| self.advs.get(id).map(|e| (id.clone(), e.adv.to_string(), e.last.clone())))
+            .filter_map(|id| self.advs.get(id).map(|e| (id.clone(), e.item.to_string(), e.last.clone())))
             .collect();
-        let mut sub_ids: Vec<&MessageId> = self.subs.keys().collect();
+        let mut sub_ids: Vec<&MessageId> = self.subs.iter().map(|(id, _)| id).collect();
         sub_ids.sort();
         let prt = sub_ids
             .into_iter()
             .take(limit)
             .filter_map(|id| {
                 self.subs.get(id).map(|e| {
-                    (id.clone(), e.sub.to_string(), e.last.clone(), e.sent_to.iter().cloned().collect())
+                    (id.clone(), e.item.to_string(), e.last.clone(), e.sent_to.iter().cloned().collect())
                 })
             })
             .collect();
@@ -342,13 +361,25 @@ impl Router {
             neighbours: self.neighbours.iter().cloned().collect(),
             srt,
             prt,
-            tree_prt: self.trees.entries(),
+            tree_prt: match &self.overlay {
+                Overlay::Acyclic => Vec::new(),
+                Overlay::Cyclic(cycles) => cycles.entries(),
+            },
         }
     }
 
     fn next_id(&mut self) -> MessageId {
         self.seq += 1;
         MessageId::new(self.name.clone(), self.seq)
+    }
+
+    /// Advertisements are covered only in trees: in a cyclic overlay each advertisement's
+    /// tree carries its own publications, so none may stand in for another.
+    fn adv_covering(&self) -> Covering {
+        match self.overlay {
+            Overlay::Acyclic => self.covering,
+            Overlay::Cyclic(_) => Covering::Off,
+        }
     }
 
     fn client_request(&mut self, client: ClientId, req: u64, message: Message, out: &mut Vec<Output>) {
@@ -358,7 +389,9 @@ impl Router {
                 let id = self.next_id();
                 self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), 0, out);
                 self.clients.entry(client).or_default().advs.insert(id.clone());
-                Ok(Some(id))
+                let copies = Copies::One(Forwarded::Advertisement(id.clone()));
+                self.settling = Some((copies, Waiter::Client { client, req, id }));
+                return;
             }
             Message::Subscribe(_)
                 if self.clients.get(&client).is_some_and(|c| c.subs.len() >= self.max_subs_per_client) =>
@@ -375,36 +408,20 @@ impl Router {
                 let id = self.next_id();
                 self.install_sub(id.clone(), Arc::new(sub), Hop::Client(client), out);
                 self.clients.entry(client).or_default().subs.insert(id.clone());
-                Ok(Some(id))
+                // In a cyclic overlay it went up the tree of every advertisement it
+                // overlaps, a copy on each.
+                let copies = match self.overlay {
+                    Overlay::Acyclic => Copies::One(Forwarded::Subscription(id.clone())),
+                    Overlay::Cyclic(_) => Copies::OnEveryTree(id.clone()),
+                };
+                self.settling = Some((copies, Waiter::Client { client, req, id }));
+                return;
             }
             Message::CompositeSubscribe(_) => Err((
                 ErrorCode::BadRequest,
                 "composite subscriptions are not supported by this broker yet".to_owned(),
             )),
-            Message::Publish(publication) => {
-                let tree = self.clients.get(&client).and_then(|c| {
-                    c.advs
-                        .iter()
-                        .find(|id| self.advs.get(*id).is_some_and(|e| conforms(&publication, &e.adv)))
-                        .cloned()
-                });
-                if let Some(tree) = tree {
-                    let publication = Arc::new(publication);
-                    if self.cycles {
-                        self.route_on_tree(&tree, publication, &Hop::Client(client), out);
-                    } else {
-                        self.route_publication(publication, &Hop::Client(client), out);
-                    }
-                    Ok(None)
-                } else {
-                    Err((
-                        ErrorCode::NotAdvertised,
-                        format!(
-                            "{publication} conforms to none of this client's advertisements: advertise first"
-                        ),
-                    ))
-                }
-            }
+            Message::Publish(publication) => self.client_publish(client, publication, out),
             Message::Unsubscribe(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
                     self.remove_sub(&id, out);
@@ -425,6 +442,33 @@ impl Router {
         out.push(Output::Reply { client, req, result });
     }
 
+    fn client_publish(
+        &mut self,
+        client: ClientId,
+        publication: Publication,
+        out: &mut Vec<Output>,
+    ) -> Result<Option<MessageId>, (ErrorCode, String)> {
+        let tree = self.clients.get(&client).and_then(|c| {
+            c.advs
+                .iter()
+                .find(|id| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.item)))
+                .cloned()
+        });
+        let Some(tree) = tree else {
+            return Err((
+                ErrorCode::NotAdvertised,
+                format!("{publication} conforms to none of this client's advertisements: advertise first"),
+            ));
+        };
+        let publication = Arc::new(publication);
+        let from = Hop::Client(client);
+        match &self.overlay {
+            Overlay::Acyclic => self.route_publication(publication, &from, out),
+            Overlay::Cyclic(_) => self.route_on_tree(&tree, publication, &from, out),
+        }
+        Ok(None)
+    }
+
     fn client_gone(&mut self, client: ClientId, out: &mut Vec<Output>) {
         let Some(state) = self.clients.remove(&client) else { return };
         for id in &state.subs {
@@ -440,7 +484,11 @@ impl Router {
             // A message racing a link that is already down; its state would be dropped.
             return;
         }
-        let hop = Hop::Broker(from);
+        if let Some(what) = settle::forwarded(&message) {
+            let waiter = Waiter::Broker { to: from.clone(), what: what.clone() };
+            self.settling = Some((Copies::One(what), waiter));
+        }
+        let hop = Hop::Broker(from.clone());
         match message {
             BrokerMessage::Advertise { id, adv, hops } => self.install_adv(id, adv, hop, hops, out),
             BrokerMessage::Subscribe { id, sub } => self.install_sub(id, sub, hop, out),
@@ -450,19 +498,8 @@ impl Router {
                     self.remove_sub(&id, out);
                 }
             }
-            BrokerMessage::Unadvertise { id, lost: false } if self.cycles => {
-                // A withdrawal by the owner: final, whichever way it arrives.
-                if self.withdrawn.insert(id.clone()) {
-                    self.remove_adv(&id, false, out);
-                    for n in &self.neighbours {
-                        if hop != Hop::Broker(n.clone()) {
-                            out.push(Output::ToBroker {
-                                to: n.clone(),
-                                message: BrokerMessage::Unadvertise { id: id.clone(), lost: false },
-                            });
-                        }
-                    }
-                }
+            BrokerMessage::Unadvertise { id, lost: false } if matches!(self.overlay, Overlay::Cyclic(_)) => {
+                self.owner_withdrew(id, &hop, out);
             }
             BrokerMessage::Unadvertise { id, lost } => {
                 if self.advs.get(&id).is_some_and(|e| e.last == hop) {
@@ -470,73 +507,38 @@ impl Router {
                 }
             }
             BrokerMessage::TreeSubscribe { id, tree, sub } => {
-                let root = self.advs.get(&tree).map(|e| e.last.clone());
-                if let Some(root) = root {
-                    self.add_to_tree(&tree, &root, &id, &sub, hop, out);
+                if let Overlay::Cyclic(cycles) = &mut self.overlay {
+                    let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+                    cycles.add(ctx, &tree, &id, &sub, hop, out, &mut self.holds);
                 }
             }
             BrokerMessage::TreeUnsubscribe { id, tree } => {
-                let left = self.trees.leave(&tree, &id, &hop);
-                self.withdraw_up(&tree, &id, left, out);
+                if let Overlay::Cyclic(cycles) = &mut self.overlay {
+                    let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+                    cycles.leave(ctx, &tree, &id, &hop, out);
+                }
             }
             BrokerMessage::TreePublish { tree, publication } => {
                 self.route_on_tree(&tree, publication, &hop, out);
             }
+            BrokerMessage::Settled { what } => self.settle.settled(&from, what, out),
         }
     }
 
-    /// Files `id` on `tree` and forwards it along the tree.
-    fn add_to_tree(
-        &mut self,
-        tree: &MessageId,
-        root: &Hop,
-        id: &MessageId,
-        sub: &Arc<Subscription>,
-        last: Hop,
-        out: &mut Vec<Output>,
-    ) {
-        if let Some(next) = self.trees.add(tree, root, id, sub, last) {
-            out.push(Output::ToBroker {
-                to: next,
-                message: BrokerMessage::TreeSubscribe {
-                    id: id.clone(),
-                    tree: tree.clone(),
-                    sub: sub.clone(),
-                },
-            });
+    /// With cycles: an owner's withdrawal is final, whichever way it arrives, and passed
+    /// on to every neighbour (copies of the advertisement may be anywhere on a loop).
+    fn owner_withdrew(&mut self, id: MessageId, hop: &Hop, out: &mut Vec<Output>) {
+        let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
+        if !cycles.remember_withdrawn(id.clone()) {
+            return;
         }
-    }
-
-    fn remove_from_tree(&mut self, tree: &MessageId, id: &MessageId, out: &mut Vec<Output>) {
-        let removed = self.trees.remove(tree, id);
-        self.withdraw_up(tree, id, removed, out);
-    }
-
-    /// A tree entry that is gone is withdrawn from the broker it was sent to.
-    fn withdraw_up(
-        &mut self,
-        tree: &MessageId,
-        id: &MessageId,
-        gone: Option<trees::TreeSub>,
-        out: &mut Vec<Output>,
-    ) {
-        if let Some(next) = gone.and_then(|e| e.sent_to) {
-            out.push(Output::ToBroker {
-                to: next,
-                message: BrokerMessage::TreeUnsubscribe { id: id.clone(), tree: tree.clone() },
-            });
+        self.remove_adv(&id, false, out);
+        for n in &self.neighbours {
+            if *hop != Hop::Broker(n.clone()) {
+                let message = BrokerMessage::Unadvertise { id: id.clone(), lost: false };
+                out.push(Output::ToBroker { to: n.clone(), message });
+            }
         }
-    }
-
-    fn route_on_tree(
-        &mut self,
-        tree: &MessageId,
-        publication: Arc<Publication>,
-        last: &Hop,
-        out: &mut Vec<Output>,
-    ) {
-        let next = self.trees.route(tree, &publication, last, &mut self.scratch);
-        emit(next, &publication, Some(tree), out);
     }
 
     fn neighbour_up(&mut self, name: Name, out: &mut Vec<Output>) {
@@ -549,27 +551,14 @@ impl Router {
         let hop = Hop::Broker(name.clone());
         // With cycles, the parent gets a copy too: if it has withdrawn the advertisement
         // meanwhile (the news lost with the link), it answers with the withdrawal.
-        let mut advs: Vec<MessageId> = self
-            .advs
-            .iter()
-            .filter(|(_, e)| self.cycles || e.last != hop)
-            .map(|(id, _)| id.clone())
-            .collect();
-        advs.sort();
-        for id in advs {
+        let cyclic = matches!(self.overlay, Overlay::Cyclic(_));
+        for id in self.advs.select(|e| cyclic || e.last != hop) {
             self.offer_adv(&id, &name, out);
         }
-        if self.cycles {
+        if let Overlay::Cyclic(cycles) = &mut self.overlay {
             // Trees whose path runs through it get their subscriptions back.
-            let mut trees: Vec<MessageId> =
-                self.advs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
-            trees.sort();
-            for tree in trees {
-                for (sub_id, sub) in self.trees.resend(&tree, &name) {
-                    let message = BrokerMessage::TreeSubscribe { id: sub_id, tree: tree.clone(), sub };
-                    out.push(Output::ToBroker { to: name.clone(), message });
-                }
-            }
+            let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+            cycles.neighbour_up(ctx, out);
         }
     }
 
@@ -577,35 +566,23 @@ impl Router {
         if !self.neighbours.remove(name) {
             return;
         }
-        for e in self.subs.values_mut() {
-            e.sent_to.remove(name);
-            e.held.remove(name);
-        }
-        for e in self.advs.values_mut() {
-            e.sent_to.remove(name);
-            e.held.remove(name);
-        }
-        self.trees.forget_hop(name);
+        self.subs.forget_neighbour(name);
+        self.advs.forget_neighbour(name);
+        self.settle.neighbour_down(name, out);
         let hop = Hop::Broker(name.clone());
-        for (tree, id) in self.trees.held_by(&hop) {
-            let left = self.trees.leave(&tree, &id, &hop);
-            self.withdraw_up(&tree, &id, left, out);
+        if let Overlay::Cyclic(cycles) = &mut self.overlay {
+            let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+            cycles.neighbour_down(ctx, name, out);
         }
-        let mut subs: Vec<MessageId> =
-            self.subs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
-        subs.sort();
-        for id in subs {
+        for id in self.subs.select(|e| e.last == hop) {
             self.remove_sub(&id, out);
         }
-        if self.cycles {
+        if let Overlay::Cyclic(_) = self.overlay {
             // Advertisements whose path used the link stay, waiting for it (or a shorter
             // path) to return; removing them would race their copies still circling.
             return;
         }
-        let mut advs: Vec<MessageId> =
-            self.advs.iter().filter(|(_, e)| e.last == hop).map(|(id, _)| id.clone()).collect();
-        advs.sort();
-        for id in advs {
+        for id in self.advs.select(|e| e.last == hop) {
             self.remove_adv(&id, true, out);
         }
     }
@@ -619,66 +596,55 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         if let Some(e) = self.advs.get(&id) {
-            if !self.cycles && e.last != last {
-                self.rehome_adv(&id, last, out);
-            } else if self.cycles && e.last != last && hops < e.distance {
-                self.shorter_path(&id, last, hops, out);
+            if e.last != last {
+                match self.overlay {
+                    Overlay::Acyclic => self.rehome_adv(&id, last, out),
+                    Overlay::Cyclic(_) if hops < e.distance => self.shorter_path(&id, last, hops, out),
+                    Overlay::Cyclic(_) => {}
+                }
             }
             return;
         }
-        if self.cycles {
-            if self.withdrawn.contains(&id) {
-                // A copy of a withdrawn advertisement: tell the sender, which may have
-                // missed the withdrawal when a link dropped it.
-                if let Hop::Broker(b) = last {
-                    out.push(Output::ToBroker {
-                        to: b,
-                        message: BrokerMessage::Unadvertise { id, lost: false },
-                    });
-                }
+        if let (Overlay::Cyclic(cycles), Hop::Broker(b)) = (&mut self.overlay, &last) {
+            // A copy of an advertisement withdrawn for good: tell the sender, which may
+            // have missed the withdrawal when a link dropped it. One of ours we do not
+            // know is from an earlier life of this broker, still circulating: withdraw it
+            // for good.
+            let stale =
+                cycles.is_withdrawn(&id) || (id.origin == self.name && cycles.remember_withdrawn(id.clone()));
+            if stale {
+                let message = BrokerMessage::Unadvertise { id, lost: false };
+                out.push(Output::ToBroker { to: b.clone(), message });
                 return;
-            }
-            if let Hop::Broker(b) = &last {
-                if id.origin == self.name {
-                    // One of ours we do not know: from an earlier life of this broker,
-                    // still circulating. Withdraw it for good.
-                    self.withdrawn.insert(id.clone());
-                    let message = BrokerMessage::Unadvertise { id, lost: false };
-                    out.push(Output::ToBroker { to: b.clone(), message });
-                    return;
-                }
             }
         }
         self.adv_index.insert(id.clone(), adv.clone());
-        let entry = AdvEntry {
-            adv: adv.clone(),
-            last: last.clone(),
-            distance: hops,
-            sent_to: BTreeSet::new(),
-            held: BTreeSet::new(),
-        };
-        self.advs.insert(id.clone(), entry);
+        self.advs.insert(id.clone(), Entry::new(adv.clone(), last.clone(), hops));
         let flood: Vec<Name> =
             self.neighbours.iter().filter(|n| last != Hop::Broker((*n).clone())).cloned().collect();
         for n in &flood {
             self.offer_adv(&id, n, out);
         }
-        if self.cycles {
-            // Every local subscription it overlaps joins its tree.
-            let mut pulled = self.sub_index.overlapping(&adv);
-            pulled.sort();
-            for sub_id in pulled {
-                let Some(e) = self.subs.get(&sub_id) else { continue };
-                let sub = e.sub.clone();
-                let from = e.last.clone();
-                self.add_to_tree(&id, &last, &sub_id, &sub, from, out);
+        // Stored subscriptions it overlaps go toward it ("late advertisement pulls
+        // subscriptions").
+        let mut pulled = self.sub_index.overlapping(&adv);
+        pulled.sort();
+        match &mut self.overlay {
+            Overlay::Cyclic(cycles) => {
+                cycles.plant(id.clone(), last);
+                let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+                for sub_id in pulled {
+                    let Some(e) = self.subs.get(&sub_id) else { continue };
+                    cycles.add(ctx, &id, &sub_id, &e.item, e.last.clone(), out, &mut self.holds);
+                }
             }
-        } else if let Hop::Broker(b) = &last {
-            let mut pulled = self.sub_index.overlapping(&adv);
-            pulled.sort();
-            for sub_id in pulled {
-                if self.subs.get(&sub_id).is_some_and(|e| e.last != last) {
-                    self.offer(&sub_id, b, out);
+            Overlay::Acyclic => {
+                if let Hop::Broker(b) = &last {
+                    for sub_id in pulled {
+                        if self.subs.get(&sub_id).is_some_and(|e| e.last != last) {
+                            self.offer_sub(&sub_id, b, out);
+                        }
+                    }
                 }
             }
         }
@@ -686,179 +652,54 @@ impl Router {
 
     fn install_sub(&mut self, id: MessageId, sub: Arc<Subscription>, last: Hop, out: &mut Vec<Output>) {
         if let Some(e) = self.subs.get_mut(&id) {
-            if !self.cycles && e.last != last {
+            if matches!(self.overlay, Overlay::Acyclic) && e.last != last {
                 // The overlay changed under it: this copy came the current way.
                 if let Hop::Broker(b) = &last {
                     e.sent_to.remove(b);
                     e.held.remove(b);
                 }
                 e.last = last.clone();
-                let sub = e.sub.clone();
+                let sub = e.item.clone();
                 for b in self.hops_for(&sub, &last) {
-                    self.offer(&id, &b, out);
+                    self.offer_sub(&id, &b, out);
                 }
             }
             return;
         }
-        let hops = self.hops_for(&sub, &last);
         self.sub_index.insert(id.clone(), sub.clone());
-        self.subs.insert(
-            id.clone(),
-            SubEntry {
-                sub: sub.clone(),
-                last: last.clone(),
-                sent_to: BTreeSet::new(),
-                held: BTreeSet::new(),
-            },
-        );
-        if self.cycles {
-            // On the tree of every advertisement it overlaps, local ones included.
-            let mut trees: Vec<(MessageId, Hop)> = self
-                .adv_index
-                .overlapping(&sub)
-                .into_iter()
-                .filter_map(|a| Some((a.clone(), self.advs.get(&a)?.last.clone())))
-                .collect();
-            trees.sort();
-            for (tree, root) in trees {
-                self.add_to_tree(&tree, &root, &id, &sub, last.clone(), out);
-            }
-            return;
-        }
-        for b in &hops {
-            self.offer(&id, b, out);
-        }
-    }
-
-    /// Subscription `id` should reach broker `to`: send it, or hold it back if covered
-    /// there; with active covering, sending it withdraws the ones it covers.
-    fn offer(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
-        let Some(e) = self.subs.get(id) else { return };
-        if e.sent_to.contains(to) {
-            return;
-        }
-        let sub = e.sub.clone();
-        if self.covering != Covering::Off && self.covered_at(id, &sub, to) {
-            if let Some(e) = self.subs.get_mut(id) {
-                e.held.insert(to.clone());
-            }
-            return;
-        }
-        if let Some(e) = self.subs.get_mut(id) {
-            e.held.remove(to);
-            e.sent_to.insert(to.clone());
-        }
-        out.push(Output::ToBroker {
-            to: to.clone(),
-            message: BrokerMessage::Subscribe { id: id.clone(), sub: sub.clone() },
-        });
-        if self.covering == Covering::Active {
-            let hop = Hop::Broker(to.clone());
-            let mut covered: Vec<MessageId> = self
-                .subs
-                .iter()
-                .filter(|(other, e)| {
-                    *other != id && e.last != hop && e.sent_to.contains(to) && covers(&sub, &e.sub)
-                })
-                .map(|(other, _)| other.clone())
-                .collect();
-            covered.sort();
-            for other in covered {
-                if let Some(e) = self.subs.get_mut(&other) {
-                    e.sent_to.remove(to);
-                    e.held.insert(to.clone());
+        self.subs.insert(id.clone(), Entry::new(sub.clone(), last.clone(), 0));
+        match &mut self.overlay {
+            Overlay::Cyclic(cycles) => {
+                // On the tree of every advertisement it overlaps, local ones included.
+                let mut trees = self.adv_index.overlapping(&sub);
+                trees.sort();
+                let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+                for tree in trees {
+                    cycles.add(ctx, &tree, &id, &sub, last.clone(), out, &mut self.holds);
                 }
-                out.push(Output::ToBroker {
-                    to: to.clone(),
-                    message: BrokerMessage::Unsubscribe { id: other },
-                });
+            }
+            Overlay::Acyclic => {
+                for b in self.hops_for(&sub, &last) {
+                    self.offer_sub(&id, &b, out);
+                }
             }
         }
     }
 
-    /// True if another subscription already sent to `to`, from elsewhere, covers `sub`.
-    fn covered_at(&self, id: &MessageId, sub: &Subscription, to: &Name) -> bool {
-        let hop = Hop::Broker(to.clone());
-        self.subs
-            .iter()
-            .any(|(other, e)| other != id && e.last != hop && e.sent_to.contains(to) && covers(&e.sub, sub))
-    }
-
-    /// Sends, in a stable order, the subscriptions held back at `to` that nothing sent
-    /// there covers any more.
-    fn release_held(&mut self, to: &Name, out: &mut Vec<Output>) {
-        let mut held: Vec<MessageId> =
-            self.subs.iter().filter(|(_, e)| e.held.contains(to)).map(|(id, _)| id.clone()).collect();
-        held.sort();
-        for id in held {
-            if let Some(e) = self.subs.get_mut(&id) {
-                e.held.remove(to);
-            }
-            self.offer(&id, to, out);
-        }
-    }
-
-    fn remove_sub(&mut self, id: &MessageId, out: &mut Vec<Output>) {
-        let Some(e) = self.subs.remove(id) else { return };
-        self.sub_index.remove(id);
-        for tree in self.trees.trees_of(id) {
-            self.remove_from_tree(&tree, id, out);
-        }
-        for b in e.sent_to {
-            // What this one covered goes first, so the link is never without either.
-            if self.covering != Covering::Off {
-                self.release_held(&b, out);
-            }
-            out.push(Output::ToBroker { to: b, message: BrokerMessage::Unsubscribe { id: id.clone() } });
-        }
-    }
-
-    /// Advertisement `id` should be flooded to `to`: send it, or hold it back if one
-    /// flooded there covers it; with active covering, sending it withdraws the ones it
-    /// covers.
+    /// Advertisement `id` should be flooded to `to` (see [`Table::offer`]).
     fn offer_adv(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
-        let Some(e) = self.advs.get(id) else { return };
-        if e.sent_to.contains(to) {
-            return;
+        let covering = self.adv_covering();
+        if let Offered::Held(cover) = self.advs.offer(covering, id, to, out) {
+            let held = (Forwarded::Advertisement(id.clone()), Forwarded::Advertisement(cover), to.clone());
+            self.holds.push(held);
         }
-        let adv = e.adv.clone();
-        let distance = e.distance;
-        let hop = Hop::Broker(to.clone());
-        let flooded_here = |e: &AdvEntry| e.last != hop && e.sent_to.contains(to);
-        if self.covering != Covering::Off
-            && self.advs.iter().any(|(other, e)| other != id && flooded_here(e) && adv_covers(&e.adv, &adv))
-        {
-            if let Some(e) = self.advs.get_mut(id) {
-                e.held.insert(to.clone());
-            }
-            return;
-        }
-        if let Some(e) = self.advs.get_mut(id) {
-            e.held.remove(to);
-            e.sent_to.insert(to.clone());
-        }
-        out.push(Output::ToBroker {
-            to: to.clone(),
-            message: BrokerMessage::Advertise { id: id.clone(), adv: adv.clone(), hops: distance + 1 },
-        });
-        if self.covering == Covering::Active {
-            let mut covered: Vec<MessageId> = self
-                .advs
-                .iter()
-                .filter(|(other, e)| *other != id && flooded_here(e) && adv_covers(&adv, &e.adv))
-                .map(|(other, _)| other.clone())
-                .collect();
-            covered.sort();
-            for other in covered {
-                if let Some(e) = self.advs.get_mut(&other) {
-                    e.sent_to.remove(to);
-                    e.held.insert(to.clone());
-                }
-                out.push(Output::ToBroker {
-                    to: to.clone(),
-                    message: BrokerMessage::Unadvertise { id: other, lost: true },
-                });
-            }
+    }
+
+    /// Subscription `id` should reach `to` (see [`Table::offer`]).
+    fn offer_sub(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
+        if let Offered::Held(cover) = self.subs.offer(self.covering, id, to, out) {
+            let held = (Forwarded::Subscription(id.clone()), Forwarded::Subscription(cover), to.clone());
+            self.holds.push(held);
         }
     }
 
@@ -866,7 +707,7 @@ impl Router {
     fn hops_for(&self, sub: &Subscription, last: &Hop) -> BTreeSet<Name> {
         let mut hops = BTreeSet::new();
         for adv_id in self.adv_index.overlapping(sub) {
-            if let Some(AdvEntry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
+            if let Some(Entry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
                 if *last != Hop::Broker(b.clone()) {
                     hops.insert(b.clone());
                 }
@@ -875,10 +716,23 @@ impl Router {
         hops
     }
 
+    fn remove_sub(&mut self, id: &MessageId, out: &mut Vec<Output>) {
+        if self.subs.get(id).is_none() {
+            return;
+        }
+        self.sub_index.remove(id);
+        if let Overlay::Cyclic(cycles) = &mut self.overlay {
+            let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+            cycles.remove_everywhere(ctx, id, out);
+        }
+        // What it covered goes first, so a link is never without either.
+        self.subs.remove(self.covering, id, || BrokerMessage::Unsubscribe { id: id.clone() }, out);
+    }
+
     /// The owner withdraws advertisement `id` (with cycles, for good).
     fn withdraw_adv(&mut self, id: &MessageId, out: &mut Vec<Output>) {
-        if self.cycles {
-            self.withdrawn.insert(id.clone());
+        if let Overlay::Cyclic(cycles) = &mut self.overlay {
+            cycles.remember_withdrawn(id.clone());
         }
         self.remove_adv(id, false, out);
     }
@@ -892,17 +746,10 @@ impl Router {
         let Some(e) = self.advs.get_mut(id) else { return };
         e.last = last.clone();
         e.distance = hops;
-        let adv = e.adv.clone();
-        for (sub_id, sub, old, new) in self.trees.reroute(id, &last) {
-            if let Some(old) = old.filter(|o| self.neighbours.contains(o)) {
-                let message = BrokerMessage::TreeUnsubscribe { id: sub_id.clone(), tree: id.clone() };
-                out.push(Output::ToBroker { to: old, message });
-            }
-            if let Some(new) = new {
-                let message = BrokerMessage::TreeSubscribe { id: sub_id, tree: id.clone(), sub };
-                out.push(Output::ToBroker { to: new, message });
-            }
-        }
+        let adv = e.item.clone();
+        let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
+        let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
+        cycles.reroute(ctx, id, last.clone(), out);
         for n in &self.neighbours {
             if last != Hop::Broker(n.clone()) {
                 let message = BrokerMessage::Advertise { id: id.clone(), adv: adv.clone(), hops: hops + 1 };
@@ -911,12 +758,12 @@ impl Router {
         }
     }
 
-    /// A known advertisement arrived from another hop: the tree changed under it (a link
-    /// went, another came). Follow the copy that came the current way.
+    /// In a tree, a known advertisement arrived from another hop: the tree changed under
+    /// it (a link went, another came). Follow the copy that came the current way.
     fn rehome_adv(&mut self, id: &MessageId, last: Hop, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get_mut(id) else { return };
         let old = std::mem::replace(&mut e.last, last.clone());
-        let adv = e.adv.clone();
+        let adv = e.item.clone();
         if let Hop::Broker(b) = &last {
             e.sent_to.remove(b);
             e.held.remove(b);
@@ -932,7 +779,7 @@ impl Router {
             pulled.sort();
             for sub_id in pulled {
                 if self.subs.get(&sub_id).is_some_and(|s| s.last != last) {
-                    self.offer(&sub_id, b, out);
+                    self.offer_sub(&sub_id, b, out);
                 }
             }
         }
@@ -942,33 +789,19 @@ impl Router {
     }
 
     fn remove_adv(&mut self, id: &MessageId, lost: bool, out: &mut Vec<Output>) {
-        let Some(e) = self.advs.remove(id) else { return };
+        let covering = self.adv_covering();
+        // What it covered goes first, so the neighbour never lacks either.
+        let withdrawal = || BrokerMessage::Unadvertise { id: id.clone(), lost };
+        let Some(e) = self.advs.remove(covering, id, withdrawal, out) else { return };
         self.adv_index.remove(id);
-        for n in &e.sent_to {
-            // What this one covered goes first, so the neighbour never lacks either.
-            if self.covering != Covering::Off {
-                let mut held: Vec<MessageId> =
-                    self.advs.iter().filter(|(_, a)| a.held.contains(n)).map(|(id, _)| id.clone()).collect();
-                held.sort();
-                for other in held {
-                    if let Some(a) = self.advs.get_mut(&other) {
-                        a.held.remove(n);
-                    }
-                    self.offer_adv(&other, n, out);
+        match &mut self.overlay {
+            // Every broker drops the tree with the advertisement.
+            Overlay::Cyclic(cycles) => cycles.drop_tree(id),
+            Overlay::Acyclic => {
+                if let Hop::Broker(b) = &e.last {
+                    self.withdraw_unneeded(b, out);
                 }
             }
-            out.push(Output::ToBroker {
-                to: n.clone(),
-                message: BrokerMessage::Unadvertise { id: id.clone(), lost },
-            });
-        }
-        if self.cycles {
-            // Every broker drops the tree with the advertisement.
-            self.trees.drop_tree(id);
-            return;
-        }
-        if let Hop::Broker(b) = &e.last {
-            self.withdraw_unneeded(b, out);
         }
     }
 
@@ -976,21 +809,17 @@ impl Router {
     /// advertisement from `b` overlaps any more.
     fn withdraw_unneeded(&mut self, b: &Name, out: &mut Vec<Output>) {
         let from_b = Hop::Broker(b.clone());
-        let mut withdrawn: Vec<MessageId> = Vec::new();
-        for (sub_id, s) in &self.subs {
-            if s.sent_to.contains(b) || s.held.contains(b) {
-                let still = self
-                    .adv_index
-                    .overlapping(&s.sub)
-                    .iter()
-                    .any(|a| self.advs.get(a).is_some_and(|a| a.last == from_b));
-                if !still {
-                    withdrawn.push(sub_id.clone());
-                }
+        let candidates = self.subs.select(|s| s.sent_to.contains(b) || s.held.contains(b));
+        for sub_id in candidates {
+            let Some(s) = self.subs.get(&sub_id) else { continue };
+            let still = self
+                .adv_index
+                .overlapping(&s.item)
+                .iter()
+                .any(|a| self.advs.get(a).is_some_and(|a| a.last == from_b));
+            if still {
+                continue;
             }
-        }
-        withdrawn.sort();
-        for sub_id in withdrawn {
             let Some(s) = self.subs.get_mut(&sub_id) else { continue };
             s.held.remove(b);
             if s.sent_to.remove(b) {
@@ -1012,6 +841,18 @@ impl Router {
             }
         }
         emit(next, &publication, None, out);
+    }
+
+    fn route_on_tree(
+        &mut self,
+        tree: &MessageId,
+        publication: Arc<Publication>,
+        last: &Hop,
+        out: &mut Vec<Output>,
+    ) {
+        let Overlay::Cyclic(cycles) = &self.overlay else { return };
+        let next = cycles.route(tree, &publication, last, &mut self.scratch);
+        emit(next, &publication, Some(tree), out);
     }
 }
 

@@ -69,11 +69,7 @@ impl Sim {
     pub fn with_options(n: usize, options: Options) -> Self {
         let names: Vec<Name> = (1..=n).map(|i| Name::new(&format!("B{i}")).expect("name")).collect();
         Self {
-            routers: names
-                .iter()
-                .cloned()
-                .map(|name| Router::with_options(name, options).expect("valid options"))
-                .collect(),
+            routers: names.iter().cloned().map(|name| Router::with_options(name, options)).collect(),
             names,
             links: HashMap::new(),
             last_arrival: HashMap::new(),
@@ -128,11 +124,15 @@ impl Sim {
         // A new life: ids from the old one must not come back.
         self.restarts += 1;
         let options = Options { incarnation: self.restarts, ..self.options };
-        self.routers[broker] =
-            Router::with_options(self.names[broker].clone(), options).expect("valid options");
+        self.routers[broker] = Router::with_options(self.names[broker].clone(), options);
         for (peer, latency) in peers {
             self.link(broker, peer, latency);
         }
+    }
+
+    /// The virtual time, in milliseconds.
+    pub fn now(&self) -> u64 {
+        self.now
     }
 
     pub fn name(&self, broker: usize) -> &Name {
@@ -164,6 +164,37 @@ impl Sim {
         let req = self.send(client, text);
         self.run();
         self.replies.get(&(client, req)).cloned().expect("every request is answered")
+    }
+
+    /// Sends and runs only until the reply arrives (messages may still be in flight);
+    /// returns the reply.
+    pub fn call_until_reply(&mut self, client: ClientId, text: &str) -> Reply {
+        let req = self.send(client, text);
+        while !self.replies.contains_key(&(client, req)) {
+            assert!(self.step(), "{text}: no reply and nothing in flight");
+        }
+        self.replies[&(client, req)].clone()
+    }
+
+    /// The id returned for a successful `a`/`s`, as soon as the reply arrives.
+    pub fn id_settled(&mut self, client: ClientId, text: &str) -> MessageId {
+        match self.call_until_reply(client, text) {
+            Ok(Some(id)) => id,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    /// Delivers the next message in flight; false if there is none.
+    pub fn step(&mut self) -> bool {
+        let Some(((at, _), event)) = self.queue.pop_first() else { return false };
+        self.now = self.now.max(at);
+        self.input(event.to, event.input);
+        true
+    }
+
+    /// Requests and forwarded messages waiting to settle at `broker`.
+    pub fn unsettled(&self, broker: usize) -> usize {
+        self.routers[broker].unsettled()
     }
 
     /// The id returned for a successful `a`/`s`.
@@ -231,9 +262,9 @@ impl Sim {
     /// Like `run`, but gives up after `max` events; true if the federation went quiet.
     pub fn run_bounded(&mut self, max: usize) -> bool {
         for _ in 0..max {
-            let Some(((at, _), event)) = self.queue.pop_first() else { return true };
-            self.now = self.now.max(at);
-            self.input(event.to, event.input);
+            if !self.step() {
+                return true;
+            }
         }
         self.queue.is_empty()
     }

@@ -29,7 +29,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +121,29 @@ pub enum BrokerMessage {
         tree: MessageId,
         /// The publication.
         publication: Arc<Publication>,
+    },
+    /// The answer to a forwarded advertisement or subscription: every broker it had to
+    /// reach beyond the receiver has it, and what it pulled has been sent back (so, links
+    /// being FIFO, has arrived before this).
+    Settled {
+        /// Which forwarded message settled.
+        what: Forwarded,
+    },
+}
+
+/// A forwarded message that is answered with [`BrokerMessage::Settled`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Forwarded {
+    /// [`BrokerMessage::Advertise`] of this id.
+    Advertisement(MessageId),
+    /// [`BrokerMessage::Subscribe`] of this id.
+    Subscription(MessageId),
+    /// [`BrokerMessage::TreeSubscribe`] of this id on this tree.
+    TreeSubscription {
+        /// The subscription.
+        id: MessageId,
+        /// The tree.
+        tree: MessageId,
     },
 }
 

@@ -1,0 +1,397 @@
+//! Cyclic overlays: per-advertisement spanning trees.
+//!
+//! In a cyclic overlay an advertisement still floods once per broker (duplicates are
+//! dropped by id), and the hop it first arrived from at each broker defines *its* spanning
+//! tree. A subscription is routed along the tree of every advertisement it overlaps,
+//! tagged with that tree; a publication travels on the tree of the advertisement it
+//! conforms to, tagged too, and each broker matches it only against the subscriptions of
+//! that tree. One tree has one path between two brokers, so every subscriber gets a
+//! publication exactly once.
+//!
+//! A tree entry counts the hops it came from: while a tree moves to a shorter path, the
+//! same subscription can arrive along the new path before it is withdrawn along the old
+//! one, and it stays until every hop that sent it has withdrawn it. Where an entry should
+//! go (toward the tree's root, unless it came from there, and only over a link that is
+//! up) is decided in one place, [`Cycles::reconcile`], after anything that changes it.
+//!
+//! Covering works per tree with the rule of `covering.rs`: an entry is held back from the
+//! next broker when another entry of the same tree already sent there covers it, and
+//! offered again when that one leaves. Advertisements are not covered here: each defines
+//! a tree of its own, and a publication can only travel on its own advertisement's tree.
+//!
+//! Owner withdrawals are remembered (late copies of a withdrawn advertisement still
+//! circling are dropped); the memory is not pruned yet.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use padres_lang::wire::{BrokerMessage, Forwarded};
+use padres_lang::{MessageId, Name, Publication, Subscription, covers};
+
+use super::covering::Covering;
+use super::{ClientId, Hop, Output};
+use crate::matching::{Scratch, SubscriptionIndex};
+
+/// A subscription on one tree: the hops it came from and where it went.
+#[derive(Debug)]
+struct TreeSub {
+    sub: Arc<Subscription>,
+    from: BTreeSet<Hop>,
+    /// The neighbour it was sent to.
+    sent_to: Option<Name>,
+    /// The neighbour it is held back from, covered by an entry sent there.
+    held: Option<Name>,
+}
+
+#[derive(Debug)]
+struct Tree {
+    /// The hop toward the advertiser.
+    root: Hop,
+    index: SubscriptionIndex<MessageId>,
+    subs: HashMap<MessageId, TreeSub>,
+}
+
+/// What tree decisions depend on besides the trees.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ctx<'a> {
+    pub(super) covering: Covering,
+    pub(super) neighbours: &'a BTreeSet<Name>,
+}
+
+/// A copy held back by covering: `(what, the cover's copy it waits for, neighbour)`.
+pub(super) type Hold = (Forwarded, Forwarded, Name);
+
+/// The cyclic overlay's state at one broker.
+#[derive(Debug, Default)]
+pub(super) struct Cycles {
+    trees: HashMap<MessageId, Tree>,
+    /// Advertisements withdrawn by their owners, so late copies still travelling round a
+    /// loop are not installed again.
+    withdrawn: HashSet<MessageId>,
+}
+
+/// Where a publication goes next: brokers, and clients with their matching
+/// subscriptions.
+#[derive(Debug, Default)]
+pub(super) struct Next {
+    pub(super) brokers: BTreeSet<Name>,
+    pub(super) clients: BTreeMap<ClientId, Vec<MessageId>>,
+}
+
+impl Next {
+    /// Adds subscription `id`, which came from `from`, unless that is where the
+    /// publication came from (`last`).
+    pub(super) fn add(&mut self, id: &MessageId, from: &Hop, last: &Hop) {
+        if from == last {
+            return;
+        }
+        match from {
+            Hop::Client(c) => self.clients.entry(*c).or_default().push(id.clone()),
+            Hop::Broker(b) => {
+                self.brokers.insert(b.clone());
+            }
+        }
+    }
+}
+
+fn tree_key(id: &MessageId, tree: &MessageId) -> Forwarded {
+    Forwarded::TreeSubscription { id: id.clone(), tree: tree.clone() }
+}
+
+impl Cycles {
+    /// True if advertisement `id` was withdrawn by its owner.
+    pub(super) fn is_withdrawn(&self, id: &MessageId) -> bool {
+        self.withdrawn.contains(id)
+    }
+
+    /// Remembers that advertisement `id` was withdrawn by its owner; false if known.
+    pub(super) fn remember_withdrawn(&mut self, id: MessageId) -> bool {
+        self.withdrawn.insert(id)
+    }
+
+    /// A new advertisement's tree, rooted toward `root`.
+    pub(super) fn plant(&mut self, tree: MessageId, root: Hop) {
+        let index = SubscriptionIndex::new();
+        self.trees.insert(tree, Tree { root, index, subs: HashMap::new() });
+    }
+
+    /// Forgets a tree whose advertisement is gone (every broker forgets it too).
+    pub(super) fn drop_tree(&mut self, tree: &MessageId) {
+        self.trees.remove(tree);
+    }
+
+    /// Files subscription `id` on `tree`, from `from`, and forwards it if it must go on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn add(
+        &mut self,
+        ctx: Ctx<'_>,
+        tree: &MessageId,
+        id: &MessageId,
+        sub: &Arc<Subscription>,
+        from: Hop,
+        out: &mut Vec<Output>,
+        holds: &mut Vec<Hold>,
+    ) {
+        let Some(t) = self.trees.get_mut(tree) else { return };
+        if let Some(e) = t.subs.get_mut(id) {
+            e.from.insert(from);
+        } else {
+            t.index.insert(id.clone(), sub.clone());
+            let entry = TreeSub { sub: sub.clone(), from: BTreeSet::from([from]), sent_to: None, held: None };
+            t.subs.insert(id.clone(), entry);
+        }
+        Self::reconcile(ctx, tree, t, id, out, holds);
+    }
+
+    /// Hop `hop` withdraws `id` from `tree`; the entry goes when no hop holds it.
+    pub(super) fn leave(
+        &mut self,
+        ctx: Ctx<'_>,
+        tree: &MessageId,
+        id: &MessageId,
+        hop: &Hop,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(t) = self.trees.get_mut(tree) else { return };
+        let Some(e) = t.subs.get_mut(id) else { return };
+        if !e.from.remove(hop) {
+            return;
+        }
+        if e.from.is_empty() {
+            Self::remove_entry(ctx, tree, t, id, out);
+        } else {
+            Self::reconcile(ctx, tree, t, id, out, &mut Vec::new());
+        }
+    }
+
+    /// Removes subscription `id` from every tree, whoever holds it.
+    pub(super) fn remove_everywhere(&mut self, ctx: Ctx<'_>, id: &MessageId, out: &mut Vec<Output>) {
+        let mut trees: Vec<&MessageId> =
+            self.trees.iter().filter(|(_, t)| t.subs.contains_key(id)).map(|(k, _)| k).collect();
+        trees.sort();
+        let trees: Vec<MessageId> = trees.into_iter().cloned().collect();
+        for tree in trees {
+            if let Some(t) = self.trees.get_mut(&tree) {
+                Self::remove_entry(ctx, &tree, t, id, out);
+            }
+        }
+    }
+
+    /// Moves `tree` onto a new parent hop: entries leave the old parent for the new one.
+    pub(super) fn reroute(&mut self, ctx: Ctx<'_>, tree: &MessageId, root: Hop, out: &mut Vec<Output>) {
+        let Some(t) = self.trees.get_mut(tree) else { return };
+        t.root = root;
+        Self::reconcile_all(ctx, tree, t, out);
+    }
+
+    /// A link is up: entries that should go over it are offered to it.
+    pub(super) fn neighbour_up(&mut self, ctx: Ctx<'_>, out: &mut Vec<Output>) {
+        for tree in self.sorted_trees() {
+            if let Some(t) = self.trees.get_mut(&tree) {
+                Self::reconcile_all(ctx, &tree, t, out);
+            }
+        }
+    }
+
+    /// A link is down: nothing is sent or held back there, and what came from there goes.
+    /// `ctx.neighbours` no longer has it.
+    pub(super) fn neighbour_down(&mut self, ctx: Ctx<'_>, name: &Name, out: &mut Vec<Output>) {
+        for t in self.trees.values_mut() {
+            for e in t.subs.values_mut() {
+                if e.sent_to.as_ref() == Some(name) {
+                    e.sent_to = None;
+                }
+                if e.held.as_ref() == Some(name) {
+                    e.held = None;
+                }
+            }
+        }
+        let hop = Hop::Broker(name.clone());
+        for tree in self.sorted_trees() {
+            let Some(t) = self.trees.get(&tree) else { continue };
+            let mut ids: Vec<MessageId> =
+                t.subs.iter().filter(|(_, e)| e.from.contains(&hop)).map(|(id, _)| id.clone()).collect();
+            ids.sort();
+            for id in ids {
+                self.leave(ctx, &tree, &id, &hop, out);
+            }
+        }
+    }
+
+    fn sorted_trees(&self) -> Vec<MessageId> {
+        let mut trees: Vec<MessageId> = self.trees.keys().cloned().collect();
+        trees.sort();
+        trees
+    }
+
+    fn reconcile_all(ctx: Ctx<'_>, tree: &MessageId, t: &mut Tree, out: &mut Vec<Output>) {
+        let mut ids: Vec<MessageId> = t.subs.keys().cloned().collect();
+        ids.sort();
+        for id in ids {
+            Self::reconcile(ctx, tree, t, &id, out, &mut Vec::new());
+        }
+    }
+
+    /// Brings entry `id` where it belongs: toward the root unless it came from there, over
+    /// a link that is up, or held back there by a cover.
+    fn reconcile(
+        ctx: Ctx<'_>,
+        tree: &MessageId,
+        t: &mut Tree,
+        id: &MessageId,
+        out: &mut Vec<Output>,
+        holds: &mut Vec<Hold>,
+    ) {
+        let Some(e) = t.subs.get_mut(id) else { return };
+        let desired = match &t.root {
+            Hop::Broker(b) if !e.from.contains(&t.root) && ctx.neighbours.contains(b) => Some(b.clone()),
+            _ => None,
+        };
+        if e.held.is_some() && e.held != desired {
+            e.held = None;
+        }
+        if e.sent_to.is_some() && e.sent_to != desired {
+            let old = e.sent_to.take();
+            if let Some(old) = old {
+                Self::withdraw(ctx, tree, t, id, &old, out);
+            }
+        }
+        let Some(e) = t.subs.get(id) else { return };
+        if let Some(to) = desired {
+            if e.sent_to.is_none() && e.held.is_none() {
+                Self::offer(ctx, tree, t, id, &to, out, holds);
+            }
+        }
+    }
+
+    /// Sends entry `id` to `to`, or holds it back if covered there.
+    fn offer(
+        ctx: Ctx<'_>,
+        tree: &MessageId,
+        t: &mut Tree,
+        id: &MessageId,
+        to: &Name,
+        out: &mut Vec<Output>,
+        holds: &mut Vec<Hold>,
+    ) {
+        let Some(sub) = t.subs.get(id).map(|e| e.sub.clone()) else { return };
+        let sent_there = |e: &TreeSub| e.sent_to.as_ref() == Some(to);
+        if ctx.covering.holds() {
+            let cover = t
+                .subs
+                .iter()
+                .filter(|(other, e)| *other != id && sent_there(e) && covers(&e.sub, &sub))
+                .map(|(other, _)| other)
+                .min()
+                .cloned();
+            if let Some(cover) = cover {
+                if let Some(e) = t.subs.get_mut(id) {
+                    e.held = Some(to.clone());
+                }
+                holds.push((tree_key(id, tree), tree_key(&cover, tree), to.clone()));
+                return;
+            }
+        }
+        if let Some(e) = t.subs.get_mut(id) {
+            e.sent_to = Some(to.clone());
+        }
+        let message = BrokerMessage::TreeSubscribe { id: id.clone(), tree: tree.clone(), sub: sub.clone() };
+        out.push(Output::ToBroker { to: to.clone(), message });
+        if ctx.covering.withdraws() {
+            let mut covered: Vec<MessageId> = t
+                .subs
+                .iter()
+                .filter(|(other, e)| *other != id && sent_there(e) && covers(&sub, &e.sub))
+                .map(|(other, _)| other.clone())
+                .collect();
+            covered.sort();
+            for other in covered {
+                if let Some(e) = t.subs.get_mut(&other) {
+                    e.sent_to = None;
+                    e.held = Some(to.clone());
+                }
+                let message = BrokerMessage::TreeUnsubscribe { id: other, tree: tree.clone() };
+                out.push(Output::ToBroker { to: to.clone(), message });
+            }
+        }
+    }
+
+    /// Entry `id` no longer goes to `old` (its `sent_to` is cleared already): what it held
+    /// back there is offered first, then it is withdrawn, so `old` never lacks either.
+    fn withdraw(
+        ctx: Ctx<'_>,
+        tree: &MessageId,
+        t: &mut Tree,
+        id: &MessageId,
+        old: &Name,
+        out: &mut Vec<Output>,
+    ) {
+        if ctx.covering.holds() {
+            let mut held: Vec<MessageId> = t
+                .subs
+                .iter()
+                .filter(|(other, e)| *other != id && e.held.as_ref() == Some(old))
+                .map(|(other, _)| other.clone())
+                .collect();
+            held.sort();
+            for other in held {
+                if let Some(e) = t.subs.get_mut(&other) {
+                    e.held = None;
+                }
+                Self::offer(ctx, tree, t, &other, old, out, &mut Vec::new());
+            }
+        }
+        if ctx.neighbours.contains(old) {
+            let message = BrokerMessage::TreeUnsubscribe { id: id.clone(), tree: tree.clone() };
+            out.push(Output::ToBroker { to: old.clone(), message });
+        }
+    }
+
+    fn remove_entry(ctx: Ctx<'_>, tree: &MessageId, t: &mut Tree, id: &MessageId, out: &mut Vec<Output>) {
+        t.index.remove(id);
+        let Some(e) = t.subs.remove(id) else { return };
+        if let Some(old) = e.sent_to {
+            Self::withdraw(ctx, tree, t, id, &old, out);
+        }
+    }
+
+    /// The next hops of `publication` on `tree`, never back to `last`.
+    pub(super) fn route(
+        &self,
+        tree: &MessageId,
+        publication: &Publication,
+        last: &Hop,
+        scratch: &mut Scratch,
+    ) -> Next {
+        let mut next = Next::default();
+        let Some(t) = self.trees.get(tree) else { return next };
+        let mut matched = Vec::new();
+        t.index.matches_into(publication, scratch, &mut matched);
+        for id in matched {
+            if let Some(e) = t.subs.get(&id) {
+                for from in &e.from {
+                    next.add(&id, from, last);
+                }
+            }
+        }
+        next
+    }
+
+    /// `(tree, subscription, text, from, sent to)` for the routes snapshot, one row per
+    /// hop an entry came from.
+    pub(super) fn entries(&self) -> Vec<(MessageId, MessageId, String, Hop, Option<Name>)> {
+        let mut out: Vec<_> = self
+            .trees
+            .iter()
+            .flat_map(|(tree, t)| {
+                t.subs.iter().flat_map(move |(id, e)| {
+                    e.from.iter().map(move |from| {
+                        (tree.clone(), id.clone(), e.sub.to_string(), from.clone(), e.sent_to.clone())
+                    })
+                })
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
