@@ -781,3 +781,66 @@ async fn notifications_can_be_read_apart_from_requests() {
     // Once nobody reads notifications, requests are still served.
     subscriber.send("s [class,eq,'y']").await.expect("still served");
 }
+
+/// B1 — B2 — B3 — B4, each dialling the one before, with every link up.
+async fn four_broker_chain(test: &str) -> Vec<Broker> {
+    let mut brokers: Vec<Broker> = Vec::new();
+    for i in 1..=4 {
+        let b = start_linked_broker(&format!("B{i}"), test, brokers.last());
+        brokers.push(b);
+    }
+    for (i, b) in brokers.iter().enumerate() {
+        let observer = client(b, "observer").await;
+        let want = if i == 0 || i == 3 { 1 } else { 2 };
+        until_routes(&observer, "links up", |r| r.neighbours.len() == want).await;
+    }
+    brokers
+}
+
+/// Reads notifications until `count` have arrived (or ten seconds pass); returns the
+/// values of attribute `attr` received.
+async fn receive_values(subscriber: &mut Client, attr: &str, count: usize) -> Vec<i64> {
+    let mut got = Vec::new();
+    while got.len() < count {
+        let Some((_, p)) = next(subscriber, Duration::from_secs(10)).await else { break };
+        if let Some(Value::Int(v)) = p.get(attr) {
+            got.push(*v);
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_publication_right_after_advertise_returns_reaches_a_subscriber_three_brokers_away() {
+    let brokers = four_broker_chain("settled-adv").await;
+    let publisher = client(&brokers[0], "pub").await;
+    let mut subscriber = client(&brokers[3], "sub").await;
+    subscriber.send("s [class,eq,'tick']").await.expect("subscribed");
+    for i in 0..200 {
+        // Each advertisement is new, so it must pull the subscription across three links
+        // before its first publication can reach the subscriber.
+        let adv = publisher.send(&format!("a [class,eq,'tick'],[i,=,{i}]")).await.expect("advertised");
+        publisher.send(&format!("p [class,'tick'],[i,{i}]")).await.expect("published");
+        publisher.send(&format!("unadv {}", adv.expect("an id"))).await.expect("unadvertised");
+    }
+    let got = receive_values(&mut subscriber, "i", 200).await;
+    assert_eq!(got, (0..200).collect::<Vec<i64>>(), "every first publication arrives, in order");
+}
+
+#[tokio::test]
+async fn a_publication_right_after_subscribe_returns_reaches_it_from_three_brokers_away() {
+    let brokers = four_broker_chain("settled-sub").await;
+    let publisher = client(&brokers[0], "pub").await;
+    let mut subscriber = client(&brokers[3], "sub").await;
+    publisher.send("a [class,eq,'tick'],[k,isPresent,0]").await.expect("advertised");
+    // The publisher is already publishing, to nobody.
+    for k in 1000..1100 {
+        publisher.send(&format!("p [class,'tick'],[k,{k}]")).await.expect("published");
+    }
+    for k in 0..200 {
+        subscriber.send(&format!("s [class,eq,'tick'],[k,=,{k}]")).await.expect("subscribed");
+        publisher.send(&format!("p [class,'tick'],[k,{k}]")).await.expect("published");
+    }
+    let got = receive_values(&mut subscriber, "k", 200).await;
+    assert_eq!(got, (0..200).collect::<Vec<i64>>(), "every publication after a subscribe returned arrives");
+}
