@@ -12,6 +12,18 @@
 //! On the wire a frame is a 4-byte big-endian length followed by that many bytes of
 //! bincode (see [`codec`]). Every message inside is validated as it is decoded, so an
 //! invalid subscription or publication never gets past the codec.
+//!
+//! # The format, and how it changes
+//!
+//! The body is bincode 2's standard configuration (variable-length integers) applied to
+//! the serde derives of the types in this module and of the messages they carry. So the
+//! order of enum variants (an enum is its variant's index, then its fields), the order and
+//! types of struct fields, and the types inside *are* the format. `tests/wire_golden.rs`
+//! pins the bytes of one sample of every [`Frame`] and [`BrokerMessage`] variant: a
+//! reorder or a type change fails there. A deliberate change appends variants or fields
+//! where it can, bumps [`PROTOCOL_VERSION`], and regenerates the golden bytes; peers of
+//! different versions refuse each other at the hello with [`ErrorCode::VersionMismatch`].
+//! Version 2 added [`BrokerMessage::Settled`].
 
 pub(crate) mod bounded;
 pub mod codec;

@@ -1,0 +1,252 @@
+//! The wire format pinned: one sample of every frame and every broker message, with the
+//! exact bytes it encodes to. Frames are bincode (standard configuration) of the serde
+//! derives, so the order of enum variants and of struct fields *is* the format: a reorder,
+//! a renamed type with another shape, or a changed integer type changes these bytes and
+//! fails here. Changing them on purpose means a new `PROTOCOL_VERSION` (see `wire`).
+
+use std::sync::Arc;
+
+use padres_lang::wire::{
+    BrokerMessage, BrokerStats, ErrorCode, Forwarded, Frame, Query, Report, Role, RouteEntry, RoutesReport,
+    decode, encode,
+};
+use padres_lang::{Message, MessageId, Name};
+
+fn name(s: &str) -> Name {
+    Name::new(s).expect("a valid name")
+}
+
+fn id(seq: u64) -> MessageId {
+    MessageId::new(name("B1"), seq)
+}
+
+fn message(text: &str) -> Message {
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+fn adv() -> Arc<padres_lang::Advertisement> {
+    Arc::new("[class,eq,'stock'],[price,>,0]".parse().expect("advertisement"))
+}
+
+fn sub() -> Arc<padres_lang::Subscription> {
+    Arc::new("[class,eq,'stock'],[price,<=,1.5]".parse().expect("subscription"))
+}
+
+fn publication() -> Arc<padres_lang::Publication> {
+    Arc::new("[class,'stock'],[price,1],[ok,true] payload=0x00ff".parse().expect("publication"))
+}
+
+/// The variant's name; exhaustive, so a new variant does not compile until it has a
+/// sample and golden bytes below.
+fn broker_variant(m: &BrokerMessage) -> &'static str {
+    match m {
+        BrokerMessage::Advertise { .. } => "Advertise",
+        BrokerMessage::Unadvertise { .. } => "Unadvertise",
+        BrokerMessage::Subscribe { .. } => "Subscribe",
+        BrokerMessage::Unsubscribe { .. } => "Unsubscribe",
+        BrokerMessage::Publish { .. } => "Publish",
+        BrokerMessage::TreeSubscribe { .. } => "TreeSubscribe",
+        BrokerMessage::TreeUnsubscribe { .. } => "TreeUnsubscribe",
+        BrokerMessage::TreePublish { .. } => "TreePublish",
+        BrokerMessage::Settled { what: Forwarded::Advertisement(_) } => "Settled/Advertisement",
+        BrokerMessage::Settled { what: Forwarded::Subscription(_) } => "Settled/Subscription",
+        BrokerMessage::Settled { what: Forwarded::TreeSubscription { .. } } => "Settled/TreeSubscription",
+    }
+}
+
+fn frame_variant(f: &Frame) -> String {
+    match f {
+        Frame::Hello { role: Role::Client, .. } => "Hello/Client".into(),
+        Frame::Hello { role: Role::Broker, .. } => "Hello/Broker".into(),
+        Frame::Welcome { .. } => "Welcome".into(),
+        Frame::Request { message, .. } => format!("Request/{}", message.command()),
+        Frame::Ok { .. } => "Ok".into(),
+        Frame::Error { .. } => "Error".into(),
+        Frame::Notification { .. } => "Notification".into(),
+        Frame::Bye { .. } => "Bye".into(),
+        Frame::Broker(m) => format!("Broker/{}", broker_variant(m)),
+        Frame::Publish { .. } => "Publish".into(),
+        Frame::Query { query: Query::Stats, .. } => "Query/Stats".into(),
+        Frame::Query { query: Query::Routes { .. }, .. } => "Query/Routes".into(),
+        Frame::Report { report: Report::Stats(_), .. } => "Report/Stats".into(),
+        Frame::Report { report: Report::Routes(_), .. } => "Report/Routes".into(),
+    }
+}
+
+fn samples() -> Vec<Frame> {
+    let error_codes = [
+        ErrorCode::BadRequest,
+        ErrorCode::NotAdvertised,
+        ErrorCode::UnknownId,
+        ErrorCode::LimitExceeded,
+        ErrorCode::Forbidden,
+        ErrorCode::VersionMismatch,
+        ErrorCode::Internal,
+    ];
+    let mut frames = vec![
+        Frame::Hello { version: 2, role: Role::Client, name: name("c1") },
+        Frame::Hello { version: 2, role: Role::Broker, name: name("B2") },
+        Frame::Welcome { version: 2, broker: name("B1") },
+        Frame::Request { req: 7, message: message("a [class,eq,'stock'],[price,>,0]") },
+        Frame::Request { req: 8, message: message("s [class,eq,'stock'],[sym,str-prefix,'I']") },
+        Frame::Request {
+            req: 9,
+            message: message("cs {[class,eq,'a'],[x,eq,$S$v]} & {[class,eq,'b'],[x,eq,$S$v]}"),
+        },
+        Frame::Request { req: 10, message: message("p [class,'stock'],[price,-2],[t,2026-11-23T10:00:00Z]") },
+        Frame::Request { req: 11, message: message("unsub B1/3") },
+        Frame::Request { req: 12, message: message("unadv B1/4") },
+        Frame::Ok { req: 7, id: Some(id(1)) },
+        Frame::Ok { req: 8, id: None },
+        Frame::Notification { subs: vec![id(2), id(3)], publication: publication() },
+        Frame::Bye { reason: "bye".into() },
+        Frame::Publish { publication: publication() },
+        Frame::Query { req: 1, query: Query::Stats },
+        Frame::Query { req: 2, query: Query::Routes { limit: 10 } },
+        Frame::Report {
+            req: 1,
+            report: Report::Stats(BrokerStats {
+                broker: name("B1"),
+                uptime_ms: 1,
+                clients: 2,
+                connections: 3,
+                neighbours: vec![name("B2")],
+                advertisements: 4,
+                subscriptions: 5,
+                client_requests: 6,
+                publications_in: 7,
+                notifications_out: 8,
+                broker_messages_in: 9,
+                broker_messages_out: 10,
+                slow_clients_dropped: 11,
+            }),
+        },
+        Frame::Report {
+            req: 2,
+            report: Report::Routes(RoutesReport {
+                broker: name("B1"),
+                neighbours: vec![name("B2")],
+                srt: vec![RouteEntry { id: id(1), text: "a".into(), from: "client 1".into(), to: vec![] }],
+                srt_total: 1,
+                prt: vec![RouteEntry {
+                    id: id(2),
+                    text: "s".into(),
+                    from: "broker B2".into(),
+                    to: vec![name("B3")],
+                }],
+                prt_total: 1,
+            }),
+        },
+    ];
+    frames.extend(error_codes.map(|code| Frame::Error { req: Some(1), code, message: "why".into() }));
+    frames.push(Frame::Error { req: None, code: ErrorCode::BadRequest, message: String::new() });
+    let broker = [
+        BrokerMessage::Advertise { id: id(1), adv: adv(), hops: 3 },
+        BrokerMessage::Unadvertise { id: id(1), lost: true },
+        BrokerMessage::Subscribe { id: id(2), sub: sub() },
+        BrokerMessage::Unsubscribe { id: id(2) },
+        BrokerMessage::Publish { publication: publication() },
+        BrokerMessage::TreeSubscribe { id: id(2), tree: id(1), sub: sub() },
+        BrokerMessage::TreeUnsubscribe { id: id(2), tree: id(1) },
+        BrokerMessage::TreePublish { tree: id(1), publication: publication() },
+        BrokerMessage::Settled { what: Forwarded::Advertisement(id(1)) },
+        BrokerMessage::Settled { what: Forwarded::Subscription(id(2)) },
+        BrokerMessage::Settled { what: Forwarded::TreeSubscription { id: id(2), tree: id(1) } },
+    ];
+    frames.extend(broker.map(Frame::Broker));
+    frames
+}
+
+/// (sample, bytes in hex: 4-byte length prefix, then the body). Regenerate with
+/// `PRINT_GOLDEN=1 cargo test -p padres-lang --test wire_golden -- --nocapture` only
+/// together with a protocol version change.
+const GOLDEN: &[(&str, &str)] = &[
+    ("Hello/Client", "00000006000200026331"),
+    ("Hello/Broker", "00000006000201024232"),
+    ("Welcome", "000000050102024231"),
+    ("Request/a", "0000001d0207000205636c6173730000020573746f636b0570726963650e000000"),
+    ("Request/s", "0000001c0208010205636c6173730000020573746f636b0373796d0600020149"),
+    (
+        "Request/cs",
+        "0000003002090203000205636c617373000002016101780001000176000205636c61737300000201620178000100017601000001",
+    ),
+    ("Request/p", "00000026020a030305636c617373020573746f636b0570726963650003017404fd0042b20f4403000000"),
+    ("Request/unsub", "00000007020b0402423103"),
+    ("Request/unadv", "00000007020c0502423104"),
+    ("Ok", "0000000703070102423101"),
+    ("Ok", "00000003030800"),
+    (
+        "Notification",
+        "00000029050202423102024231030305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+    ),
+    ("Bye", "000000050603627965"),
+    ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
+    ("Query/Stats", "00000003090100"),
+    ("Query/Routes", "000000040902010a"),
+    ("Report/Stats", "000000150a0100024231010203010242320405060708090a0b"),
+    (
+        "Report/Routes",
+        "000000320a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b65722042320102423301",
+    ),
+    ("Error", "000000080401010003776879"),
+    ("Error", "000000080401010103776879"),
+    ("Error", "000000080401010203776879"),
+    ("Error", "000000080401010303776879"),
+    ("Error", "000000080401010403776879"),
+    ("Error", "000000080401010503776879"),
+    ("Error", "000000080401010603776879"),
+    ("Error", "0000000404000000"),
+    ("Broker/Advertise", "000000210700024231010205636c6173730000020573746f636b0570726963650e00000003"),
+    ("Broker/Unadvertise", "0000000707010242310101"),
+    (
+        "Broker/Subscribe",
+        "000000270702024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+    ),
+    ("Broker/Unsubscribe", "00000006070302423102"),
+    ("Broker/Publish", "0000002107040305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
+    (
+        "Broker/TreeSubscribe",
+        "0000002b070502423102024231010205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+    ),
+    ("Broker/TreeUnsubscribe", "0000000a07060242310202423101"),
+    (
+        "Broker/TreePublish",
+        "000000250707024231010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+    ),
+    ("Broker/Settled/Advertisement", "0000000707080002423101"),
+    ("Broker/Settled/Subscription", "0000000707080102423102"),
+    ("Broker/Settled/TreeSubscription", "0000000b0708020242310202423101"),
+];
+
+#[test]
+fn every_frame_encodes_to_its_golden_bytes() {
+    let frames = samples();
+    let mut failures = Vec::new();
+    for (i, frame) in frames.iter().enumerate() {
+        let mut bytes = Vec::new();
+        encode(frame, 1 << 20, &mut bytes).expect("encodes");
+        let hex = hex::encode(&bytes);
+        let label = frame_variant(frame);
+        if std::env::var_os("PRINT_GOLDEN").is_some() {
+            println!("    (\"{label}\", \"{hex}\"),");
+            continue;
+        }
+        match GOLDEN.get(i) {
+            Some((golden_label, golden_hex)) if *golden_label == label && *golden_hex == hex => {}
+            other => failures.push(format!("{label}: encodes to {hex}, golden {other:?}")),
+        }
+        // And the golden bytes decode back to the sample.
+        let (back, used) = decode(&bytes, 1 << 20).expect("decodes");
+        assert_eq!((&back, used), (frame, bytes.len()), "{label}");
+    }
+    assert!(failures.is_empty(), "the wire format changed:\n{}", failures.join("\n"));
+    assert_eq!(GOLDEN.len(), frames.len(), "one golden line per sample");
+}
+
+#[test]
+fn the_samples_cover_every_variant() {
+    let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
+    // 14 frame shapes (Request counted per message kind: 6) and 11 broker messages.
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 11;
+    assert_eq!(labels.len(), expected, "{labels:#?}");
+}
