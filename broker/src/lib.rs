@@ -1,18 +1,25 @@
 //! padres-broker: one broker of a padres-rs federation.
 //!
+//! Where things live (each concept in a file named after it):
+//!
+//! - [`router`]: publish–subscribe–advertise routing as a sans-IO state machine
+//!   ([`router::Router`]): `router/mod.rs` the tables and rules, `router/covering.rs`
+//!   covering, `router/cycles.rs` cyclic overlays, `router/settle.rs` settled replies.
+//! - [`links`]: the link policy, sans-IO too: redial backoff, duplicate links, stuck links.
 //! - [`matching`]: the indexed matching engine ([`matching::SubscriptionIndex`]) and the
 //!   advertisement overlap index ([`matching::AdvertisementIndex`]).
-//! - [`router`]: publish–subscribe–advertise routing as a sans-IO state machine
-//!   ([`router::Router`]).
 //! - [`config`]: the broker's configuration ([`config::Config`]), read from TOML and
 //!   flags, validated, printable with its defaults.
-//! - [`net`]: the I/O shell: the QUIC endpoint, connection tasks that only frame and
-//!   decode, the router task, neighbour links with redial and resync, limits, and the
-//!   TLS identity and federation certificates ([`net::cert`]).
+//! - [`net`]: the I/O shell: serving and accepting (`net/mod.rs`), a connection's
+//!   handshake (`net/accept.rs`), the router task that owns the router and the link policy
+//!   (`net/router_task.rs`), client sessions (`net/session.rs`), neighbour links
+//!   (`net/link.rs`), batched writes (`net/write.rs`), trust and identity (`net/tls.rs`,
+//!   [`net::cert`]). The hello/welcome handshake itself is `padres_transport::handshake`.
 //!
 //! Composite detection and history are not built yet.
 
 pub mod config;
+pub mod links;
 pub mod matching;
 pub mod net;
 pub mod router;

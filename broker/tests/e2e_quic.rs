@@ -844,3 +844,42 @@ async fn a_publication_right_after_subscribe_returns_reaches_it_from_three_broke
     let got = receive_values(&mut subscriber, "k", 200).await;
     assert_eq!(got, (0..200).collect::<Vec<i64>>(), "every publication after a subscribe returned arrives");
 }
+
+#[tokio::test]
+async fn sigterm_writes_every_queued_notification_before_the_connection_closes() {
+    let mut broker = start_broker("B1", "drain");
+    // A subscriber that does not read yet, so notifications wait at the broker.
+    let mut sub = raw(&broker, true).await;
+    let request = Frame::Request { req: 1, message: "s [class,eq,'q']".parse().expect("valid") };
+    write_frame(&mut sub.send, &request, DEFAULT_MAX_FRAME).await.expect("sent");
+    assert!(matches!(sub.answer().await, Some(Frame::Ok { req: 1, .. })));
+    let publisher = client(&broker, "pub").await;
+    publisher.send("a [class,eq,'q'],[n,isPresent,0]").await.expect("advertised");
+    const N: i64 = 60_000;
+    for n in 0..N {
+        publisher.publish(format!("[class,'q'],[n,{n}]").parse().expect("valid")).await.expect("streamed");
+    }
+    // Answered after every streamed publication before it was routed.
+    publisher.publish_acked(format!("[class,'q'],[n,{N}]").parse().expect("valid")).await.expect("acked");
+    let status =
+        Command::new("kill").args(["-TERM", &broker.child.id().to_string()]).status().expect("kill runs");
+    assert!(status.success());
+    // Every notification queued before the signal arrives, then the goodbye.
+    let mut received = 0;
+    let ending = loop {
+        let frame = tokio::time::timeout(Duration::from_secs(10), read_frame(&mut sub.recv, &mut sub.reader))
+            .await
+            .expect("frames keep coming until the end");
+        match frame {
+            Ok(Some(Frame::Notification { .. })) => received += 1,
+            other => break other,
+        }
+    };
+    assert_eq!(received, N + 1, "then {ending:?}");
+    assert!(
+        matches!(ending, Ok(Some(Frame::Bye { code: padres_lang::wire::CloseCode::ShuttingDown, .. }))),
+        "{ending:?}"
+    );
+    let exited = broker.child.wait().expect("exits");
+    assert!(exited.success(), "{exited:?}");
+}

@@ -442,7 +442,7 @@ fn neighbour_up_again_without_down_starts_over() {
     let mut out = Vec::new();
     router.handle(0, Input::NeighbourUp(b2.clone()), &mut out);
     let adv = "a [class,eq,'x']".parse().expect("valid");
-    router.handle(0, Input::Client { client: 1, req: 1, message: adv }, &mut out);
+    router.handle(0, Input::Client { client: 1, req: Some(1), message: adv }, &mut out);
     let sent = |out: &[Output]| out.iter().filter(|o| matches!(o, Output::ToBroker { .. })).count();
     assert_eq!(sent(&out), 1);
     out.clear();
@@ -462,7 +462,7 @@ fn a_limited_routes_listing_is_the_head_of_the_whole() {
             .enumerate()
     {
         let message = text.parse().expect("valid");
-        router.handle(0, Input::Client { client: 1, req: req as u64, message }, &mut out);
+        router.handle(0, Input::Client { client: 1, req: Some(req as u64), message }, &mut out);
     }
     let whole = router.routes();
     let head = router.routes_up_to(2);

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader, MAX_FRAME_CEILING};
-use padres_lang::wire::{BrokerStats, ErrorCode, Frame, PROTOCOL_VERSION, Query, Report, Role, RoutesReport};
+use padres_lang::wire::{BrokerStats, ErrorCode, Frame, Query, Report, Role, RoutesReport};
 use padres_lang::{
     Advertisement, CompositeSubscription, Message, MessageId, Name, ParseError, Publication, Subscription,
 };
-use padres_transport::{Trust, local, read_frame, tls, write_frame};
+use padres_transport::{HandshakeError, Trust, handshake, local, read_frame, tls, write_frame};
 use tokio::sync::{mpsc, oneshot};
 
 /// Why a client operation failed.
@@ -177,15 +177,13 @@ async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, Cli
         .map_err(|e| connect_error(e.to_string()))?;
     let (mut send, mut recv) = connection.open_bi().await.map_err(|e| connect_error(e.to_string()))?;
     let name = Name::new(&to.name).map_err(|e| connect_error(format!("client name: {e}")))?;
-    let hello = Frame::Hello { version: PROTOCOL_VERSION, role: Role::Client, name };
-    write_frame(&mut send, &hello, DEFAULT_MAX_FRAME).await.map_err(|e| connect_error(e.to_string()))?;
     // The broker is authenticated and may be configured for frames larger than the
     // default; read up to the ceiling any broker may use.
     let mut reader = FrameReader::new(MAX_FRAME_CEILING);
-    match read_frame(&mut recv, &mut reader).await.map_err(|e| connect_error(e.to_string()))? {
-        Some(Frame::Welcome { .. }) => Ok(Link { connection, send, recv, reader }),
-        Some(Frame::Error { code, message, .. }) => Err(ClientError::Refused { code, message }),
-        other => Err(connect_error(format!("unexpected answer to hello: {other:?}"))),
+    match handshake::hello(&mut send, &mut recv, &mut reader, Role::Client, name, DEFAULT_MAX_FRAME).await {
+        Ok(_) => Ok(Link { connection, send, recv, reader }),
+        Err(HandshakeError::Refused { code, message }) => Err(ClientError::Refused { code, message }),
+        Err(other) => Err(connect_error(other.to_string())),
     }
 }
 

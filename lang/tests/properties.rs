@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use padres_lang::wire::codec::DEFAULT_MAX_FRAME;
-use padres_lang::wire::{BrokerStats, Query, Report, RouteEntry, RoutesReport};
+use padres_lang::wire::{BrokerStats, CloseCode, Query, Report, RouteEntry, RoutesReport};
 use padres_lang::{
     Advertisement, CompositeOp, CompositeSubscription, ErrorCode, Frame, Limits, Message, MessageId, Name,
     Op, Operand, Pattern, Predicate, Publication, Role, Subscription, Timestamp, Value, VarKind, Variable,
@@ -205,7 +205,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
         }),
         (proptest::collection::vec(any_id(), 1..4), any_publication())
             .prop_map(|(subs, publication)| Frame::Notification { subs, publication: Arc::new(publication) }),
-        any_string().prop_map(|reason| Frame::Bye { reason }),
+        any_string().prop_map(|reason| Frame::Bye { code: CloseCode::Done, reason }),
         any_publication().prop_map(|p| Frame::Publish { publication: Arc::new(p) }),
         (any::<u64>(), any::<u32>()).prop_map(|(req, limit)| Frame::Query {
             req,

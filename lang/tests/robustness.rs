@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use padres_lang::wire::CloseCode;
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, DecodeError, FrameReader, PREFIX_LEN};
 use padres_lang::{Frame, Message, Parser, Publication, Subscription, wire};
 
@@ -142,7 +143,7 @@ fn sample_frames() -> Vec<Frame> {
             publication: Arc::new(publication),
         },
         Frame::Ok { req: 3, id: Some("B2/9".parse().expect("id")) },
-        Frame::Bye { reason: "shutting down".into() },
+        Frame::Bye { code: CloseCode::ShuttingDown, reason: "shutting down".into() },
     ]
 }
 

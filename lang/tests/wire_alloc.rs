@@ -67,8 +67,8 @@ fn small_frames_claiming_huge_lengths_allocate_little() {
     assert!(matches!(result, Err(DecodeError::Invalid(_))), "{result:?}");
     assert!(peak < LITTLE, "a 16-byte frame allocated {peak} bytes");
 
-    // Frame::Bye (variant 6) whose reason claims a string of 2^40 bytes.
-    let mut body = vec![6];
+    // Frame::Bye (variant 6), code Done (0), whose reason claims a string of 2^40 bytes.
+    let mut body = vec![6, 0];
     body.extend(varint_u64(1 << 40));
     let (result, peak) = peak_while_decoding(&frame(&body));
     assert!(matches!(result, Err(DecodeError::Invalid(_))), "{result:?}");

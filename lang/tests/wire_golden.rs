@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use padres_lang::wire::{
-    BrokerMessage, BrokerStats, ErrorCode, Forwarded, Frame, Query, Report, Role, RouteEntry, RoutesReport,
-    decode, encode,
+    BrokerMessage, BrokerStats, CloseCode, ErrorCode, Forwarded, Frame, Query, Report, Role, RouteEntry,
+    RoutesReport, decode, encode,
 };
 use padres_lang::{Message, MessageId, Name};
 
@@ -99,7 +99,7 @@ fn samples() -> Vec<Frame> {
         Frame::Ok { req: 7, id: Some(id(1)) },
         Frame::Ok { req: 8, id: None },
         Frame::Notification { subs: vec![id(2), id(3)], publication: publication() },
-        Frame::Bye { reason: "bye".into() },
+        Frame::Bye { code: CloseCode::DuplicateLink, reason: "bye".into() },
         Frame::Publish { publication: publication() },
         Frame::Query { req: 1, query: Query::Stats },
         Frame::Query { req: 2, query: Query::Routes { limit: 10 } },
@@ -179,7 +179,7 @@ const GOLDEN: &[(&str, &str)] = &[
         "Notification",
         "00000029050202423102024231030305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
-    ("Bye", "000000050603627965"),
+    ("Bye", "00000006060103627965"),
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
     ("Query/Routes", "000000040902010a"),

@@ -47,3 +47,11 @@ pub async fn write_frame(
     wire::encode(frame, max_frame, &mut bytes)?;
     send.write_all(&bytes).await.map_err(|e| FrameError::Stream(e.to_string()))
 }
+
+/// Finishes `send` and gives its last frames (an error's explanation, say) up to a second
+/// to reach the peer before the connection is dropped with it.
+pub async fn finish(mut send: quinn::SendStream) {
+    if send.finish().is_ok() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), send.stopped()).await;
+    }
+}

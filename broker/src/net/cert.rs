@@ -189,9 +189,9 @@ pub fn next_incarnation(dir: &Path) -> Result<u32, CertError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => return Err(io(&path)(e)),
     };
-    let next = last.wrapping_add(1);
-    std::fs::write(&path, format!("{next}\n")).map_err(io(&path))?;
-    Ok(next - 1)
+    // After u32::MAX lives the count starts over; ids of a life 2^32 starts ago are gone.
+    std::fs::write(&path, format!("{}\n", last.wrapping_add(1))).map_err(io(&path))?;
+    Ok(last)
 }
 
 #[cfg(test)]
@@ -237,6 +237,10 @@ mod tests {
         let dir = temp("incarnation");
         assert_eq!(next_incarnation(&dir).ok(), Some(0));
         assert_eq!(next_incarnation(&dir).ok(), Some(1));
+        // The last incarnation, then the count starts over (it panicked here before).
+        std::fs::write(dir.join("incarnation"), format!("{}\n", u32::MAX)).expect("written");
+        assert_eq!(next_incarnation(&dir).ok(), Some(u32::MAX));
+        assert_eq!(next_incarnation(&dir).ok(), Some(0));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

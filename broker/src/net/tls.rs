@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use padres_transport::{Identity, Trust, local, tls};
 
+use super::ConnectionError;
+
 use crate::config::Config;
 
 /// Builds the TLS configuration for each dial.
@@ -37,20 +39,17 @@ impl Dialer {
 
     /// The configuration for dialling `addr`. Built per attempt, so that a local
     /// neighbour's certificate registered after this broker started is found.
-    pub(super) fn client_config(&self, addr: SocketAddr) -> Result<quinn::ClientConfig, String> {
+    pub(super) fn client_config(&self, addr: SocketAddr) -> Result<quinn::ClientConfig, ConnectionError> {
         if self.insecure {
-            return tls::client_config(&Trust::Insecure, self.identity.as_ref()).map_err(|e| e.to_string());
+            return Ok(tls::client_config(&Trust::Insecure, self.identity.as_ref())?);
         }
         let mut roots = self.roots.clone();
         if addr.ip().is_loopback() {
             roots.extend(local::lookup(addr.port()));
         }
         if roots.is_empty() {
-            return Err(format!(
-                "no certificate to trust for neighbour {addr}: give --peer-cert FILE (its cert.pem) or a \
-                 federation_ca, or start that broker on this machine so that it registers its certificate"
-            ));
+            return Err(ConnectionError::NoTrust(addr));
         }
-        tls::client_config(&Trust::Certificates(roots), self.identity.as_ref()).map_err(|e| e.to_string())
+        Ok(tls::client_config(&Trust::Certificates(roots), self.identity.as_ref())?)
     }
 }

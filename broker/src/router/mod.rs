@@ -108,8 +108,9 @@ pub enum Input {
     Client {
         /// The client.
         client: ClientId,
-        /// Its request number, echoed in the reply.
-        req: u64,
+        /// Its request number, echoed in the reply; `None` for a streamed publication,
+        /// whose success is not answered (a refusal is, without a number).
+        req: Option<u64>,
         /// What it asks.
         message: Message,
     },
@@ -142,8 +143,8 @@ pub enum Output {
     Reply {
         /// The client.
         client: ClientId,
-        /// The request answered.
-        req: u64,
+        /// The request answered (`None`: a streamed publication, refused).
+        req: Option<u64>,
         /// The id assigned, or why the request failed.
         result: Result<Option<MessageId>, (ErrorCode, String)>,
     },
@@ -382,7 +383,13 @@ impl Router {
         }
     }
 
-    fn client_request(&mut self, client: ClientId, req: u64, message: Message, out: &mut Vec<Output>) {
+    fn client_request(
+        &mut self,
+        client: ClientId,
+        req: Option<u64>,
+        message: Message,
+        out: &mut Vec<Output>,
+    ) {
         self.clients.entry(client).or_default();
         let result = match message {
             Message::Advertise(adv) => {
@@ -439,7 +446,9 @@ impl Router {
                 }
             }
         };
-        out.push(Output::Reply { client, req, result });
+        if req.is_some() || result.is_err() {
+            out.push(Output::Reply { client, req, result });
+        }
     }
 
     fn client_publish(

@@ -29,7 +29,7 @@ use super::{ClientId, Name, Output};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Waiter {
     /// A client's request, answered with the id.
-    Client { client: ClientId, req: u64, id: MessageId },
+    Client { client: ClientId, req: Option<u64>, id: MessageId },
     /// The neighbour that sent it, answered with [`BrokerMessage::Settled`].
     Broker { to: Name, what: Forwarded },
 }

@@ -155,7 +155,7 @@ impl Sim {
         self.next_req += 1;
         let req = self.next_req;
         let broker = self.clients[&client];
-        self.input(broker, Input::Client { client, req, message });
+        self.input(broker, Input::Client { client, req: Some(req), message });
         req
     }
 
@@ -240,6 +240,7 @@ impl Sim {
                         .insert((at, self.seq), Event { to: target, input: Input::Broker { from, message } });
                 }
                 Output::Reply { client, req, result } => {
+                    let req = req.expect("the simulator numbers every request");
                     self.replies.insert((client, req), result);
                 }
                 Output::Notify { client, subs, publication } => {

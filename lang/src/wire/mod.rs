@@ -72,6 +72,49 @@ pub enum ErrorCode {
     Internal,
 }
 
+/// Why a connection or link is closed: sent in [`Frame::Bye`] and as the QUIC
+/// application close code ([`CloseCode::to_quic`]), so the peer acts on a code, never on
+/// the text beside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum CloseCode {
+    /// Done: nothing went wrong.
+    Done,
+    /// A second link between two brokers already linked; its dialler waits before it dials
+    /// again (the link dialled by the broker with the smaller name is kept).
+    DuplicateLink,
+    /// The peer did not read what was sent to it fast enough.
+    TooSlow,
+    /// The broker is shutting down.
+    ShuttingDown,
+    /// The peer sent something it must not.
+    ProtocolViolation,
+}
+
+impl CloseCode {
+    /// The QUIC application error code for this reason.
+    pub fn to_quic(self) -> u32 {
+        match self {
+            Self::Done => 0,
+            Self::DuplicateLink => 1,
+            Self::TooSlow => 2,
+            Self::ShuttingDown => 3,
+            Self::ProtocolViolation => 4,
+        }
+    }
+
+    /// The reason for a QUIC application error code (an unknown one is a violation).
+    pub fn from_quic(code: u64) -> Self {
+        match code {
+            0 => Self::Done,
+            1 => Self::DuplicateLink,
+            2 => Self::TooSlow,
+            3 => Self::ShuttingDown,
+            _ => Self::ProtocolViolation,
+        }
+    }
+}
+
 /// A message between neighbour brokers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum BrokerMessage {
@@ -212,7 +255,9 @@ pub enum Frame {
     },
     /// The sender is closing the connection.
     Bye {
-        /// Why.
+        /// Why, for the receiver to act on.
+        code: CloseCode,
+        /// Why, for people.
         reason: String,
     },
     /// Routing traffic on a link between neighbour brokers.

@@ -1,0 +1,172 @@
+//! A neighbour link: dialling a configured target once (the link policy decides when),
+//! and serving a link either side opened until it ends. Frames from the peer go to the
+//! router task tagged with the link, so the policy can ignore a link it closed; frames
+//! for the peer are written in batches, and the count waiting is kept for the policy's
+//! stuck-link rule.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use padres_lang::Name;
+use padres_lang::wire::codec::FrameReader;
+use padres_lang::wire::{CloseCode, Frame, Role};
+use padres_transport::{finish, handshake, read_frame};
+use tokio::sync::mpsc;
+
+use super::router_task::{Event, LinkHandle};
+use super::write::write_batch;
+use super::{ConnectionError, tls};
+use crate::config::NeighborAddr;
+use crate::links::{LinkId, Target};
+
+/// Numbers links for the whole process, so two links to one peer are told apart.
+static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
+
+/// What dialling needs: the endpoint, whom to trust, and the configured targets.
+#[derive(Debug)]
+pub(super) struct Dialer {
+    pub(super) endpoint: quinn::Endpoint,
+    pub(super) tls: tls::Dialer,
+    pub(super) targets: Vec<NeighborAddr>,
+    pub(super) me: Name,
+    pub(super) max_frame: usize,
+}
+
+impl Dialer {
+    /// Dials `target` once: on success serves the link until it ends, otherwise tells the
+    /// router task the dial failed.
+    pub(super) async fn dial(self: Arc<Self>, target: Target, events: mpsc::Sender<Event>) {
+        let Some(addr) = self.targets.get(target) else { return };
+        match self.open(addr, target).await {
+            Ok(link) => {
+                if let Err(error) = link.serve(events, self.max_frame).await {
+                    tracing::debug!(host = %addr.host, port = addr.port, %error, "link ended");
+                }
+            }
+            Err(error) => {
+                tracing::debug!(host = %addr.host, port = addr.port, %error, "neighbour unreachable");
+                let _ = events.send(Event::DialFailed(target)).await;
+            }
+        }
+    }
+
+    async fn open(&self, neighbor: &NeighborAddr, target: Target) -> Result<Open, ConnectionError> {
+        let resolve = |why: String| ConnectionError::Resolve { host: neighbor.host.clone(), why };
+        let addr = tokio::net::lookup_host((neighbor.host.as_str(), neighbor.port))
+            .await
+            .map_err(|e| resolve(e.to_string()))?
+            .next()
+            .ok_or_else(|| resolve("no address".to_owned()))?;
+        let config = self.tls.client_config(addr)?;
+        let connection = self.endpoint.connect_with(config, addr, &neighbor.host)?.await?;
+        let (mut send, mut recv) = connection.open_bi().await?;
+        let mut reader = FrameReader::new(self.max_frame);
+        let hello = handshake::hello(
+            &mut send,
+            &mut recv,
+            &mut reader,
+            Role::Broker,
+            self.me.clone(),
+            self.max_frame,
+        )
+        .await;
+        let peer = match hello {
+            Ok(peer) => peer,
+            Err(error) => {
+                if let padres_transport::HandshakeError::Refused { code, message } = &error {
+                    tracing::warn!(host = %neighbor.host, port = neighbor.port, ?code, %message, "neighbour refused the link");
+                }
+                return Err(error.into());
+            }
+        };
+        if self.tls.checks_names()
+            && !padres_transport::tls::peer_names(&connection).iter().any(|n| n == peer.as_str())
+        {
+            return Err(ConnectionError::NameMismatch(peer));
+        }
+        Ok(Open { peer, target: Some(target), connection, send, recv, reader })
+    }
+}
+
+/// A link past its handshake.
+#[derive(Debug)]
+pub(super) struct Open {
+    pub(super) peer: Name,
+    /// The target this broker dialled it for; `None` if the peer dialled.
+    pub(super) target: Option<Target>,
+    pub(super) connection: quinn::Connection,
+    pub(super) send: quinn::SendStream,
+    pub(super) recv: quinn::RecvStream,
+    pub(super) reader: FrameReader,
+}
+
+impl Open {
+    /// Serves the link until either side closes it, then reports why.
+    pub(super) async fn serve(
+        self,
+        events: mpsc::Sender<Event>,
+        max_frame: usize,
+    ) -> Result<(), ConnectionError> {
+        let Self { peer, target, connection, mut send, mut recv, mut reader } = self;
+        let link: LinkId = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let handle = LinkHandle {
+            id: link,
+            peer: peer.clone(),
+            target,
+            queue: tx,
+            queued: queued.clone(),
+            connection: connection.clone(),
+        };
+        events.send(Event::LinkUp(handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
+        let mut out = Vec::new();
+        // Set when this side closes the link with a goodbye.
+        let mut closing = CloseCode::Done;
+        let (code, result) = loop {
+            tokio::select! {
+                frame = read_frame(&mut recv, &mut reader) => match frame {
+                    Ok(Some(Frame::Broker(message))) => {
+                        if events.send(Event::FromBroker(link, message)).await.is_err() {
+                            break (CloseCode::ShuttingDown, Err(ConnectionError::ShuttingDown));
+                        }
+                    }
+                    Ok(Some(Frame::Bye { code, .. })) => break (code, Err(ConnectionError::ClosedBy(code))),
+                    Ok(None) => break (closing, Ok(())),
+                    Ok(Some(other)) => {
+                        let why = format!("unexpected frame on a broker link: {other:?}");
+                        break (CloseCode::ProtocolViolation, Err(ConnectionError::Protocol(why)));
+                    }
+                    Err(why) => {
+                        // A connection closed with a code says why in it.
+                        let code = match connection.close_reason() {
+                            Some(quinn::ConnectionError::ApplicationClosed(close)) => {
+                                CloseCode::from_quic(close.error_code.into_inner())
+                            }
+                            _ => CloseCode::Done,
+                        };
+                        break (code, Err(why.into()));
+                    }
+                },
+                frame = rx.recv() => match frame {
+                    Some(first) => {
+                        if let Frame::Bye { code, .. } = &first {
+                            closing = *code;
+                        }
+                        let more = || rx.try_recv().ok().map(|frame| (frame, 0));
+                        match write_batch(&mut send, &mut out, (first, 0), more, max_frame).await {
+                            Ok((_, frames)) => {
+                                queued.fetch_sub(frames, Ordering::Relaxed);
+                            }
+                            Err(why) => break (CloseCode::Done, Err(why.into())),
+                        }
+                    }
+                    None => break (closing, Ok(())),
+                },
+            }
+        };
+        let _ = events.send(Event::LinkDown { link, code }).await;
+        finish(send).await;
+        result
+    }
+}

@@ -1,0 +1,418 @@
+//! The router task: the one owner of the [`Router`] and the [`LinkPolicy`]. Connection
+//! tasks send it [`Event`]s over a bounded channel; it hands every output to a client's or
+//! a link's queue, runs the policy's timers (`poll_timeout`/`handle_timeout` on the
+//! runtime's clock), carries out the policy's actions (dial, close, neighbour up or down),
+//! and answers queries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use padres_lang::wire::{
+    BrokerMessage, BrokerStats, CloseCode, Frame, Query, Report, RouteEntry, RoutesReport,
+};
+use padres_lang::{Message, Name, Publication, Value};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::link::Dialer;
+use super::{DRAIN_TIMEOUT, Limits};
+use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
+use crate::router::{ClientId, Input, Output, Router};
+
+/// Events the router task handles before it hands out what they produced, so that a
+/// busy connection task is woken once for many frames.
+const EVENT_BATCH: usize = 256;
+
+/// Most rows of each table a routes report carries, whatever is asked.
+const MAX_ROUTES_LISTED: u32 = 10_000;
+
+/// A connected client as the router task sees it.
+#[derive(Debug)]
+pub(super) struct ClientHandle {
+    /// What waits to be written to the client, with its estimated size in bytes.
+    pub(super) queue: mpsc::UnboundedSender<(Frame, usize)>,
+    /// Estimated bytes queued and not yet written.
+    pub(super) queued: Arc<AtomicUsize>,
+    pub(super) connection: quinn::Connection,
+}
+
+/// A neighbour link as the router task sees it.
+#[derive(Debug)]
+pub(super) struct LinkHandle {
+    pub(super) id: LinkId,
+    pub(super) peer: Name,
+    /// The target this broker dialled it for; `None` if the peer dialled.
+    pub(super) target: Option<Target>,
+    pub(super) queue: mpsc::UnboundedSender<Frame>,
+    /// Frames queued and not yet written.
+    pub(super) queued: Arc<AtomicUsize>,
+    pub(super) connection: quinn::Connection,
+}
+
+/// What connection tasks tell the router task.
+#[derive(Debug)]
+pub(super) enum Event {
+    Connected(ClientId, ClientHandle),
+    /// A client's request; `None` for a streamed publication.
+    Request(ClientId, Option<u64>, Message),
+    Query(ClientId, u64, Query),
+    Gone(ClientId),
+    LinkUp(LinkHandle),
+    FromBroker(LinkId, BrokerMessage),
+    LinkDown {
+        link: LinkId,
+        code: CloseCode,
+    },
+    DialFailed(Target),
+    /// Close every link and client queue, then stop.
+    Shutdown,
+}
+
+/// Counters kept for `broker stats`.
+#[derive(Debug, Default)]
+struct Counters {
+    client_requests: u64,
+    publications_in: u64,
+    notifications_out: u64,
+    broker_messages_in: u64,
+    broker_messages_out: u64,
+    slow_clients_dropped: u64,
+}
+
+#[derive(Debug)]
+struct RouterTask {
+    router: Router,
+    policy: LinkPolicy,
+    dialer: Arc<Dialer>,
+    /// For dial tasks to report back.
+    events: mpsc::Sender<Event>,
+    /// Dial and link tasks started here.
+    tasks: JoinSet<()>,
+    start: Instant,
+    limits: Limits,
+    clients: HashMap<ClientId, ClientHandle>,
+    links: HashMap<LinkId, LinkHandle>,
+    counters: Counters,
+    /// Connections accepted and open (kept by the accepting loop).
+    open: Arc<AtomicUsize>,
+    out: Vec<Output>,
+}
+
+/// Runs the router task until [`Event::Shutdown`]. Events are taken in batches (as many as
+/// are waiting, up to [`EVENT_BATCH`]) and what they produced is handed out after each.
+pub(super) async fn run(
+    router: Router,
+    mut inbox: mpsc::Receiver<Event>,
+    events: mpsc::Sender<Event>,
+    dialer: Dialer,
+    limits: Limits,
+    open: Arc<AtomicUsize>,
+) {
+    let policy = LinkPolicy::new(router.name().clone(), dialer.targets.len(), Timers::default());
+    let mut task = RouterTask {
+        router,
+        policy,
+        dialer: Arc::new(dialer),
+        events,
+        tasks: JoinSet::new(),
+        start: Instant::now(),
+        limits,
+        clients: HashMap::new(),
+        links: HashMap::new(),
+        counters: Counters::default(),
+        open,
+        out: Vec::new(),
+    };
+    'run: loop {
+        let deadline = task.policy.poll_timeout().map(|ms| task.start + std::time::Duration::from_millis(ms));
+        tokio::select! {
+            event = inbox.recv() => {
+                let now = task.now();
+                let mut next = event;
+                let mut handled = 0;
+                loop {
+                    match next {
+                        None | Some(Event::Shutdown) => break 'run,
+                        Some(event) => task.handle(now, event),
+                    }
+                    handled += 1;
+                    if handled == EVENT_BATCH {
+                        break;
+                    }
+                    match inbox.try_recv() {
+                        Ok(event) => next = Some(event),
+                        Err(_) => break,
+                    }
+                }
+                task.dispatch(now);
+            }
+            () = sleep_until(deadline), if deadline.is_some() => {
+                let now = task.now();
+                task.report_backlogs(now);
+                task.policy.handle_timeout(now);
+                task.apply_link_actions(now);
+                task.dispatch(now);
+            }
+            Some(_) = task.tasks.join_next(), if !task.tasks.is_empty() => {}
+        }
+    }
+    task.shut_down();
+    let mut tasks = std::mem::take(&mut task.tasks);
+    drop(task);
+    if tokio::time::timeout(DRAIN_TIMEOUT, async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tasks.abort_all();
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A rough size of a notification on the wire, for the slow-client limit: cheap to
+/// compute in the router task, within a small factor of the encoded size.
+fn estimated_size(subs: usize, publication: &Publication) -> usize {
+    let attrs: usize = publication
+        .attrs()
+        .iter()
+        .map(|(name, value)| {
+            name.as_str().len()
+                + match value {
+                    Value::Str(s) => s.len() + 2,
+                    _ => 9,
+                }
+        })
+        .sum();
+    16 + 16 * subs + attrs + publication.payload().map_or(0, |p| p.len())
+}
+
+impl RouterTask {
+    /// Milliseconds since the task started: the router's and the policy's clock.
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn handle(&mut self, now: u64, event: Event) {
+        match event {
+            Event::Connected(id, handle) => {
+                self.clients.insert(id, handle);
+            }
+            Event::Request(client, req, message) => {
+                self.counters.client_requests += 1;
+                if matches!(message, Message::Publish(_)) {
+                    self.counters.publications_in += 1;
+                }
+                self.router.handle(now, Input::Client { client, req, message }, &mut self.out);
+            }
+            Event::Query(client, req, query) => {
+                let report = match query {
+                    Query::Stats => Report::Stats(self.stats(now)),
+                    Query::Routes { limit } => Report::Routes(routes(&self.router, limit)),
+                };
+                if let Some(handle) = self.clients.get(&client) {
+                    let _ = handle.queue.send((Frame::Report { req, report }, 0));
+                }
+            }
+            Event::Gone(id) => {
+                self.clients.remove(&id);
+                self.router.handle(now, Input::ClientGone(id), &mut self.out);
+            }
+            Event::LinkUp(handle) => {
+                let (peer, link, target) = (handle.peer.clone(), handle.id, handle.target);
+                tracing::info!(%peer, link, dialled = target.is_some(), "neighbour link up");
+                self.links.insert(link, handle);
+                self.policy.handle_link_up(now, peer, link, target);
+                self.apply_link_actions(now);
+            }
+            Event::FromBroker(link, message) => {
+                // Only the link in use speaks for the neighbour: one being closed as a
+                // duplicate may still deliver what its peer sent before it knew.
+                let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
+                if self.policy.link_to(&peer) != Some(link) {
+                    return;
+                }
+                self.counters.broker_messages_in += 1;
+                tracing::trace!(%peer, ?message, "from neighbour");
+                self.router.handle(now, Input::Broker { from: peer, message }, &mut self.out);
+            }
+            Event::LinkDown { link, code } => {
+                if let Some(handle) = self.links.remove(&link) {
+                    tracing::info!(peer = %handle.peer, link, ?code, "neighbour link down");
+                    self.policy.handle_link_down(now, &handle.peer, link, handle.target, code);
+                    self.apply_link_actions(now);
+                }
+            }
+            Event::DialFailed(target) => {
+                self.policy.handle_dial_failed(now, target);
+                self.apply_link_actions(now);
+            }
+            Event::Shutdown => {}
+        }
+    }
+
+    /// Carries out what the link policy decided.
+    fn apply_link_actions(&mut self, now: u64) {
+        while let Some(action) = self.policy.poll_action() {
+            match action {
+                Action::Dial(target) => {
+                    let dial = self.dialer.clone().dial(target, self.events.clone());
+                    self.tasks.spawn(dial);
+                }
+                Action::Close { peer, link, code } => {
+                    let Some(handle) = self.links.remove(&link) else { continue };
+                    tracing::info!(%peer, link, ?code, "closing neighbour link");
+                    if code == CloseCode::TooSlow {
+                        // Its queue will not drain: close at once.
+                        handle.connection.close(code.to_quic().into(), b"link too slow");
+                    } else {
+                        let reason = format!("{code:?}");
+                        let _ = handle.queue.send(Frame::Bye { code, reason });
+                    }
+                    self.policy.handle_link_down(now, &peer, link, handle.target, code);
+                }
+                Action::NeighbourUp(peer) => self.router.handle(now, Input::NeighbourUp(peer), &mut self.out),
+                Action::NeighbourDown(peer) => {
+                    self.router.handle(now, Input::NeighbourDown(peer), &mut self.out);
+                }
+            }
+        }
+    }
+
+    /// Tells the policy how many frames wait on each link in use.
+    fn report_backlogs(&mut self, now: u64) {
+        for handle in self.links.values() {
+            if self.policy.link_to(&handle.peer) == Some(handle.id) {
+                self.policy.handle_backlog(now, &handle.peer, handle.queued.load(Ordering::Relaxed));
+            }
+        }
+    }
+
+    fn stats(&self, now: u64) -> BrokerStats {
+        let (advertisements, subscriptions) = self.router.table_sizes();
+        let neighbours: Vec<Name> = self.policy.neighbours().cloned().collect();
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let counters = &self.counters;
+        BrokerStats {
+            broker: self.router.name().clone(),
+            uptime_ms: now,
+            clients: count(self.clients.len()),
+            connections: count(self.open.load(Ordering::Relaxed)),
+            neighbours,
+            advertisements: count(advertisements),
+            subscriptions: count(subscriptions),
+            client_requests: counters.client_requests,
+            publications_in: counters.publications_in,
+            notifications_out: counters.notifications_out,
+            broker_messages_in: counters.broker_messages_in,
+            broker_messages_out: counters.broker_messages_out,
+            slow_clients_dropped: counters.slow_clients_dropped,
+        }
+    }
+
+    /// Hands every output to its client or link; cuts off clients that fell too far
+    /// behind and links the policy finds stuck (which may produce more outputs:
+    /// withdrawals for the neighbours).
+    fn dispatch(&mut self, now: u64) {
+        while !self.out.is_empty() {
+            let mut slow = Vec::new();
+            for output in std::mem::take(&mut self.out) {
+                let (client, frame, size) = match output {
+                    Output::Reply { client, req, result } => (
+                        client,
+                        match (req, result) {
+                            (Some(req), Ok(id)) => Frame::Ok { req, id },
+                            (req, Err((code, message))) => Frame::Error { req, code, message },
+                            // A streamed publication's success is not answered.
+                            (None, Ok(_)) => continue,
+                        },
+                        0,
+                    ),
+                    Output::Notify { client, subs, publication } => {
+                        self.counters.notifications_out += 1;
+                        let size = estimated_size(subs.len(), &publication);
+                        (client, Frame::Notification { subs, publication }, size)
+                    }
+                    Output::ToBroker { to, message } => {
+                        self.counters.broker_messages_out += 1;
+                        tracing::trace!(%to, ?message, "to neighbour");
+                        // A message for a neighbour whose link just went is dropped: the
+                        // router hears NeighbourDown and the two re-synchronise later.
+                        let link = self.policy.link_to(&to).and_then(|id| self.links.get(&id));
+                        if let Some(link) = link {
+                            if link.queue.send(Frame::Broker(message)).is_ok() {
+                                link.queued.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        continue;
+                    }
+                };
+                if let Some(handle) = self.clients.get(&client) {
+                    let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
+                    if queued > self.limits.max_queued || handle.queue.send((frame, size)).is_err() {
+                        slow.push(client);
+                    }
+                }
+            }
+            for client in slow {
+                // A client that does not keep up is cut off rather than slowing everyone.
+                let Some(handle) = self.clients.remove(&client) else { continue };
+                self.counters.slow_clients_dropped += 1;
+                tracing::warn!(client, "client too slow, disconnecting");
+                let reason = format!(
+                    "too slow: more than {} bytes of notifications waited for this client \
+                     (limits.max_queued_bytes_per_client)",
+                    self.limits.max_queued
+                );
+                handle.connection.close(CloseCode::TooSlow.to_quic().into(), reason.as_bytes());
+                self.router.handle(now, Input::ClientGone(client), &mut self.out);
+            }
+            self.report_backlogs(now);
+            self.apply_link_actions(now);
+        }
+    }
+
+    /// Closes every link and says goodbye to every client; their tasks then write what
+    /// was queued and end.
+    fn shut_down(&mut self) {
+        let now = self.now();
+        self.dispatch(now);
+        self.policy.shut_down();
+        self.apply_link_actions(now);
+        for (_, handle) in self.clients.drain() {
+            let reason = "broker shutting down".to_owned();
+            let _ = handle.queue.send((Frame::Bye { code: CloseCode::ShuttingDown, reason }, 0));
+        }
+        self.links.clear();
+        self.out.clear();
+    }
+}
+
+fn routes(router: &Router, limit: u32) -> RoutesReport {
+    let limit = usize::try_from(limit.min(MAX_ROUTES_LISTED)).unwrap_or(usize::MAX);
+    let (advertisements, subscriptions) = router.table_sizes();
+    let tables = router.routes_up_to(limit);
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    RoutesReport {
+        broker: router.name().clone(),
+        neighbours: tables.neighbours,
+        srt_total: count(advertisements),
+        srt: tables
+            .srt
+            .into_iter()
+            .map(|(id, text, from)| RouteEntry { id, text, from: from.to_string(), to: Vec::new() })
+            .collect(),
+        prt_total: count(subscriptions),
+        prt: tables
+            .prt
+            .into_iter()
+            .map(|(id, text, from, to)| RouteEntry { id, text, from: from.to_string(), to })
+            .collect(),
+    }
+}

@@ -1,0 +1,89 @@
+//! A client session: frames from the client become requests for the router task; what the
+//! router task queues for the client is written in batches. The session ends when the
+//! client leaves, sends something undecodable, or the router task drops its queue (the
+//! client was too slow, or the broker is shutting down: what was queued is written first).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use padres_lang::Message;
+use padres_lang::wire::codec::FrameReader;
+use padres_lang::wire::{ErrorCode, Frame};
+use padres_transport::{finish, read_frame, write_frame};
+use tokio::sync::mpsc;
+
+use super::router_task::{ClientHandle, Event};
+use super::write::write_batch;
+use super::{ConnectionError, Limits};
+use crate::router::ClientId;
+
+/// Serves client `id` until the session ends.
+pub(super) async fn serve(
+    id: ClientId,
+    connection: quinn::Connection,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    mut reader: FrameReader,
+    events: mpsc::Sender<Event>,
+    limits: Limits,
+) -> Result<(), ConnectionError> {
+    let max_frame = limits.max_frame;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection };
+    events.send(Event::Connected(id, handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
+    let mut out = Vec::new();
+    let mut reading = true;
+    let result = loop {
+        tokio::select! {
+            frame = read_frame(&mut recv, &mut reader), if reading => {
+                let event = match frame {
+                    Ok(Some(Frame::Request { req, message })) => Event::Request(id, Some(req), message),
+                    Ok(Some(Frame::Publish { publication })) => {
+                        Event::Request(id, None, Message::Publish(Arc::unwrap_or_clone(publication)))
+                    }
+                    Ok(Some(Frame::Query { req, query })) => Event::Query(id, req, query),
+                    Ok(Some(Frame::Bye { .. }) | None) => {
+                        // The client is done sending; what is queued for it still goes.
+                        reading = false;
+                        let _ = events.send(Event::Gone(id)).await;
+                        continue;
+                    }
+                    Ok(Some(other)) => {
+                        let message = format!("unexpected frame from a client: {other:?}");
+                        let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message };
+                        let _ = write_frame(&mut send, &error, max_frame).await;
+                        continue;
+                    }
+                    Err(why) => {
+                        // Undecodable input: say why, then close; other clients are unaffected.
+                        let message = format!("invalid input, closing: {why}");
+                        let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message };
+                        let _ = write_frame(&mut send, &error, max_frame).await;
+                        break Err(why.into());
+                    }
+                };
+                if events.send(event).await.is_err() {
+                    break Err(ConnectionError::ShuttingDown);
+                }
+            },
+            frame = rx.recv() => match frame {
+                Some(first) => {
+                    let more = || rx.try_recv().ok();
+                    match write_batch(&mut send, &mut out, first, more, max_frame).await {
+                        Ok((size, _)) => {
+                            queued.fetch_sub(size, Ordering::Relaxed);
+                        }
+                        Err(why) => break Err(why.into()),
+                    }
+                }
+                None => break Ok(()),
+            },
+        }
+    };
+    if reading {
+        let _ = events.send(Event::Gone(id)).await;
+    }
+    finish(send).await;
+    result
+}
