@@ -9,16 +9,21 @@
 //! they were first made. Ids stay those of the first issue: the client maps them to the
 //! new ones, so `unsub` takes the id the caller was given and notifications name it too.
 //! Requests made while the link is down fail at once with [`ClientError::Closed`].
+//!
+//! State: everything the client knows of its connection (the connection, requests waiting
+//! for answers, what to re-issue and how ids map, the last error) lives in one `State`
+//! behind one lock that is never held across an await, as quinn keeps its connection
+//! state; the stream callers write to has its own async lock, and one driver task reads
+//! frames, answers waiting requests, and reconnects.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader, MAX_FRAME_CEILING};
-use padres_lang::wire::{BrokerStats, ErrorCode, Frame, Query, Report, Role, RoutesReport};
+use padres_lang::wire::{BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, Role, RoutesReport};
 use padres_lang::{
     Advertisement, CompositeSubscription, Message, MessageId, Name, ParseError, Publication, Subscription,
 };
@@ -54,6 +59,29 @@ pub enum ClientError {
     /// The connection is gone (for a reconnecting client: for now).
     #[error("connection closed: {0}")]
     Closed(String),
+    /// The broker answered something the request did not ask for.
+    #[error("protocol: {0}")]
+    Protocol(ProtocolError),
+}
+
+/// An answer from the broker that breaks the protocol.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// An answer of the wrong kind (a report to a request, routes to a stats query, …).
+    #[error("the broker answered {asked} with {got}")]
+    WrongAnswer {
+        /// What was asked.
+        asked: &'static str,
+        /// What came back.
+        got: &'static str,
+    },
+    /// An advertisement or subscription was accepted without an id.
+    #[error("the broker assigned no id")]
+    NoId,
+    /// The answer to a pending request never came (the client's state was lost).
+    #[error("no answer")]
+    NoAnswer,
 }
 
 /// What a reply carries.
@@ -144,15 +172,18 @@ impl Connect {
             .map_err(|e| ClientError::Connect { addr: self.addr, message: e.to_string() })?;
         endpoint.set_default_client_config(config);
         let link = establish(&endpoint, &self).await?;
+        let state = State {
+            connection: Some(link.connection),
+            pending: HashMap::new(),
+            issued: Issued::default(),
+            next_req: 1,
+            closed: false,
+            last_error: None,
+        };
         let shared = Arc::new(Shared {
+            state: Mutex::new(state),
             send: tokio::sync::Mutex::new(Some(link.send)),
-            connection: Mutex::new(Some(link.connection)),
-            pending: Mutex::default(),
-            issued: Mutex::default(),
-            next_req: AtomicU64::new(1),
-            closed: AtomicBool::new(false),
             dropped: tokio::sync::Notify::new(),
-            last_error: Mutex::default(),
         });
         let (notify, notifications) = mpsc::channel(4096);
         tokio::spawn(drive(shared.clone(), endpoint, self, link.recv, link.reader, notify));
@@ -200,7 +231,8 @@ enum Remember {
     Withdrawn(MessageId),
 }
 
-type Pending = Mutex<HashMap<u64, (oneshot::Sender<Result<Answer, ClientError>>, Remember)>>;
+/// A request waiting for its answer, and what to remember when it comes.
+type Pending = HashMap<u64, (oneshot::Sender<Result<Answer, ClientError>>, Remember)>;
 
 /// What this client issued, to re-issue after a reconnect, and how ids map.
 #[derive(Debug, Default)]
@@ -240,34 +272,54 @@ impl Issued {
     }
 }
 
+/// What a client shares between its handle and its driver task.
 #[derive(Debug)]
 struct Shared {
-    /// The current connection's stream; `None` while reconnecting.
+    /// Everything the client knows of its connection, changed under this one lock, which
+    /// is never held across an await.
+    state: Mutex<State>,
+    /// The current connection's stream, written by callers (a write awaits flow control,
+    /// so it has its own async lock); `None` while reconnecting.
     send: tokio::sync::Mutex<Option<quinn::SendStream>>,
-    connection: Mutex<Option<quinn::Connection>>,
-    pending: Pending,
-    issued: Mutex<Issued>,
-    next_req: AtomicU64,
-    closed: AtomicBool,
     /// Woken when the client is dropped.
     dropped: tokio::sync::Notify,
+}
+
+/// The client's connection state.
+#[derive(Debug)]
+struct State {
+    /// The current connection; `None` while reconnecting.
+    connection: Option<quinn::Connection>,
+    pending: Pending,
+    issued: Issued,
+    next_req: u64,
+    /// The client was dropped.
+    closed: bool,
     /// The last connection-level error the broker sent or the connection ended with.
-    last_error: Mutex<Option<String>>,
+    last_error: Option<String>,
 }
 
 impl Shared {
+    /// Runs `f` on the state. A poisoned lock (a panic elsewhere while it was held) still
+    /// yields the state: every change under it is a single assignment or insertion.
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut state)
+    }
+
     fn fail_pending(&self, why: &str) {
-        if let Ok(mut pending) = self.pending.lock() {
-            for (_, (tx, _)) in pending.drain() {
-                let _ = tx.send(Err(ClientError::Closed(why.to_owned())));
-            }
+        let pending = self.with(|s| std::mem::take(&mut s.pending));
+        for (_, (tx, _)) in pending {
+            let _ = tx.send(Err(ClientError::Closed(why.to_owned())));
         }
     }
 
     fn set_last_error(&self, why: String) {
-        if let Ok(mut last) = self.last_error.lock() {
-            *last = Some(why);
-        }
+        self.with(|s| s.last_error = Some(why));
+    }
+
+    fn is_closed(&self) -> bool {
+        self.with(|s| s.closed)
     }
 }
 
@@ -292,10 +344,13 @@ pub struct Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::SeqCst);
+        let connection = self.shared.with(|s| {
+            s.closed = true;
+            s.connection.take()
+        });
         self.shared.dropped.notify_one();
-        if let Some(connection) = self.shared.connection.lock().ok().and_then(|mut c| c.take()) {
-            connection.close(0_u32.into(), b"client closed");
+        if let Some(connection) = connection {
+            connection.close(CloseCode::Done.to_quic().into(), b"client closed");
         }
     }
 }
@@ -322,21 +377,19 @@ impl Client {
         frame: impl FnOnce(u64) -> Frame,
         remember: Remember,
     ) -> Result<Answer, ClientError> {
-        let req = self.shared.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.shared
-            .pending
-            .lock()
-            .map_err(|e| ClientError::Closed(e.to_string()))?
-            .insert(req, (tx, remember));
+        let req = self.shared.with(|s| {
+            let req = s.next_req;
+            s.next_req += 1;
+            s.pending.insert(req, (tx, remember));
+            req
+        });
         let written = self.write(&frame(req)).await;
         if let Err(why) = written {
-            if let Ok(mut pending) = self.shared.pending.lock() {
-                pending.remove(&req);
-            }
+            self.shared.with(|s| s.pending.remove(&req));
             return Err(why);
         }
-        rx.await.map_err(|_| ClientError::Closed("no answer".to_owned()))?
+        rx.await.map_err(|_| ClientError::Protocol(ProtocolError::NoAnswer))?
     }
 
     /// Writes one frame on the current connection. A write abandoned half way (its caller
@@ -360,8 +413,8 @@ impl Client {
     /// advertisements and subscriptions), or why it refused.
     pub async fn request(&self, message: Message) -> Result<Option<MessageId>, ClientError> {
         // Withdrawals name the id the caller was given; the broker knows the current one.
-        let (sent, remember) = {
-            let issued = self.shared.issued.lock().map_err(|e| ClientError::Closed(e.to_string()))?;
+        let (sent, remember) = self.shared.with(|s| {
+            let issued = &s.issued;
             match message {
                 Message::Unsubscribe(id) => {
                     (Message::Unsubscribe(issued.to_current(id.clone())), Remember::Withdrawn(id))
@@ -375,11 +428,11 @@ impl Client {
                 }
                 other => (other, Remember::Nothing),
             }
-        };
+        });
         match self.call(|req| Frame::Request { req, message: sent }, remember).await? {
             Answer::Id(id) => Ok(id),
             Answer::Report(_) => {
-                Err(ClientError::Closed("the broker answered a request with a report".to_owned()))
+                Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "a request", got: "a report" }))
             }
         }
     }
@@ -430,7 +483,9 @@ impl Client {
     async fn query(&self, query: Query) -> Result<Report, ClientError> {
         match self.call(|req| Frame::Query { req, query }, Remember::Nothing).await? {
             Answer::Report(report) => Ok(report),
-            Answer::Id(_) => Err(ClientError::Closed("the broker answered a query with an id".to_owned())),
+            Answer::Id(_) => {
+                Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "a query", got: "an id" }))
+            }
         }
     }
 
@@ -438,7 +493,9 @@ impl Client {
     pub async fn stats(&self) -> Result<BrokerStats, ClientError> {
         match self.query(Query::Stats).await? {
             Report::Stats(stats) => Ok(stats),
-            Report::Routes(_) => Err(ClientError::Closed("the broker answered stats with routes".to_owned())),
+            Report::Routes(_) => {
+                Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "stats", got: "routes" }))
+            }
         }
     }
 
@@ -446,7 +503,9 @@ impl Client {
     pub async fn routes(&self, limit: u32) -> Result<RoutesReport, ClientError> {
         match self.query(Query::Routes { limit }).await? {
             Report::Routes(routes) => Ok(routes),
-            Report::Stats(_) => Err(ClientError::Closed("the broker answered routes with stats".to_owned())),
+            Report::Stats(_) => {
+                Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "routes", got: "stats" }))
+            }
         }
     }
 
@@ -472,7 +531,7 @@ impl Client {
     /// The last connection-level error: what the broker said before closing (a slow
     /// client's cut-off, say), or why the connection ended.
     pub fn last_error(&self) -> Option<String> {
-        self.shared.last_error.lock().ok().and_then(|e| e.clone())
+        self.shared.with(|s| s.last_error.clone())
     }
 }
 
@@ -491,7 +550,7 @@ impl Drop for WholeWrite<'_> {
 }
 
 fn expect_id(id: Option<MessageId>) -> Result<MessageId, ClientError> {
-    id.ok_or_else(|| ClientError::Closed("the broker assigned no id".to_owned()))
+    id.ok_or(ClientError::Protocol(ProtocolError::NoId))
 }
 
 /// Reads frames until the connection ends; then, if asked, reconnects and re-issues.
@@ -523,13 +582,13 @@ async fn drive(
         }
         *shared.send.lock().await = None;
         shared.fail_pending("connection lost");
-        if !to.reconnect || shared.closed.load(Ordering::Relaxed) {
+        if !to.reconnect || shared.is_closed() {
             return;
         }
         let mut backoff = Duration::from_millis(100);
         let link = loop {
             tokio::time::sleep(backoff).await;
-            if shared.closed.load(Ordering::Relaxed) {
+            if shared.is_closed() {
                 return;
             }
             match establish(&endpoint, &to).await {
@@ -541,12 +600,13 @@ async fn drive(
             }
             backoff = (backoff * 2).min(Duration::from_secs(5));
         };
-        if let Ok(mut connection) = shared.connection.lock() {
-            *connection = Some(link.connection.clone());
-        }
         // Dropped while reconnecting: Drop found no connection to close, so close this one.
-        if shared.closed.load(Ordering::SeqCst) {
-            link.connection.close(0_u32.into(), b"client closed");
+        let closed = shared.with(|s| {
+            s.connection = Some(link.connection.clone());
+            s.closed
+        });
+        if closed {
+            link.connection.close(CloseCode::Done.to_quic().into(), b"client closed");
             return;
         }
         *shared.send.lock().await = Some(link.send);
@@ -558,17 +618,20 @@ async fn drive(
 /// Handles one frame from the broker.
 async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<(Vec<MessageId>, Publication)>) {
     let answer = |req: u64, result: Result<Answer, ClientError>| {
-        let Some((tx, remember)) = shared.pending.lock().ok().and_then(|mut p| p.remove(&req)) else {
-            return;
-        };
-        if let (Ok(Answer::Id(id)), Ok(mut issued)) = (&result, shared.issued.lock()) {
-            match (remember, id) {
-                (Remember::Issued(message), Some(id)) => issued.live.push((id.clone(), message)),
-                (Remember::Withdrawn(first), _) => issued.forget(&first),
-                _ => {}
+        let tx = shared.with(|s| {
+            let (tx, remember) = s.pending.remove(&req)?;
+            if let Ok(Answer::Id(id)) = &result {
+                match (remember, id) {
+                    (Remember::Issued(message), Some(id)) => s.issued.live.push((id.clone(), message)),
+                    (Remember::Withdrawn(first), _) => s.issued.forget(&first),
+                    _ => {}
+                }
             }
+            Some(tx)
+        });
+        if let Some(tx) = tx {
+            let _ = tx.send(result);
         }
-        let _ = tx.send(result);
     };
     match frame {
         Frame::Ok { req, id } => answer(req, Ok(Answer::Id(id))),
@@ -589,12 +652,14 @@ async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<(Vec<Mess
 
 /// The ids a notification names, as the caller first got them.
 fn first_ids(shared: &Shared, subs: Vec<MessageId>) -> Vec<MessageId> {
-    match shared.issued.lock() {
+    shared.with(|s| {
         // Nothing was re-issued (the usual case): the ids are the first ones.
-        Ok(issued) if issued.first.is_empty() => subs,
-        Ok(issued) => subs.into_iter().map(|id| issued.to_first(id)).collect(),
-        Err(_) => subs,
-    }
+        if s.issued.first.is_empty() {
+            subs
+        } else {
+            subs.into_iter().map(|id| s.issued.to_first(id)).collect()
+        }
+    })
 }
 
 /// Re-issues every advertisement and subscription in force on a new connection, in the
@@ -604,7 +669,7 @@ async fn reissue(
     link: &mut Link,
     notify: &mpsc::Sender<(Vec<MessageId>, Publication)>,
 ) -> Result<(), String> {
-    let live = shared.issued.lock().map_err(|e| e.to_string())?.live.clone();
+    let live = shared.with(|s| s.issued.live.clone());
     for (req, (first, message)) in (1_u64..).zip(live) {
         // Numbers from the top of the range, apart from the client's own.
         let req = u64::MAX - req;
@@ -614,16 +679,14 @@ async fn reissue(
         loop {
             match read_frame(&mut link.recv, &mut link.reader).await.map_err(|e| e.to_string())? {
                 Some(Frame::Ok { req: r, id }) if r == req => {
-                    if let (Some(id), Ok(mut issued)) = (id, shared.issued.lock()) {
-                        issued.remap(&first, id);
+                    if let Some(id) = id {
+                        shared.with(|s| s.issued.remap(&first, id));
                     }
                     break;
                 }
                 Some(Frame::Error { req: Some(r), message, .. }) if r == req => {
                     shared.set_last_error(format!("re-issuing {first} after reconnecting failed: {message}"));
-                    if let Ok(mut issued) = shared.issued.lock() {
-                        issued.forget(&first);
-                    }
+                    shared.with(|s| s.issued.forget(&first));
                     break;
                 }
                 Some(Frame::Notification { subs, publication }) => {

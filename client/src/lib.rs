@@ -13,5 +13,5 @@ pub mod connection;
 pub mod json;
 pub mod session;
 
-pub use connection::{Client, ClientError, Connect, Notifications};
+pub use connection::{Client, ClientError, Connect, Notifications, ProtocolError};
 pub use padres_transport::Trust;
