@@ -214,3 +214,24 @@ fn workflow_check_and_translate() {
     assert!(errors.contains("padres-bad-workflow-"), "each problem names the file: {errors}");
     std::fs::remove_file(&bad).ok();
 }
+
+#[test]
+fn a_malformed_message_argument_is_reported_before_connecting() {
+    // No broker listens on this port, and none is trusted: the typo must still be the
+    // error reported.
+    for args in [
+        vec!["sub", "[class,eq,stock"],
+        vec!["adv", "[class,eq,stock"],
+        vec!["pub", "--advertise", "[class,eq,'stock']", "[class,'stock'],[price,"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_padres"))
+            .args(&args)
+            .args(["--broker", "quic://127.0.0.1:9"])
+            .output()
+            .expect("padres runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(stderr.contains("column"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("trust") && !stderr.contains("certificate"), "{args:?}: {stderr}");
+    }
+}

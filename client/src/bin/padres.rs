@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use padres_client::check::{Checked, check_line, default_parser, render_error};
 use padres_client::{Client, ClientError, Connect, Trust};
+use padres_lang::Message;
 
 /// Prints a line on standard output; when the reader has gone (`padres sub | head`),
 /// ends quietly as other command-line tools do, rather than panicking.
@@ -264,9 +265,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parses a message argument (`command` is `a`, `s` or `p`) before anything connects, so a
+/// typo is reported as one, with the column, whether or not a broker is reachable.
+fn message_arg(command: &str, text: &str) -> Result<Message, String> {
+    format!("{command} {text}").parse().map_err(|e| format!("{text}: {e}"))
+}
+
 async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &BrokerArgs) -> Result<(), String> {
+    let message = message_arg("s", subscription)?;
     let mut client = broker.connect().await?;
-    let id = client.send(&format!("s {subscription}")).await.map_err(|e| e.to_string())?;
+    let id = client.request(message).await.map_err(|e| e.to_string())?;
     if let Some(id) = id {
         eprintln!("subscribed as {id}");
     }
@@ -286,9 +294,9 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
 }
 
 /// Reads and validates a workflow file, naming the file in every problem.
-fn read_workflow(file: &std::path::Path) -> Result<padres_lang::workflow::Application, String> {
+fn read_workflow(file: &std::path::Path) -> Result<padres_workflow::Application, String> {
     let xml = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    padres_lang::workflow::parse_application(&xml).map_err(|errors| {
+    padres_workflow::parse_application(&xml).map_err(|errors| {
         let lines: Vec<String> = errors
             .0
             .iter()
@@ -311,14 +319,14 @@ fn workflow(command: WorkflowCommand) -> Result<(), String> {
                     date.parse().map_err(|_| format!("--date {date}: expected YYYY-MM-DD"))?;
                 let (runs, skipped): (Vec<_>, Vec<_>) =
                     app.jobs.iter().partition(|j| j.schedule.runs_on(day, &app.calendar));
-                let names = |jobs: &[&padres_lang::workflow::Job]| {
+                let names = |jobs: &[&padres_workflow::Job]| {
                     let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
                     if names.is_empty() { "none".to_owned() } else { names.join(" ") }
                 };
                 let (runs, skipped) = (names(&runs), names(&skipped));
                 out!("# {date} ({}): runs {runs}; skipped {skipped}", day.format("%A"));
             }
-            let deployment = padres_lang::workflow::translate(&app).map_err(|e| e.to_string())?;
+            let deployment = padres_workflow::translate(&app).map_err(|e| e.to_string())?;
             for envelope in &deployment.envelopes {
                 let publication = envelope.publication(&deployment.appl).map_err(|e| e.to_string())?;
                 out!("{publication}");
@@ -329,11 +337,9 @@ fn workflow(command: WorkflowCommand) -> Result<(), String> {
 }
 
 async fn adv(advertisement: &str, hold: Option<f64>, broker: &BrokerArgs) -> Result<(), String> {
+    let message = message_arg("a", advertisement)?;
     let client = broker.connect().await?;
-    let id = client
-        .send(&format!("a {advertisement}"))
-        .await
-        .map_err(|e| format!("advertisement refused: {e}"))?;
+    let id = client.request(message).await.map_err(|e| format!("advertisement refused: {e}"))?;
     if let Some(id) = id {
         out!("advertised as {id}");
     }
@@ -414,13 +420,17 @@ async fn publish(
     advertise: Option<&str>,
     broker: &BrokerArgs,
 ) -> Result<(), String> {
+    let advertisement = advertise.map(|adv| message_arg("a", adv)).transpose()?;
+    let messages = publications.iter().map(|p| message_arg("p", p)).collect::<Result<Vec<_>, _>>()?;
     let client = broker.connect().await?;
-    if let Some(adv) = advertise {
-        client.send(&format!("a {adv}")).await.map_err(|e| format!("advertisement refused: {e}"))?;
+    if let Some(adv) = advertisement {
+        // Answered once settled: the publications below reach every subscription that
+        // existed before it.
+        client.request(adv).await.map_err(|e| format!("advertisement refused: {e}"))?;
     }
     let mut failed = 0;
-    for publication in publications {
-        match client.send(&format!("p {publication}")).await {
+    for message in messages {
+        match client.request(message).await {
             Ok(_) => {}
             Err(ClientError::Refused { message, .. }) => {
                 failed += 1;
