@@ -18,8 +18,6 @@
 //! - [`wire`]: [`Frame`]s and the length-prefixed bincode codec with hard limits.
 //! - [`limits`]: [`Limits`] on message size, composite depth and regex size.
 //! - [`error`]: [`InvalidMessage`] and [`ParseError`].
-//! - [`workflow`]: XML workflow definitions, calendars and run terms, and their
-//!   translation into subscriptions and advertisements.
 //!
 //! ```
 //! use padres_lang::{Publication, Subscription, matches};
@@ -44,7 +42,6 @@ pub mod semantics;
 pub mod subscription;
 pub mod value;
 pub mod wire;
-pub mod workflow;
 
 pub use composite::{CompositeOp, CompositeSubscription, Expr, Node};
 pub use error::{InvalidMessage, ParseError, ParseErrorKind};

@@ -1,4 +1,4 @@
-//! Workflows: XML application definitions, their calendars, and their translation into
+//! padres-workflow: XML application definitions, their calendars, and their translation into
 //! subscriptions and advertisements (DESIGN §8, the PADRES paper §4).
 //!
 //! - [`parse`]: [`parse_application`] reads and validates a definition, reporting every
@@ -11,7 +11,8 @@
 //! - [`translate`]: [`translate()`] an application into per-job dependency subscriptions and
 //!   advertisements, grouped into `agent_ctl` [`Envelope`]s.
 //!
-//! The format is documented in `docs/workflow-xml.md`.
+//! The format is documented in `docs/workflow-xml.md`. This crate depends on `padres-lang`
+//! only (no I/O): brokers never compile XML or calendars; the CLI and the agents do.
 
 pub mod calendar;
 pub mod duration;

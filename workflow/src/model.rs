@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::subscription::Subscription;
+use padres_lang::Subscription;
 
 use super::calendar::{Calendar, Schedule};
 

@@ -111,7 +111,7 @@ fn number(text: &str) -> Result<u32, String> {
 }
 
 fn is_name(text: &str) -> bool {
-    crate::name::is_identifier(text)
+    padres_lang::Name::new(text).is_ok()
 }
 
 /// Defaults that jobs inherit (`<defaults>`).
@@ -295,7 +295,7 @@ fn read_trigger<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>) 
             .map(|c| Trigger::Cron(Box::new(c))),
         (None, Some(_)) => r
             .parsed(node, "event", |s| {
-                s.parse().map_err(|e: crate::ParseError| format!("bad subscription: {e}"))
+                s.parse().map_err(|e: padres_lang::ParseError| format!("bad subscription: {e}"))
             })
             .map(Trigger::Event),
         _ => {

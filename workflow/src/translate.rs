@@ -24,12 +24,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::composite::{CompositeOp, CompositeSubscription};
-use crate::error::InvalidMessage;
-use crate::name::Name;
-use crate::publication::Publication;
-use crate::subscription::{Advertisement, Subscription};
-use crate::value::Value;
+use padres_lang::composite::{CompositeOp, CompositeSubscription};
+use padres_lang::{Advertisement, InvalidMessage, Name, Publication, Subscription, Value};
 
 use super::calendar::weekdays_text;
 use super::model::{Application, Dependency, Job, StatusCondition};

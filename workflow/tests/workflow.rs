@@ -5,12 +5,12 @@ use std::collections::HashMap;
 
 use chrono::NaiveDate;
 use padres_lang::semantics::composite::satisfied;
-use padres_lang::workflow::translate::deployment_messages;
-use padres_lang::workflow::{
+use padres_lang::{Message, Publication};
+use padres_workflow::translate::deployment_messages;
+use padres_workflow::{
     APPL_END, APPL_START, Application, Dependency, EnvelopeBody, RunTerm, StatusCondition, parse_application,
     translate,
 };
-use padres_lang::{Message, Publication};
 
 const PAYROLL: &str = include_str!("../../examples/payroll.xml");
 
