@@ -37,7 +37,7 @@ fn data_dir(test: &str, name: &str) -> PathBuf {
 
 /// Spawns a broker listening on `listen` and reads the address it prints.
 fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_padres-broker"));
+    let mut command = Command::new(padres_tests::binary("padres-broker"));
     command.args(["--listen", listen, "--data-dir"]).arg(dir).args(args);
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("broker starts");
     let stdout = child.stdout.take().expect("stdout");
@@ -531,7 +531,7 @@ async fn a_client_that_stops_reading_is_cut_off_with_a_reason() {
 /// Makes a CA in `dir` and issues a certificate for each of `brokers` into its data dir.
 fn federation(dir: &Path, test: &str, brokers: &[&str]) {
     let cert = |args: &[&str]| {
-        let status = Command::new(env!("CARGO_BIN_EXE_padres-broker"))
+        let status = Command::new(padres_tests::binary("padres-broker"))
             .arg("cert")
             .args(args)
             .stdout(Stdio::null())
@@ -583,7 +583,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
         &["--peer-cert".into(), fed_ca.clone(), "--neighbor".into(), link_to_b1.clone()],
     );
     // Z holds a certificate of the right CA, but issued for another name.
-    let status = Command::new(env!("CARGO_BIN_EXE_padres-broker"))
+    let status = Command::new(padres_tests::binary("padres-broker"))
         .args(["cert", "issue", "--ca"])
         .arg(&fed)
         .args(["--name", "Mallory", "--out"])
