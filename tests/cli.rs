@@ -1,8 +1,10 @@
 //! The real `padres` binary against a broker embedded in the test, on a loopback port
 //! chosen at run time.
 
+use std::io::BufRead as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use padres_broker::config::Config;
@@ -26,13 +28,19 @@ impl Drop for Broker {
 }
 
 fn start_broker() -> Broker {
+    start_named("B1", None)
+}
+
+/// Broker `name`, linked to `neighbour` if given (trusted through the local registry).
+fn start_named(name: &str, neighbour: Option<&Broker>) -> Broker {
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("padres-cli-test-{}-{n}", std::process::id()));
     let config = Config {
-        name: "B1".into(),
+        name: name.into(),
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: dir.clone(),
+        neighbors: neighbour.map(|b| vec![b.url.clone()]).unwrap_or_default(),
         ..Config::default()
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -57,10 +65,78 @@ fn padres(broker: &Broker, args: &[&str]) -> Command {
     command
 }
 
-fn finished(child: &Child) -> bool {
-    std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
-        .map(|stat| stat.split_whitespace().nth(2) == Some("Z"))
-        .unwrap_or(true)
+/// The lines a child writes, read by a thread so that a test can wait for each with a
+/// timeout instead of blocking for ever on a child that hangs.
+struct Lines(mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(reader: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(reader).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self(rx)
+    }
+
+    /// The next line, within ten seconds.
+    fn next(&self) -> String {
+        self.0.recv_timeout(Duration::from_secs(10)).expect("a line within 10 s")
+    }
+
+    /// The next line as JSON.
+    fn json(&self) -> serde_json::Value {
+        let line = self.next();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+    }
+}
+
+/// Waits up to ten seconds for `child` to exit.
+fn exit_status(child: &mut Child) -> std::process::ExitStatus {
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait().expect("waits") {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    panic!("the child did not exit within 10 s");
+}
+
+#[test]
+fn the_readme_recipe_delivers_every_matching_publication_with_no_retry() {
+    // B1 — B2; subscribe at B2, then advertise and publish at once at B1. The replies are
+    // settled, so nothing is lost and nothing needs repeating.
+    let b1 = start_named("B1", None);
+    let b2 = start_named("B2", Some(&b1));
+    assert!(padres(&b2, &["ping", "--wait", "5"]).status().expect("runs").success(), "ping");
+    let observer = || padres(&b2, &["broker", "stats", "--json"]).output().expect("runs");
+    for _ in 0..200 {
+        let stats: serde_json::Value = serde_json::from_slice(&observer().stdout).expect("json");
+        if stats["neighbours"].as_array().is_some_and(|n| n.len() == 1) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut sub = padres(&b2, &["sub", "[class,eq,'stock'],[price,>,100]", "--count", "2", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sub runs");
+    let out = Lines::of(sub.stdout.take().expect("stdout"));
+    let err = Lines::of(sub.stderr.take().expect("stderr"));
+    assert!(err.next().starts_with("subscribed as B2/"), "the subscription is in force");
+    let published = padres(&b1, &["pub", "--advertise", "[class,eq,'stock'],[price,isPresent,0]"])
+        .args(["[class,'stock'],[price,120]", "[class,'stock'],[price,50]", "[class,'stock'],[price,150.5]"])
+        .status()
+        .expect("pub runs");
+    assert!(published.success());
+    let prices: Vec<serde_json::Value> = (0..2).map(|_| out.json()["attrs"]["price"].clone()).collect();
+    assert_eq!(prices, [serde_json::json!(120), serde_json::json!(150.5)]);
+    assert!(exit_status(&mut sub).success());
 }
 
 #[test]
@@ -68,23 +144,20 @@ fn pub_sub_and_ping_against_a_broker() {
     let broker = start_broker();
     assert!(padres(&broker, &["ping", "--wait", "5"]).status().expect("runs").success(), "ping");
 
-    let sub = padres(&broker, &["sub", "[class,eq,'stock'],[price,>,100]", "--count", "1", "--json"])
+    let mut sub = padres(&broker, &["sub", "[class,eq,'stock'],[price,>,100]", "--count", "1", "--json"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("sub runs");
+    let out = Lines::of(sub.stdout.take().expect("stdout"));
+    let err = Lines::of(sub.stderr.take().expect("stderr"));
+    assert!(err.next().starts_with("subscribed as"), "the subscription is in force");
     let mut publish = padres(&broker, &["pub", "--advertise", "[class,eq,'stock'],[price,isPresent,0]"]);
     publish.args(["[class,'stock'],[price,50]", "[class,'stock'],[price,150]"]);
-    // The subscriber may subscribe after the first round: publish until it has its one.
-    for _ in 0..100 {
-        assert!(publish.status().expect("pub runs").success());
-        std::thread::sleep(Duration::from_millis(50));
-        if finished(&sub) {
-            break;
-        }
-    }
-    let out = sub.wait_with_output().expect("sub ends after one");
-    let line = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(publish.status().expect("pub runs").success());
+    let line = out.next();
     assert!(line.contains(r#""price":150"#) && line.contains(r#""type":"notification""#), "{line}");
+    assert!(exit_status(&mut sub).success(), "sub ends after one");
 
     let out = padres(&broker, &["pub", "[class,'bond'],[price,1]"]).output().expect("runs");
     assert_eq!(out.status.code(), Some(1));
@@ -97,12 +170,6 @@ fn padres_local(broker: &Broker, args: &[&str]) -> Command {
     command
 }
 
-fn json_line(reader: &mut impl std::io::BufRead) -> serde_json::Value {
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("reads a line");
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
-}
-
 #[test]
 fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
     use std::io::Write as _;
@@ -113,10 +180,10 @@ fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
         .spawn()
         .expect("session runs");
     let mut input = session.stdin.take().expect("stdin");
-    let mut output = std::io::BufReader::new(session.stdout.take().expect("stdout"));
+    let output = Lines::of(session.stdout.take().expect("stdout"));
 
     writeln!(input, "# subscribe first\ns [class,eq,'stock'],[price,>,100]").expect("written");
-    let reply = json_line(&mut output);
+    let reply = output.json();
     assert_eq!(
         (reply["type"].as_str(), reply["op"].as_str(), reply["line"].as_u64()),
         (Some("reply"), Some("s"), Some(2))
@@ -124,13 +191,13 @@ fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
     let id = reply["id"].as_str().expect("an id").to_owned();
 
     writeln!(input, "s [class,eq\np [class,'bond'],[price,1]").expect("written");
-    let unparsable = json_line(&mut output);
+    let unparsable = output.json();
     assert_eq!(
         (unparsable["type"].as_str(), unparsable["line"].as_u64()),
         (Some("error"), Some(3)),
         "{unparsable}"
     );
-    let unadvertised = json_line(&mut output);
+    let unadvertised = output.json();
     assert_eq!(unadvertised["type"], "error");
     assert!(
         unadvertised["message"].as_str().is_some_and(|m| m.contains("advertise first")),
@@ -147,7 +214,7 @@ fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
             .success()
     );
     writeln!(input, "sleep 2000").expect("written");
-    let notification = json_line(&mut output);
+    let notification = output.json();
     assert_eq!(notification["type"], "notification", "{notification}");
     assert_eq!(notification["sub"], id.as_str());
     assert_eq!(notification["attrs"]["price"], 150);
@@ -160,9 +227,9 @@ fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
     assert_eq!(routes["prt"][0]["id"], id.as_str());
 
     writeln!(input, "unsub {id}\nquit").expect("written");
-    let unsub = json_line(&mut output);
+    let unsub = output.json();
     assert_eq!((unsub["type"].as_str(), unsub["op"].as_str()), (Some("reply"), Some("unsub")), "{unsub}");
-    assert!(session.wait().expect("session ends").success());
+    assert!(exit_status(&mut session).success(), "session ends");
 
     let stats = padres_local(&broker, &["broker", "stats"]).output().expect("runs");
     let text = String::from_utf8_lossy(&stats.stdout);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use padres_lang::workflow::{EnvelopeBody, parse_application, translate};
+use padres_workflow::{EnvelopeBody, parse_application, translate};
 
 fuzz_target!(|text: &str| {
     let Ok(app) = parse_application(text) else { return };

@@ -228,6 +228,8 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     broker_messages_in: n / 17,
                     broker_messages_out: n / 19,
                     slow_clients_dropped: n / 23,
+                    links_refused: n / 29,
+                    links_cut: n / 31,
                 }),
             }
         ),

@@ -119,6 +119,8 @@ fn samples() -> Vec<Frame> {
                 broker_messages_in: 9,
                 broker_messages_out: 10,
                 slow_clients_dropped: 11,
+                links_refused: 12,
+                links_cut: 13,
             }),
         },
         Frame::Report {
@@ -183,7 +185,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
     ("Query/Routes", "000000040902010a"),
-    ("Report/Stats", "000000150a0100024231010203010242320405060708090a0b"),
+    ("Report/Stats", "000000170a0100024231010203010242320405060708090a0b0c0d"),
     (
         "Report/Routes",
         "000000320a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b65722042320102423301",

@@ -27,6 +27,7 @@ pub(super) async fn connection(
         Role::Broker => {
             if let Some(why) = refusal(&connection, &name, limits) {
                 tracing::warn!(peer = %name, %why, "broker refused");
+                let _ = events.send(Event::LinkRefused).await;
                 handshake::refuse(send, ErrorCode::Forbidden, why.clone(), limits.max_frame).await;
                 return Err(ConnectionError::Forbidden(why));
             }

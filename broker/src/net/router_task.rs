@@ -66,6 +66,8 @@ pub(super) enum Event {
         code: CloseCode,
     },
     DialFailed(Target),
+    /// A broker was refused at the hello.
+    LinkRefused,
     /// Close every link and client queue, then stop.
     Shutdown,
 }
@@ -79,6 +81,8 @@ struct Counters {
     broker_messages_in: u64,
     broker_messages_out: u64,
     slow_clients_dropped: u64,
+    links_refused: u64,
+    links_cut: u64,
 }
 
 #[derive(Debug)]
@@ -253,6 +257,7 @@ impl RouterTask {
                 self.policy.handle_dial_failed(now, target);
                 self.apply_link_actions(now);
             }
+            Event::LinkRefused => self.counters.links_refused += 1,
             Event::Shutdown => {}
         }
     }
@@ -269,6 +274,7 @@ impl RouterTask {
                     let Some(handle) = self.links.remove(&link) else { continue };
                     tracing::info!(%peer, link, ?code, "closing neighbour link");
                     if code == CloseCode::TooSlow {
+                        self.counters.links_cut += 1;
                         // Its queue will not drain: close at once.
                         handle.connection.close(code.to_quic().into(), b"link too slow");
                     } else {
@@ -313,6 +319,8 @@ impl RouterTask {
             broker_messages_in: counters.broker_messages_in,
             broker_messages_out: counters.broker_messages_out,
             slow_clients_dropped: counters.slow_clients_dropped,
+            links_refused: counters.links_refused,
+            links_cut: counters.links_cut,
         }
     }
 

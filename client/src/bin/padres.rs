@@ -373,6 +373,8 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("broker messages in   {}", stats.broker_messages_in);
                 out!("broker messages out  {}", stats.broker_messages_out);
                 out!("slow clients dropped {}", stats.slow_clients_dropped);
+                out!("broker links refused {}", stats.links_refused);
+                out!("broker links cut (too slow) {}", stats.links_cut);
             }
         }
         BrokerCommand::Routes { limit, json, broker } => {

@@ -335,6 +335,11 @@ pub struct BrokerStats {
     pub broker_messages_out: u64,
     /// Clients cut off because they did not read their notifications.
     pub slow_clients_dropped: u64,
+    /// Brokers refused at the hello (no certificate from the federation CA, or one for
+    /// another name).
+    pub links_refused: u64,
+    /// Neighbour links cut because they did not keep up.
+    pub links_cut: u64,
 }
 
 /// One row of a routing table, as text.
