@@ -8,18 +8,12 @@ use std::sync::Arc;
 use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 use padres_lang::{Advertisement, Publication, Subscription, matches, overlaps};
 
-/// Deterministic generator (xorshift64*), so every failure replays from its seed.
-struct Rng(u64);
+/// Seeded, so every failure replays from its seed.
+struct Rng(fastrand::Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.usize(..n)
     }
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
@@ -175,7 +169,7 @@ fn check(seed: u64, index: &SubscriptionIndex<u32>, live: &Live, p: &Publication
 /// Runs one seed: `rounds` of random inserts and removes, each followed by `per_round`
 /// publications. Returns the number of publications checked.
 fn run(seed: u64, shape: Shape, rounds: usize, grow_to: usize, per_round: usize) -> usize {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
     let mut index = SubscriptionIndex::new();
     let mut live: Live = Vec::new();
     let mut next_key = 0_u32;
@@ -233,7 +227,7 @@ fn index_agrees_with_reference_semantics() {
 const INTERVALS: Shape = Shape { attrs: &ATTRS, intervals: 90, inserts: 60 };
 
 fn overlaps_agree(seed: u64, shape: Shape, n: usize) -> usize {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
     let mut subs = SubscriptionIndex::new();
     let mut advs = AdvertisementIndex::new();
     let all_subs: Vec<Arc<Subscription>> = (0..n).map(|_| Arc::new(subscription(&mut rng, shape))).collect();

@@ -16,17 +16,15 @@ use padres_lang::wire::ErrorCode;
 use padres_lang::{Advertisement, MessageId, Publication, Subscription, conforms, matches};
 use sim::Sim;
 
-struct Rng(u64);
+/// Seeded, so every failure replays from its seed (`SIM_SEED=N`).
+struct Rng(fastrand::Rng);
 
 impl Rng {
     fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        Self(fastrand::Rng::with_seed(seed))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+        self.0.u64(..n)
     }
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]

@@ -24,8 +24,7 @@ pub fn notification(subs: &[MessageId], publication: &Publication) -> String {
     let first = ids.first().cloned().unwrap_or_default();
     let mut object = json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attrs });
     if let Some(payload) = publication.payload() {
-        let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
-        object["payload_hex"] = json!(hex);
+        object["payload_hex"] = json!(hex::encode(payload));
     }
     object.to_string()
 }

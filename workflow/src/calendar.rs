@@ -16,15 +16,15 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
-use chrono::{Datelike, Days, NaiveDate, Weekday};
+use chrono::{Datelike, Days, NaiveDate, Weekday, WeekdaySet};
 
 /// Working weekdays and holidays.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Calendar {
     /// The calendar's name.
     pub name: String,
-    /// Working weekdays, Monday first.
-    pub workdays: [bool; 7],
+    /// Working weekdays.
+    pub workdays: WeekdaySet,
     /// Dates that are not worked.
     pub holidays: BTreeSet<NaiveDate>,
 }
@@ -34,14 +34,16 @@ impl Default for Calendar {
     fn default() -> Self {
         Self {
             name: "default".to_owned(),
-            workdays: [true, true, true, true, true, false, false],
+            workdays: WeekdaySet::from_array([
+                Weekday::Mon,
+                Weekday::Tue,
+                Weekday::Wed,
+                Weekday::Thu,
+                Weekday::Fri,
+            ]),
             holidays: BTreeSet::new(),
         }
     }
-}
-
-fn index(day: Weekday) -> usize {
-    day.num_days_from_monday() as usize
 }
 
 impl Calendar {
@@ -52,7 +54,7 @@ impl Calendar {
 
     /// True if `date` is a working weekday and not a holiday.
     pub fn is_workday(&self, date: NaiveDate) -> bool {
-        self.workdays[index(date.weekday())] && !self.is_holiday(date)
+        self.workdays.contains(date.weekday()) && !self.is_holiday(date)
     }
 }
 
@@ -66,31 +68,34 @@ const DAY_NAMES: [(&str, &str); 7] = [
     ("sun", "sunday"),
 ];
 
-fn day_index(word: &str) -> Option<usize> {
+fn weekday(word: &str) -> Option<Weekday> {
     let word = word.trim().to_ascii_lowercase();
-    DAY_NAMES.iter().position(|(short, long)| word == *short || word == *long)
+    let index = DAY_NAMES.iter().position(|(short, long)| word == *short || word == *long)?;
+    Weekday::try_from(u8::try_from(index).ok()?).ok()
 }
 
 /// Parses weekdays: names (`mon` or `monday`), lists (`mon,wed,fri`) and ranges
-/// (`mon-fri`, `sat-sun`); Monday first in the result.
-pub fn parse_weekdays(text: &str) -> Result<[bool; 7], String> {
-    let mut days = [false; 7];
+/// (`mon-fri`, `sat-sun`).
+pub fn parse_weekdays(text: &str) -> Result<WeekdaySet, String> {
+    let mut days = WeekdaySet::EMPTY;
     for part in text.split(',') {
         let bad = || format!("'{part}' is not a weekday, a list or a range of them (e.g. mon-fri)");
         match part.split_once('-') {
             Some((from, to)) => {
-                let (from, to) = (day_index(from).ok_or_else(bad)?, day_index(to).ok_or_else(bad)?);
+                let (from, to) = (weekday(from).ok_or_else(bad)?, weekday(to).ok_or_else(bad)?);
                 // A range may wrap round the week (fri-mon).
                 let mut d = from;
                 loop {
-                    days[d] = true;
+                    days.insert(d);
                     if d == to {
                         break;
                     }
-                    d = (d + 1) % 7;
+                    d = d.succ();
                 }
             }
-            None => days[day_index(part).ok_or_else(bad)?] = true,
+            None => {
+                days.insert(weekday(part).ok_or_else(bad)?);
+            }
         }
     }
     Ok(days)
@@ -105,8 +110,8 @@ pub enum RunTerm {
     Workdays,
     /// The calendar's non-working weekdays.
     Weekends,
-    /// These weekdays, Monday first.
-    Days([bool; 7]),
+    /// These weekdays.
+    Days(WeekdaySet),
     /// The first workday (holidays counted out) of each month.
     FirstWorkdayOfMonth,
     /// The last workday (holidays counted out) of each month.
@@ -170,7 +175,7 @@ impl std::fmt::Display for RunTerm {
             Self::Daily => f.write_str("daily"),
             Self::Workdays => f.write_str("workdays"),
             Self::Weekends => f.write_str("weekends"),
-            Self::Days(days) => f.write_str(&weekdays_text(days)),
+            Self::Days(days) => f.write_str(&weekdays_text(*days)),
             Self::FirstWorkdayOfMonth => f.write_str("first-workday-of-month"),
             Self::LastWorkdayOfMonth => f.write_str("last-workday-of-month"),
             Self::DayOfMonth(d) => write!(f, "day-{d}"),
@@ -181,9 +186,9 @@ impl std::fmt::Display for RunTerm {
 }
 
 /// Weekdays as a list of short names, Monday first (`mon,wed,fri`).
-pub fn weekdays_text(days: &[bool; 7]) -> String {
+pub fn weekdays_text(days: WeekdaySet) -> String {
     let names: Vec<&str> =
-        DAY_NAMES.iter().zip(days).filter(|(_, on)| **on).map(|((short, _), _)| *short).collect();
+        days.iter(Weekday::Mon).map(|d| DAY_NAMES[d.num_days_from_monday() as usize].0).collect();
     names.join(",")
 }
 
@@ -192,9 +197,9 @@ impl RunTerm {
     pub fn selects(&self, date: NaiveDate, calendar: &Calendar) -> bool {
         match self {
             Self::Daily => true,
-            Self::Workdays => calendar.workdays[index(date.weekday())],
-            Self::Weekends => !calendar.workdays[index(date.weekday())],
-            Self::Days(days) => days[index(date.weekday())],
+            Self::Workdays => calendar.workdays.contains(date.weekday()),
+            Self::Weekends => !calendar.workdays.contains(date.weekday()),
+            Self::Days(days) => days.contains(date.weekday()),
             Self::FirstWorkdayOfMonth => {
                 calendar.is_workday(date)
                     && (1..date.day()).all(|d| date.with_day(d).is_none_or(|e| !calendar.is_workday(e)))
@@ -425,6 +430,9 @@ mod tests {
             assert!(bad.parse::<RunTerm>().is_err(), "{bad}");
         }
         assert!("weekly".parse::<RunTerm>().is_err_and(|e| e.contains("first-workday-of-month")));
-        assert!(parse_weekdays("mon-fri").is_ok_and(|d| d == [true, true, true, true, true, false, false]));
+        let weekdays =
+            WeekdaySet::from_array([Weekday::Mon, Weekday::Tue, Weekday::Wed, Weekday::Thu, Weekday::Fri]);
+        assert_eq!(parse_weekdays("mon-fri"), Ok(weekdays));
+        assert_eq!(parse_weekdays("fri-mon").map(weekdays_text).as_deref(), Ok("mon,fri,sat,sun"));
     }
 }

@@ -294,7 +294,7 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
     for job in &jobs {
         by_agent.entry(job.agent.as_str()).or_default().push(job.clone());
     }
-    let workdays = weekdays_text(&app.calendar.workdays);
+    let workdays = weekdays_text(app.calendar.workdays);
     let holidays: Vec<String> = app.calendar.holidays.iter().map(ToString::to_string).collect();
     let envelopes = by_agent
         .into_iter()
