@@ -40,7 +40,7 @@ fn start_named(name: &str, neighbour: Option<&Broker>) -> Broker {
         name: name.into(),
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: dir.clone(),
-        neighbors: neighbour.map(|b| vec![b.url.clone()]).unwrap_or_default(),
+        neighbours: neighbour.map(|b| vec![b.url.clone()]).unwrap_or_default(),
         ..Config::default()
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");

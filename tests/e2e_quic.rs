@@ -64,19 +64,19 @@ fn start_broker(name: &str, test: &str) -> Broker {
     start_with(name, test, &[])
 }
 
-/// Flags that make a broker dial `neighbor`, trusting its certificate.
+/// Flags that make a broker dial `neighbour`, trusting its certificate.
 fn neighbour_of(n: &Broker) -> Vec<String> {
     vec![
-        "--neighbor".into(),
+        "--neighbour".into(),
         format!("quic://{}", n.addr),
         "--peer-cert".into(),
         n.dir.join("cert.pem").display().to_string(),
     ]
 }
 
-/// A broker that dials `neighbor` (trusting its certificate), if given.
-fn start_linked_broker(name: &str, test: &str, neighbor: Option<&Broker>) -> Broker {
-    start_with(name, test, &neighbor.map(neighbour_of).unwrap_or_default())
+/// A broker that dials `neighbour` (trusting its certificate), if given.
+fn start_linked_broker(name: &str, test: &str, neighbour: Option<&Broker>) -> Broker {
+    start_with(name, test, &neighbour.map(neighbour_of).unwrap_or_default())
 }
 
 impl Broker {
@@ -574,7 +574,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     let b2 = start_with(
         "B2",
         test,
-        &["--federation-ca".into(), fed_ca.clone(), "--neighbor".into(), link_to_b1.clone()],
+        &["--federation-ca".into(), fed_ca.clone(), "--neighbour".into(), link_to_b1.clone()],
     );
     // X's certificate comes from another CA; X trusts B1's CA, so only B1 can say no.
     let x = start_with(
@@ -585,7 +585,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
             other_ca,
             "--peer-cert".into(),
             fed_ca.clone(),
-            "--neighbor".into(),
+            "--neighbour".into(),
             link_to_b1.clone(),
         ],
     );
@@ -593,7 +593,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     let y = start_with(
         "Y",
         test,
-        &["--peer-cert".into(), fed_ca.clone(), "--neighbor".into(), link_to_b1.clone()],
+        &["--peer-cert".into(), fed_ca.clone(), "--neighbour".into(), link_to_b1.clone()],
     );
     // Z holds a certificate of the right CA, but issued for another name.
     let status = Command::new(padres_tests::binary("padres-broker"))
@@ -605,7 +605,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
         .status()
         .expect("runs");
     assert!(status.success());
-    let _z = start_with("Z", test, &["--federation-ca".into(), fed_ca, "--neighbor".into(), link_to_b1]);
+    let _z = start_with("Z", test, &["--federation-ca".into(), fed_ca, "--neighbour".into(), link_to_b1]);
 
     let observer = Client::connect(b1.addr, "localhost", &fed.join("ca.pem"), "observer")
         .await

@@ -145,12 +145,12 @@ fn publication(class: &str, key: &str, key_value: Value, n: usize, epoch: Instan
     .with_payload(vec![0x5a_u8; 100])
 }
 
-async fn start_broker(name: &str, root: &std::path::Path, neighbor: Option<SocketAddr>) -> SocketAddr {
+async fn start_broker(name: &str, root: &std::path::Path, neighbour: Option<SocketAddr>) -> SocketAddr {
     let config = Config {
         name: name.to_owned(),
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: root.join(name),
-        neighbors: neighbor.map(|a| format!("quic://{a}")).into_iter().collect(),
+        neighbours: neighbour.map(|a| format!("quic://{a}")).into_iter().collect(),
         ..Config::default()
     };
     let (bound, addr) = tokio::sync::oneshot::channel();

@@ -52,13 +52,13 @@ impl Quotes {
 async fn start_broker(
     name: &str,
     root: &std::path::Path,
-    neighbor: Option<SocketAddr>,
+    neighbour: Option<SocketAddr>,
 ) -> Result<SocketAddr, Box<dyn Error>> {
     let config = Config {
         name: name.to_owned(),
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: root.join(name),
-        neighbors: neighbor.map(|a| format!("quic://{a}")).into_iter().collect(),
+        neighbours: neighbour.map(|a| format!("quic://{a}")).into_iter().collect(),
         ..Config::default()
     };
     let (bound, addr) = tokio::sync::oneshot::channel();

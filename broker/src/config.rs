@@ -69,8 +69,9 @@ pub struct Config {
     pub name: String,
     /// Address and UDP port to listen on for QUIC.
     pub listen: SocketAddr,
-    /// Neighbour brokers to connect to, as `quic://HOST:PORT`.
-    pub neighbors: Vec<String>,
+    /// Neighbour brokers to connect to, as `quic://HOST:PORT` (`neighbors` is read too).
+    #[serde(alias = "neighbors")]
+    pub neighbours: Vec<String>,
     /// Certificates (PEM) trusted when connecting to neighbours, e.g. their `cert.pem`.
     pub peer_certs: Vec<PathBuf>,
     /// The federation's CA certificate (PEM). When set, links between brokers use mutual
@@ -96,7 +97,7 @@ impl Default for Config {
         Self {
             name: "broker".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
-            neighbors: Vec::new(),
+            neighbours: Vec::new(),
             peer_certs: Vec::new(),
             federation_ca: None,
             insecure: false,
@@ -133,9 +134,21 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// What a valid [`Config`] says, in the types the broker runs with ([`Config::validate`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settings {
+    /// The broker's name.
+    pub name: Name,
+    /// The neighbours to dial, parsed.
+    pub neighbours: Vec<NeighbourAddr>,
+    /// The router's options (the shell sets the incarnation).
+    pub router: Options,
+}
+
 /// A neighbour's address, from `quic://HOST:PORT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NeighborAddr {
+pub struct NeighbourAddr {
     /// Host name or IP address.
     pub host: String,
     /// UDP port.
@@ -143,9 +156,9 @@ pub struct NeighborAddr {
 }
 
 /// Parses `quic://HOST:PORT` (IPv6 hosts in brackets).
-pub fn parse_neighbor(uri: &str) -> Result<NeighborAddr, ConfigError> {
+pub fn parse_neighbour(uri: &str) -> Result<NeighbourAddr, ConfigError> {
     let bad =
-        |why: &str| ConfigError::Invalid(format!("neighbor '{uri}': {why} (expected quic://HOST:PORT)"));
+        |why: &str| ConfigError::Invalid(format!("neighbour '{uri}': {why} (expected quic://HOST:PORT)"));
     let rest = uri.strip_prefix("quic://").ok_or_else(|| bad("missing quic:// scheme"))?;
     let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("missing :PORT"))?;
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
@@ -156,7 +169,7 @@ pub fn parse_neighbor(uri: &str) -> Result<NeighborAddr, ConfigError> {
     if port == 0 {
         return Err(bad("port must be a number from 1 to 65535"));
     }
-    Ok(NeighborAddr { host: host.to_owned(), port })
+    Ok(NeighbourAddr { host: host.to_owned(), port })
 }
 
 impl Config {
@@ -172,12 +185,11 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every value; the first problem found is reported.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        Name::new(&self.name).map_err(|e| ConfigError::Invalid(format!("name: {e}")))?;
-        for n in &self.neighbors {
-            parse_neighbor(n)?;
-        }
+    /// Checks every value once, and returns those the broker runs with in their own
+    /// types; the first problem found is reported.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let name = Name::new(&self.name).map_err(|e| ConfigError::Invalid(format!("name: {e}")))?;
+        let neighbours = self.neighbours.iter().map(|n| parse_neighbour(n)).collect::<Result<Vec<_>, _>>()?;
         let l = &self.limits;
         let ceiling = padres_lang::wire::codec::MAX_FRAME_CEILING;
         if l.max_frame_bytes < 1024 || l.max_frame_bytes > ceiling {
@@ -194,17 +206,13 @@ impl Config {
                 return Err(ConfigError::Invalid(format!("{name} must be at least 1")));
             }
         }
-        Ok(())
-    }
-
-    /// The router options this configuration asks for.
-    pub fn router_options(&self) -> Options {
-        Options {
+        let router = Options {
             covering: self.covering.into(),
             cycles: self.cycles,
             incarnation: 0,
             max_subscriptions_per_client: Some(self.limits.max_subscriptions_per_client),
-        }
+        };
+        Ok(Settings { name, neighbours, router })
     }
 
     /// The configuration as a commented TOML file (what `padres-broker config` prints).
@@ -222,7 +230,7 @@ impl Config {
         let _ = writeln!(out, "# Address and UDP port to listen on for QUIC.");
         let _ = writeln!(out, "listen = {}\n", value(&self.listen.to_string()));
         let _ = writeln!(out, "# Neighbour brokers to connect to, as \"quic://HOST:PORT\".");
-        let _ = writeln!(out, "neighbors = {}\n", list(&self.neighbors));
+        let _ = writeln!(out, "neighbours = {}\n", list(&self.neighbours));
         let _ =
             writeln!(out, "# Certificates (PEM) trusted when connecting to neighbours, e.g. their cert.pem.");
         let certs: Vec<String> = self.peer_certs.iter().map(|p| p.display().to_string()).collect();
@@ -284,7 +292,7 @@ mod tests {
         back.validate().expect("defaults are valid");
         let custom = Config {
             name: "B7".into(),
-            neighbors: vec!["quic://10.0.0.2:7700".into(), "quic://[::1]:7701".into()],
+            neighbours: vec!["quic://10.0.0.2:7700".into(), "quic://[::1]:7701".into()],
             covering: CoveringMode::Active,
             federation_ca: Some("fed/ca.pem".into()),
             ..Config::default()
@@ -297,7 +305,9 @@ mod tests {
     fn bad_values_are_named() {
         let err = |c: Config| c.validate().expect_err("invalid").to_string();
         assert!(err(Config { name: "no spaces".into(), ..Config::default() }).contains("name:"));
-        assert!(err(Config { neighbors: vec!["tcp://x:1".into()], ..Config::default() }).contains("quic://"));
+        assert!(
+            err(Config { neighbours: vec!["tcp://x:1".into()], ..Config::default() }).contains("quic://")
+        );
         // Covering and cycles go together.
         assert!(
             Config { covering: CoveringMode::Active, cycles: true, ..Config::default() }.validate().is_ok()
@@ -309,14 +319,17 @@ mod tests {
     }
 
     #[test]
-    fn neighbor_uris() {
+    fn neighbour_uris() {
         assert_eq!(
-            parse_neighbor("quic://b2.example:7700").ok(),
-            Some(NeighborAddr { host: "b2.example".into(), port: 7700 })
+            parse_neighbour("quic://b2.example:7700").ok(),
+            Some(NeighbourAddr { host: "b2.example".into(), port: 7700 })
         );
-        assert_eq!(parse_neighbor("quic://[::1]:9").ok(), Some(NeighborAddr { host: "::1".into(), port: 9 }));
+        assert_eq!(
+            parse_neighbour("quic://[::1]:9").ok(),
+            Some(NeighbourAddr { host: "::1".into(), port: 9 })
+        );
         for bad in ["b2:7700", "quic://:7700", "quic://b2", "quic://b2:0", "quic://b2:99999"] {
-            assert!(parse_neighbor(bad).is_err(), "{bad}");
+            assert!(parse_neighbour(bad).is_err(), "{bad}");
         }
     }
 }

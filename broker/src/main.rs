@@ -2,7 +2,7 @@
 //!
 //! `padres-broker config` prints every option with its default; a run reads `--config
 //! FILE` and flags, validates them, and serves clients over QUIC until Ctrl-C or SIGTERM.
-//! Neighbours in `neighbors` are dialled (trusting `peer_certs`) and redialled when a link
+//! Neighbours in `neighbours` are dialled (trusting `peer_certs`) and redialled when a link
 //! drops.
 
 use std::net::SocketAddr;
@@ -96,8 +96,8 @@ struct Overrides {
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     listen: Option<SocketAddr>,
     /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
-    #[arg(long = "neighbor", value_name = "URI", global = true)]
-    neighbors: Vec<String>,
+    #[arg(long = "neighbour", visible_alias = "neighbor", value_name = "URI", global = true)]
+    neighbours: Vec<String>,
     /// A certificate (PEM) to trust when connecting to neighbours (repeat for several;
     /// replaces the file's list).
     #[arg(long = "peer-cert", value_name = "FILE", global = true)]
@@ -153,8 +153,8 @@ impl Overrides {
         if let Some(listen) = self.listen {
             config.listen = listen;
         }
-        if !self.neighbors.is_empty() {
-            config.neighbors.clone_from(&self.neighbors);
+        if !self.neighbours.is_empty() {
+            config.neighbours.clone_from(&self.neighbours);
         }
         if !self.peer_certs.is_empty() {
             config.peer_certs.clone_from(&self.peer_certs);

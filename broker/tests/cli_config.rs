@@ -22,7 +22,7 @@ fn config_prints_defaults_that_read_back() {
 
     // Flags win over the file, and the result prints back.
     let path = file.to_str().expect("utf-8 path");
-    let out = broker(&["config", "--config", path, "--name", "B2", "--neighbor", "quic://127.0.0.1:7701"]);
+    let out = broker(&["config", "--config", path, "--name", "B2", "--neighbour", "quic://127.0.0.1:7701"]);
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert!(text.contains("name = \"B2\"") && text.contains("quic://127.0.0.1:7701"), "{text}");
     std::fs::remove_dir_all(&dir).ok();
@@ -34,7 +34,7 @@ fn bad_configuration_is_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).expect("utf-8");
     assert!(err.contains("name:"), "{err}");
-    let out = broker(&["--neighbor", "tcp://x:1"]);
+    let out = broker(&["--neighbour", "tcp://x:1"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("quic://HOST:PORT"));
 }

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::router_task::{Event, LinkHandle};
 use super::write::write_batch;
 use super::{ConnectionError, tls};
-use crate::config::NeighborAddr;
+use crate::config::NeighbourAddr;
 use crate::links::{LinkId, Target};
 
 /// Numbers links for the whole process, so two links to one peer are told apart.
@@ -27,7 +27,7 @@ static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 pub(super) struct Dialer {
     pub(super) endpoint: quinn::Endpoint,
     pub(super) tls: tls::Dialer,
-    pub(super) targets: Vec<NeighborAddr>,
+    pub(super) targets: Vec<NeighbourAddr>,
     pub(super) me: Name,
     pub(super) max_frame: usize,
 }
@@ -50,15 +50,15 @@ impl Dialer {
         }
     }
 
-    async fn open(&self, neighbor: &NeighborAddr, target: Target) -> Result<Open, ConnectionError> {
-        let resolve = |why: String| ConnectionError::Resolve { host: neighbor.host.clone(), why };
-        let addr = tokio::net::lookup_host((neighbor.host.as_str(), neighbor.port))
+    async fn open(&self, neighbour: &NeighbourAddr, target: Target) -> Result<Open, ConnectionError> {
+        let resolve = |why: String| ConnectionError::Resolve { host: neighbour.host.clone(), why };
+        let addr = tokio::net::lookup_host((neighbour.host.as_str(), neighbour.port))
             .await
             .map_err(|e| resolve(e.to_string()))?
             .next()
             .ok_or_else(|| resolve("no address".to_owned()))?;
         let config = self.tls.client_config(addr)?;
-        let connection = self.endpoint.connect_with(config, addr, &neighbor.host)?.await?;
+        let connection = self.endpoint.connect_with(config, addr, &neighbour.host)?.await?;
         let (mut send, mut recv) = connection.open_bi().await?;
         let mut reader = FrameReader::new(self.max_frame);
         let hello = handshake::hello(
@@ -74,7 +74,7 @@ impl Dialer {
             Ok(peer) => peer,
             Err(error) => {
                 if let padres_transport::HandshakeError::Refused { code, message } = &error {
-                    tracing::warn!(host = %neighbor.host, port = neighbor.port, ?code, %message, "neighbour refused the link");
+                    tracing::warn!(host = %neighbour.host, port = neighbour.port, ?code, %message, "neighbour refused the link");
                 }
                 return Err(error.into());
             }

@@ -50,7 +50,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
-use crate::router::{ClientId, Router};
+use crate::router::{ClientId, Options, Router};
 
 /// Why the broker could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -147,14 +147,8 @@ pub async fn serve_until(
     bound: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    config.validate()?;
-    let invalid = |why: String| ServeError::Config(crate::config::ConfigError::Invalid(why));
-    let name = Name::new(&config.name).map_err(|e| invalid(format!("name: {e}")))?;
-    let neighbours = config
-        .neighbors
-        .iter()
-        .map(|uri| crate::config::parse_neighbor(uri))
-        .collect::<Result<Vec<_>, _>>()?;
+    let settings = config.validate()?;
+    let name = settings.name.clone();
     let identity = cert::identity(&config)?;
     let fed_ca = config.federation_ca.clone().map(|ca| vec![ca]);
     let server_config = padres_transport::tls::server_config(&identity.tls, fed_ca.as_deref())?;
@@ -164,8 +158,7 @@ pub async fn serve_until(
         padres_transport::tls::server_endpoint(socket, server_config, &identity.tls).map_err(listen_error)?;
     let addr = endpoint.local_addr().map_err(listen_error)?;
     let incarnation = cert::next_incarnation(&config.data_dir)?;
-    let mut options = config.router_options();
-    options.incarnation = incarnation;
+    let options = Options { incarnation, ..settings.router };
     let router = Router::with_options(name.clone(), options);
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
         Ok(_) => true,
@@ -179,7 +172,7 @@ pub async fn serve_until(
     if let Some(bound) = bound {
         let _ = bound.send(addr);
     }
-    if config.insecure && !config.neighbors.is_empty() {
+    if config.insecure && !config.neighbours.is_empty() {
         tracing::warn!("INSECURE: neighbours' certificates are not verified; anyone can pose as a neighbour");
         eprintln!(
             "padres-broker: WARNING: --insecure: neighbour certificates are NOT verified (development only)"
@@ -197,7 +190,7 @@ pub async fn serve_until(
     let dialer = link::Dialer {
         endpoint: endpoint.clone(),
         tls: tls::Dialer::new(&config, &identity.tls),
-        targets: neighbours,
+        targets: settings.neighbours,
         me: name.clone(),
         max_frame: limits.max_frame,
     };
