@@ -106,6 +106,22 @@ fn exit_status(child: &mut Child) -> std::process::ExitStatus {
     panic!("the child did not exit within 10 s");
 }
 
+/// `padres sub SUBSCRIPTION --count COUNT --json` at `broker`, once its subscription is
+/// in force (it says so on stderr after the broker's settled reply); its stdout lines.
+fn subscribed(broker: &Broker, subscription: &str, count: u32) -> (Child, Lines) {
+    let count = count.to_string();
+    let mut sub = padres(broker, &["sub", subscription, "--count", &count, "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sub runs");
+    let out = Lines::of(sub.stdout.take().expect("stdout"));
+    let err = Lines::of(sub.stderr.take().expect("stderr"));
+    let said = err.next();
+    assert!(said.starts_with("subscribed as"), "the subscription is in force: {said}");
+    (sub, out)
+}
+
 #[test]
 fn the_readme_recipe_delivers_every_matching_publication_with_no_retry() {
     // B1 — B2; subscribe at B2, then advertise and publish at once at B1. The replies are
@@ -121,14 +137,7 @@ fn the_readme_recipe_delivers_every_matching_publication_with_no_retry() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut sub = padres(&b2, &["sub", "[class,eq,'stock'],[price,>,100]", "--count", "2", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sub runs");
-    let out = Lines::of(sub.stdout.take().expect("stdout"));
-    let err = Lines::of(sub.stderr.take().expect("stderr"));
-    assert!(err.next().starts_with("subscribed as B2/"), "the subscription is in force");
+    let (mut sub, out) = subscribed(&b2, "[class,eq,'stock'],[price,>,100]", 2);
     let published = padres(&b1, &["pub", "--advertise", "[class,eq,'stock'],[price,isPresent,0]"])
         .args(["[class,'stock'],[price,120]", "[class,'stock'],[price,50]", "[class,'stock'],[price,150.5]"])
         .status()
@@ -144,14 +153,7 @@ fn pub_sub_and_ping_against_a_broker() {
     let broker = start_broker();
     assert!(padres(&broker, &["ping", "--wait", "5"]).status().expect("runs").success(), "ping");
 
-    let mut sub = padres(&broker, &["sub", "[class,eq,'stock'],[price,>,100]", "--count", "1", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sub runs");
-    let out = Lines::of(sub.stdout.take().expect("stdout"));
-    let err = Lines::of(sub.stderr.take().expect("stderr"));
-    assert!(err.next().starts_with("subscribed as"), "the subscription is in force");
+    let (mut sub, out) = subscribed(&broker, "[class,eq,'stock'],[price,>,100]", 1);
     let mut publish = padres(&broker, &["pub", "--advertise", "[class,eq,'stock'],[price,isPresent,0]"]);
     publish.args(["[class,'stock'],[price,50]", "[class,'stock'],[price,150]"]);
     assert!(publish.status().expect("pub runs").success());
