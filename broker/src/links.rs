@@ -14,7 +14,7 @@
 //!   dialled by the broker with the smaller name and close the other with
 //!   [`CloseCode::DuplicateLink`]; the dialler of a link closed so waits
 //!   [`Timers::duplicate_wait`] before dialling that target again (the kept link's
-//!   dialler redials at once if the kept link drops).
+//!   dialler redials after the first backoff if the kept link drops).
 //! - **Stuck links.** The shell reports how many frames wait on each link. A link whose
 //!   backlog reaches [`Timers::max_backlog`] is cut at once; one that stays at or above
 //!   [`Timers::stuck_backlog`] for [`Timers::stuck_after`] is cut then. Either way its

@@ -531,3 +531,24 @@ fn an_advertisement_is_answered_after_what_it_pulls_has_arrived() {
         );
     }
 }
+
+#[test]
+fn a_neighbours_path_length_at_the_maximum_does_not_overflow() {
+    use padres_broker::router::{BrokerMessage, Input, Output, Router};
+    let name = |n: &str| padres_lang::Name::new(n).expect("name");
+    for cycles in [false, true] {
+        let mut router = Router::with_options(name("B1"), Options { cycles, ..Options::default() });
+        let mut out = Vec::new();
+        router.handle(0, Input::NeighbourUp(name("B2")), &mut out);
+        router.handle(0, Input::NeighbourUp(name("B3")), &mut out);
+        let adv = std::sync::Arc::new("[class,eq,'x']".parse().expect("valid"));
+        let id = padres_lang::MessageId::new(name("B2"), 1);
+        let message = BrokerMessage::Advertise { id, adv, hops: u32::MAX };
+        router.handle(0, Input::Broker { from: name("B2"), message }, &mut out);
+        let flooded = out.iter().find_map(|o| match o {
+            Output::ToBroker { message: BrokerMessage::Advertise { hops, .. }, .. } => Some(*hops),
+            _ => None,
+        });
+        assert_eq!(flooded, Some(u32::MAX), "cycles {cycles}");
+    }
+}

@@ -25,6 +25,8 @@ static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
 /// What dialling needs: the endpoint, whom to trust, and the configured targets.
 #[derive(Debug)]
 pub(super) struct Dialer {
+    /// Set at shutdown: dials still connecting give up.
+    pub(super) cancelled: tokio::sync::watch::Sender<bool>,
     pub(super) endpoint: quinn::Endpoint,
     pub(super) tls: tls::Dialer,
     pub(super) targets: Vec<NeighbourAddr>,
@@ -37,7 +39,12 @@ impl Dialer {
     /// router task the dial failed.
     pub(super) async fn dial(self: Arc<Self>, target: Target, events: mpsc::Sender<Event>) {
         let Some(addr) = self.targets.get(target) else { return };
-        match self.open(addr, target).await {
+        let mut cancelled = self.cancelled.subscribe();
+        let opened = tokio::select! {
+            opened = self.open(addr, target) => opened,
+            _ = cancelled.wait_for(|c| *c) => return,
+        };
+        match opened {
             Ok(link) => {
                 if let Err(error) = link.serve(events, self.max_frame).await {
                     tracing::debug!(host = %addr.host, port = addr.port, %error, "link ended");
@@ -48,6 +55,11 @@ impl Dialer {
                 let _ = events.send(Event::DialFailed(target)).await;
             }
         }
+    }
+
+    /// Makes dials still connecting give up (the broker is shutting down).
+    pub(super) fn cancel(&self) {
+        self.cancelled.send_replace(true);
     }
 
     async fn open(&self, neighbour: &NeighbourAddr, target: Target) -> Result<Open, ConnectionError> {
@@ -123,12 +135,14 @@ impl Open {
         let mut out = Vec::new();
         // Set when this side closes the link with a goodbye.
         let mut closing = CloseCode::Done;
+        // Cleared when the router task is gone: what is queued is still written.
+        let mut reading = true;
         let (code, result) = loop {
             tokio::select! {
-                frame = read_frame(&mut recv, &mut reader) => match frame {
+                frame = read_frame(&mut recv, &mut reader), if reading => match frame {
                     Ok(Some(Frame::Broker(message))) => {
                         if events.send(Event::FromBroker(link, message)).await.is_err() {
-                            break (CloseCode::ShuttingDown, Err(ConnectionError::ShuttingDown));
+                            reading = false;
                         }
                     }
                     Ok(Some(Frame::Bye { code, .. })) => break (code, Err(ConnectionError::ClosedBy(code))),

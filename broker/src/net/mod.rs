@@ -188,6 +188,7 @@ pub async fn serve_until(
     };
     let open = Arc::new(AtomicUsize::new(0));
     let dialer = link::Dialer {
+        cancelled: tokio::sync::watch::channel(false).0,
         endpoint: endpoint.clone(),
         tls: tls::Dialer::new(&config, &identity.tls),
         targets: settings.neighbours,
@@ -229,7 +230,9 @@ pub async fn serve_until(
     // The router task closes links and client queues; every task then writes what it holds.
     let _ = events.send(router_task::Event::Shutdown).await;
     drop(events);
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+    // The router task gives its own links DRAIN_TIMEOUT; this wait is a little longer so
+    // that it never cuts what the router task is still finishing.
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT + Duration::from_secs(1), async {
         let _ = router_task.await;
         while connections.join_next().await.is_some() {}
     })

@@ -165,10 +165,17 @@ pub(super) async fn run(
     task.shut_down();
     let mut tasks = std::mem::take(&mut task.tasks);
     drop(task);
-    if tokio::time::timeout(DRAIN_TIMEOUT, async { while tasks.join_next().await.is_some() {} })
-        .await
-        .is_err()
-    {
+    // Keep taking events (and dropping them, with any handle they carry) while links
+    // write what they hold: a task blocked sending to this one must not stall shutdown.
+    let drain = async {
+        loop {
+            tokio::select! {
+                event = inbox.recv() => if event.is_none() { break },
+                joined = tasks.join_next() => if joined.is_none() { break },
+            }
+        }
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tasks.abort_all();
     }
 }
@@ -229,6 +236,8 @@ impl RouterTask {
                 self.router.handle(now, Input::ClientGone(id), &mut self.out);
             }
             Event::LinkUp(handle) => {
+                // What earlier events produced goes out on the links as they were.
+                self.dispatch(now);
                 let (peer, link, target) = (handle.peer.clone(), handle.id, handle.target);
                 tracing::info!(%peer, link, dialled = target.is_some(), "neighbour link up");
                 self.links.insert(link, handle);
@@ -247,6 +256,7 @@ impl RouterTask {
                 self.router.handle(now, Input::Broker { from: peer, message }, &mut self.out);
             }
             Event::LinkDown { link, code } => {
+                self.dispatch(now);
                 if let Some(handle) = self.links.remove(&link) {
                     tracing::info!(peer = %handle.peer, link, ?code, "neighbour link down");
                     self.policy.handle_link_down(now, &handle.peer, link, handle.target, code);
@@ -391,6 +401,8 @@ impl RouterTask {
     fn shut_down(&mut self) {
         let now = self.now();
         self.dispatch(now);
+        // Dials still connecting give up; links already up are closed below.
+        self.dialer.cancel();
         self.policy.shut_down();
         self.apply_link_actions(now);
         for (_, handle) in self.clients.drain() {

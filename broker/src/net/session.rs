@@ -2,6 +2,8 @@
 //! router task queues for the client is written in batches. The session ends when the
 //! client leaves, sends something undecodable, or the router task drops its queue (the
 //! client was too slow, or the broker is shutting down: what was queued is written first).
+//! A client that finishes its stream is gone for the router at once: replies to its
+//! advertisements or subscriptions still settling are not sent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,7 +66,8 @@ pub(super) async fn serve(
                     }
                 };
                 if events.send(event).await.is_err() {
-                    break Err(ConnectionError::ShuttingDown);
+                    // The router task is gone (shutting down): write what it queued.
+                    reading = false;
                 }
             },
             frame = rx.recv() => match frame {

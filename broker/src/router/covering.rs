@@ -6,7 +6,7 @@
 //! serves both: [`Table::offer`] sends an entry to a neighbour or holds it back when an
 //! entry already sent there (from elsewhere) covers it; with [`Covering::Active`], sending
 //! an entry also withdraws from that neighbour the ones it covers. When an entry leaves a
-//! neighbour, [`Table::withdraw`] first offers again what it held back there, so the
+//! neighbour, [`Table::remove`] first offers again what it held back there, so the
 //! neighbour never lacks either. A [`Kind`] says what covers what and which messages an
 //! entry travels as.
 //!
@@ -71,7 +71,12 @@ impl Kind for Advertisements {
     }
 
     fn announce(id: &MessageId, entry: &Entry<Advertisement>) -> BrokerMessage {
-        BrokerMessage::Advertise { id: id.clone(), adv: entry.item.clone(), hops: entry.distance + 1 }
+        // `distance` comes from a peer: saturate rather than overflow.
+        BrokerMessage::Advertise {
+            id: id.clone(),
+            adv: entry.item.clone(),
+            hops: entry.distance.saturating_add(1),
+        }
     }
 
     fn retract(id: &MessageId) -> BrokerMessage {

@@ -233,7 +233,8 @@ impl Cycles {
     }
 
     /// Brings entry `id` where it belongs: toward the root unless it came from there, over
-    /// a link that is up, or held back there by a cover.
+    /// a link that is up, or held back there by a cover. On a move it is offered to the
+    /// new parent before it is withdrawn from the old one, so the root never lacks it.
     fn reconcile(
         ctx: Ctx<'_>,
         tree: &MessageId,
@@ -250,17 +251,18 @@ impl Cycles {
         if e.held.is_some() && e.held != desired {
             e.held = None;
         }
-        if e.sent_to.is_some() && e.sent_to != desired {
-            let old = e.sent_to.take();
-            if let Some(old) = old {
-                Self::withdraw(ctx, tree, t, id, &old, out);
-            }
-        }
-        let Some(e) = t.subs.get(id) else { return };
+        let old = if e.sent_to == desired { None } else { e.sent_to.take() };
+        let (sent, held) = (e.sent_to.clone(), e.held.is_some());
         if let Some(to) = desired {
-            if e.sent_to.is_none() && e.held.is_none() {
+            if sent.as_ref() == Some(&to) {
+                // Sent already; a copy still unanswered is waited for.
+                holds.push((tree_key(id, tree), tree_key(id, tree), to));
+            } else if !held {
                 Self::offer(ctx, tree, t, id, &to, out, holds);
             }
+        }
+        if let Some(old) = old {
+            Self::withdraw(ctx, tree, t, id, &old, out);
         }
     }
 
@@ -295,6 +297,7 @@ impl Cycles {
         if let Some(e) = t.subs.get_mut(id) {
             e.sent_to = Some(to.clone());
         }
+        holds.push((tree_key(id, tree), tree_key(id, tree), to.clone()));
         let message = BrokerMessage::TreeSubscribe { id: id.clone(), tree: tree.clone(), sub: sub.clone() };
         out.push(Output::ToBroker { to: to.clone(), message });
         if ctx.covering.withdraws() {
@@ -338,7 +341,8 @@ impl Cycles {
                 if let Some(e) = t.subs.get_mut(&other) {
                     e.held = None;
                 }
-                Self::offer(ctx, tree, t, &other, old, out, &mut Vec::new());
+                // Placed again: sent to `old` unless it now belongs elsewhere.
+                Self::reconcile(ctx, tree, t, &other, out, &mut Vec::new());
             }
         }
         if ctx.neighbours.contains(old) {

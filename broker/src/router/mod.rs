@@ -220,7 +220,8 @@ pub struct Router {
     sub_index: SubscriptionIndex<MessageId>,
     scratch: Scratch,
     settle: Settle,
-    /// Copies held back by covering while the current input is handled.
+    /// While the current input is handled: copies held back by covering, or sent already,
+    /// with the copy each waits for.
     holds: Vec<Hold>,
     /// The forwarded copies the current input waits on before it is answered.
     settling: Option<(Copies, Waiter)>,
@@ -698,18 +699,26 @@ impl Router {
     /// Advertisement `id` should be flooded to `to` (see [`Table::offer`]).
     fn offer_adv(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
         let covering = self.adv_covering();
-        if let Offered::Held(cover) = self.advs.offer(covering, id, to, out) {
-            let held = (Forwarded::Advertisement(id.clone()), Forwarded::Advertisement(cover), to.clone());
-            self.holds.push(held);
-        }
+        let what = Forwarded::Advertisement(id.clone());
+        // A copy sent now or earlier (and maybe unanswered yet) is waited for like one
+        // held back behind a cover: `Settle::wait` keeps only the unanswered.
+        let waits_for = match self.advs.offer(covering, id, to, out) {
+            Offered::Held(cover) => Forwarded::Advertisement(cover),
+            Offered::Sent => what.clone(),
+            Offered::Unknown => return,
+        };
+        self.holds.push((what, waits_for, to.clone()));
     }
 
     /// Subscription `id` should reach `to` (see [`Table::offer`]).
     fn offer_sub(&mut self, id: &MessageId, to: &Name, out: &mut Vec<Output>) {
-        if let Offered::Held(cover) = self.subs.offer(self.covering, id, to, out) {
-            let held = (Forwarded::Subscription(id.clone()), Forwarded::Subscription(cover), to.clone());
-            self.holds.push(held);
-        }
+        let what = Forwarded::Subscription(id.clone());
+        let waits_for = match self.subs.offer(self.covering, id, to, out) {
+            Offered::Held(cover) => Forwarded::Subscription(cover),
+            Offered::Sent => what.clone(),
+            Offered::Unknown => return,
+        };
+        self.holds.push((what, waits_for, to.clone()));
     }
 
     /// The brokers of the advertisements `sub` overlaps, except `last`.
@@ -761,7 +770,11 @@ impl Router {
         cycles.reroute(ctx, id, last.clone(), out);
         for n in &self.neighbours {
             if last != Hop::Broker(n.clone()) {
-                let message = BrokerMessage::Advertise { id: id.clone(), adv: adv.clone(), hops: hops + 1 };
+                let message = BrokerMessage::Advertise {
+                    id: id.clone(),
+                    adv: adv.clone(),
+                    hops: hops.saturating_add(1),
+                };
                 out.push(Output::ToBroker { to: n.clone(), message });
             }
         }

@@ -15,8 +15,20 @@
 //!   holds it (or a cover), so a publication published next at any of them reaches it.
 //!
 //! The cost: one small message per forwarded copy, and a reply that takes a round trip to
-//! the farthest broker concerned. A neighbour that goes away settles what waited for it
-//! (the two re-synchronise when it returns).
+//! the farthest broker concerned.
+//!
+//! Limits, as built:
+//!
+//! - A neighbour that goes away settles what waited for it (the two re-synchronise when it
+//!   returns). So does a neighbour that comes up again without going down (a restarted
+//!   peer, or a duplicate link replaced): its re-synchronisation copies carry no waiter,
+//!   so a reply can come before that neighbour has re-established its part.
+//! - Only copies from a neighbour the router knows are answered: a message racing its
+//!   link's end is dropped, and the link's end settles its sender.
+//! - A copy the shell cannot encode (over the frame limit once wrapped with its id) is
+//!   dropped with a warning and never answered: the request then waits until the link
+//!   drops. Subscriptions and advertisements near the frame limit should be refused first.
+//! - There is no deadline: a neighbour that stays up and never answers holds the reply.
 
 use std::collections::{BTreeSet, HashMap};
 
