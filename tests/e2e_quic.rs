@@ -903,3 +903,20 @@ async fn sigterm_writes_every_queued_notification_before_the_connection_closes()
     let exited = broker.child.wait().expect("exits");
     assert!(exited.success(), "{exited:?}");
 }
+
+#[tokio::test]
+async fn a_subscription_too_large_to_forward_is_refused_with_a_reason() {
+    let broker = start_with("B1", "forwardable", &["--max-frame-bytes".into(), "1024".into()]);
+    let subscriber = client(&broker, "sub").await;
+    // Fits in the client's 1,024-byte frame, but not once a broker adds its ids.
+    let long = "x".repeat(700);
+    let refused = subscriber.send(&format!("s [class,eq,'stock'],[note,eq,'{long}']")).await;
+    match refused {
+        Err(ClientError::Refused { code: ErrorCode::LimitExceeded, message }) => {
+            assert!(message.contains("limits.max_frame_bytes"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // The connection goes on, and an ordinary subscription is taken.
+    subscriber.send("s [class,eq,'stock']").await.expect("subscribed");
+}

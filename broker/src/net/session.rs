@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use padres_lang::Message;
-use padres_lang::wire::codec::FrameReader;
-use padres_lang::wire::{ErrorCode, Frame};
+use padres_lang::wire::codec::{FrameReader, MAX_FRAME_CEILING};
+use padres_lang::wire::{self, ErrorCode, Frame};
+use padres_lang::{Message, Name};
 use padres_transport::{finish, read_frame, write_frame};
 use tokio::sync::mpsc;
 
@@ -18,6 +18,24 @@ use super::router_task::{ClientHandle, Event};
 use super::write::write_batch;
 use super::{ConnectionError, Limits};
 use crate::router::ClientId;
+
+/// Room a forwarded copy needs beyond the client's request: two federation-wide ids (a
+/// subscription's and its tree's), each a name of at most [`Name::MAX_LEN`] bytes and a
+/// sequence number, with their length prefixes.
+const FORWARDING_OVERHEAD: usize = 2 * (Name::MAX_LEN + 2 * 10);
+
+/// True unless `message` is an advertisement or subscription whose forwarded copy could
+/// exceed `max_frame` bytes: the shell could not send that copy, and the request would
+/// never settle. Checked here, where the frame limit is known; publications pass.
+fn forwardable(message: &Message, max_frame: usize) -> bool {
+    if !matches!(message, Message::Advertise(_) | Message::Subscribe(_) | Message::CompositeSubscribe(_)) {
+        return true;
+    }
+    let mut bytes = Vec::new();
+    let frame = Frame::Request { req: u64::MAX, message: message.clone() };
+    wire::encode(&frame, MAX_FRAME_CEILING, &mut bytes).is_ok()
+        && bytes.len() + FORWARDING_OVERHEAD <= max_frame
+}
 
 /// Serves client `id` until the session ends.
 pub(super) async fn serve(
@@ -40,6 +58,16 @@ pub(super) async fn serve(
         tokio::select! {
             frame = read_frame(&mut recv, &mut reader), if reading => {
                 let event = match frame {
+                    Ok(Some(Frame::Request { req, message })) if !forwardable(&message, max_frame) => {
+                        let message = format!(
+                            "this {} would not fit in a {max_frame}-byte frame between brokers once given its \
+                             ids (limits.max_frame_bytes): make it smaller",
+                            message.command()
+                        );
+                        let error = Frame::Error { req: Some(req), code: ErrorCode::LimitExceeded, message };
+                        let _ = write_frame(&mut send, &error, max_frame).await;
+                        continue;
+                    }
                     Ok(Some(Frame::Request { req, message })) => Event::Request(id, Some(req), message),
                     Ok(Some(Frame::Publish { publication })) => {
                         Event::Request(id, None, Message::Publish(Arc::unwrap_or_clone(publication)))

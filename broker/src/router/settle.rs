@@ -25,9 +25,9 @@
 //!   so a reply can come before that neighbour has re-established its part.
 //! - Only copies from a neighbour the router knows are answered: a message racing its
 //!   link's end is dropped, and the link's end settles its sender.
-//! - A copy the shell cannot encode (over the frame limit once wrapped with its id) is
-//!   dropped with a warning and never answered: the request then waits until the link
-//!   drops. Subscriptions and advertisements near the frame limit should be refused first.
+//! - A copy the shell cannot encode would never be answered; the session refuses an
+//!   advertisement or subscription whose forwarded copy could pass the frame limit
+//!   (`net/session.rs`, `forwardable`), so none should reach the router.
 //! - There is no deadline: a neighbour that stays up and never answers holds the reply.
 
 use std::collections::{BTreeSet, HashMap};
