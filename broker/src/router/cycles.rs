@@ -58,8 +58,9 @@ pub(super) struct Ctx<'a> {
     pub(super) neighbours: &'a BTreeSet<Name>,
 }
 
-/// A copy held back by covering: `(what, the cover's copy it waits for, neighbour)`.
-pub(super) type Hold = (Forwarded, Forwarded, Name);
+/// A copy offered to a neighbour: `(the copy, the copy its settling waits for, the
+/// neighbour)`; the two differ when it is held back behind a cover.
+pub(super) type Awaited = (Forwarded, Forwarded, Name);
 
 /// The cyclic overlay's state at one broker.
 #[derive(Debug, Default)]
@@ -130,7 +131,7 @@ impl Cycles {
         sub: &Arc<Subscription>,
         from: Hop,
         out: &mut Vec<Output>,
-        holds: &mut Vec<Hold>,
+        awaited: &mut Vec<Awaited>,
     ) {
         let Some(t) = self.trees.get_mut(tree) else { return };
         if let Some(e) = t.subs.get_mut(id) {
@@ -140,7 +141,7 @@ impl Cycles {
             let entry = TreeSub { sub: sub.clone(), from: BTreeSet::from([from]), sent_to: None, held: None };
             t.subs.insert(id.clone(), entry);
         }
-        Self::reconcile(ctx, tree, t, id, out, holds);
+        Self::reconcile(ctx, tree, t, id, out, awaited);
     }
 
     /// Hop `hop` withdraws `id` from `tree`; the entry goes when no hop holds it.
@@ -241,7 +242,7 @@ impl Cycles {
         t: &mut Tree,
         id: &MessageId,
         out: &mut Vec<Output>,
-        holds: &mut Vec<Hold>,
+        awaited: &mut Vec<Awaited>,
     ) {
         let Some(e) = t.subs.get_mut(id) else { return };
         let desired = match &t.root {
@@ -256,9 +257,9 @@ impl Cycles {
         if let Some(to) = desired {
             if sent.as_ref() == Some(&to) {
                 // Sent already; a copy still unanswered is waited for.
-                holds.push((tree_key(id, tree), tree_key(id, tree), to));
+                awaited.push((tree_key(id, tree), tree_key(id, tree), to));
             } else if !held {
-                Self::offer(ctx, tree, t, id, &to, out, holds);
+                Self::offer(ctx, tree, t, id, &to, out, awaited);
             }
         }
         if let Some(old) = old {
@@ -274,7 +275,7 @@ impl Cycles {
         id: &MessageId,
         to: &Name,
         out: &mut Vec<Output>,
-        holds: &mut Vec<Hold>,
+        awaited: &mut Vec<Awaited>,
     ) {
         let Some(sub) = t.subs.get(id).map(|e| e.sub.clone()) else { return };
         let sent_there = |e: &TreeSub| e.sent_to.as_ref() == Some(to);
@@ -290,14 +291,14 @@ impl Cycles {
                 if let Some(e) = t.subs.get_mut(id) {
                     e.held = Some(to.clone());
                 }
-                holds.push((tree_key(id, tree), tree_key(&cover, tree), to.clone()));
+                awaited.push((tree_key(id, tree), tree_key(&cover, tree), to.clone()));
                 return;
             }
         }
         if let Some(e) = t.subs.get_mut(id) {
             e.sent_to = Some(to.clone());
         }
-        holds.push((tree_key(id, tree), tree_key(id, tree), to.clone()));
+        awaited.push((tree_key(id, tree), tree_key(id, tree), to.clone()));
         let message = BrokerMessage::TreeSubscribe { id: id.clone(), tree: tree.clone(), sub: sub.clone() };
         out.push(Output::ToBroker { to: to.clone(), message });
         if ctx.covering.withdraws() {

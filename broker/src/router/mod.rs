@@ -75,7 +75,7 @@ mod settle;
 
 pub use covering::Covering;
 use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
-use cycles::{Ctx, Cycles, Hold, Next};
+use cycles::{Awaited, Ctx, Cycles, Next};
 use settle::{Settle, Waiter};
 
 /// A client connection, numbered by the I/O shell.
@@ -220,9 +220,9 @@ pub struct Router {
     sub_index: SubscriptionIndex<MessageId>,
     scratch: Scratch,
     settle: Settle,
-    /// While the current input is handled: copies held back by covering, or sent already,
-    /// with the copy each waits for.
-    holds: Vec<Hold>,
+    /// While the current input is handled: every copy offered to a neighbour (sent now,
+    /// sent earlier, or held back behind a cover), with the copy its settling waits for.
+    awaited: Vec<Awaited>,
     /// The forwarded copies the current input waits on before it is answered.
     settling: Option<(Copies, Waiter)>,
 }
@@ -273,7 +273,7 @@ impl Router {
             sub_index: SubscriptionIndex::new(),
             scratch: Scratch::default(),
             settle: Settle::default(),
-            holds: Vec::new(),
+            awaited: Vec::new(),
             settling: None,
         }
     }
@@ -289,7 +289,7 @@ impl Router {
         // No timers in the routing tables; the time is part of the contract.
         let _ = now;
         let start = out.len();
-        self.holds.clear();
+        self.awaited.clear();
         match input {
             Input::Client { client, req, message } => self.client_request(client, req, message, out),
             Input::ClientGone(client) => self.client_gone(client, out),
@@ -305,19 +305,12 @@ impl Router {
         if let Some((copies, waiter)) = self.settling.take() {
             // The input is answered once its own forwarded copies, and the covers' copies
             // standing in for those it held back, have settled.
-            let mut needs = BTreeSet::new();
-            for output in &out[start..] {
-                if let Output::ToBroker { to, message } = output {
-                    if let Some(what) = settle::forwarded(message).filter(|what| copies.include(what)) {
-                        needs.insert((what, to.clone()));
-                    }
-                }
-            }
-            for (held, cover, to) in self.holds.drain(..) {
-                if copies.include(&held) {
-                    needs.insert((cover, to));
-                }
-            }
+            let needs: BTreeSet<(Forwarded, Name)> = self
+                .awaited
+                .drain(..)
+                .filter(|(copy, _, _)| copies.include(copy))
+                .map(|(_, waits_for, to)| (waits_for, to))
+                .collect();
             self.settle.wait(needs, waiter, out);
         }
     }
@@ -519,7 +512,7 @@ impl Router {
             BrokerMessage::TreeSubscribe { id, tree, sub } => {
                 if let Overlay::Cyclic(cycles) = &mut self.overlay {
                     let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
-                    cycles.add(ctx, &tree, &id, &sub, hop, out, &mut self.holds);
+                    cycles.add(ctx, &tree, &id, &sub, hop, out, &mut self.awaited);
                 }
             }
             BrokerMessage::TreeUnsubscribe { id, tree } => {
@@ -645,7 +638,7 @@ impl Router {
                 let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
                 for sub_id in pulled {
                     let Some(e) = self.subs.get(&sub_id) else { continue };
-                    cycles.add(ctx, &id, &sub_id, &e.item, e.last.clone(), out, &mut self.holds);
+                    cycles.add(ctx, &id, &sub_id, &e.item, e.last.clone(), out, &mut self.awaited);
                 }
             }
             Overlay::Acyclic => {
@@ -685,7 +678,7 @@ impl Router {
                 trees.sort();
                 let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
                 for tree in trees {
-                    cycles.add(ctx, &tree, &id, &sub, last.clone(), out, &mut self.holds);
+                    cycles.add(ctx, &tree, &id, &sub, last.clone(), out, &mut self.awaited);
                 }
             }
             Overlay::Acyclic => {
@@ -707,7 +700,7 @@ impl Router {
             Offered::Sent => what.clone(),
             Offered::Unknown => return,
         };
-        self.holds.push((what, waits_for, to.clone()));
+        self.awaited.push((what, waits_for, to.clone()));
     }
 
     /// Subscription `id` should reach `to` (see [`Table::offer`]).
@@ -718,7 +711,7 @@ impl Router {
             Offered::Sent => what.clone(),
             Offered::Unknown => return,
         };
-        self.holds.push((what, waits_for, to.clone()));
+        self.awaited.push((what, waits_for, to.clone()));
     }
 
     /// The brokers of the advertisements `sub` overlaps, except `last`.
@@ -768,6 +761,7 @@ impl Router {
         let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
         let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
         cycles.reroute(ctx, id, last.clone(), out);
+        let what = Forwarded::Advertisement(id.clone());
         for n in &self.neighbours {
             if last != Hop::Broker(n.clone()) {
                 let message = BrokerMessage::Advertise {
@@ -776,6 +770,7 @@ impl Router {
                     hops: hops.saturating_add(1),
                 };
                 out.push(Output::ToBroker { to: n.clone(), message });
+                self.awaited.push((what.clone(), what.clone(), n.clone()));
             }
         }
     }
