@@ -173,7 +173,7 @@ pub fn parse_neighbour(uri: &str) -> Result<NeighbourAddr, ConfigError> {
 }
 
 impl Config {
-    /// Reads and validates a configuration file.
+    /// Reads a configuration file (checked by [`Config::validate`] once flags are applied).
     pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
@@ -181,7 +181,6 @@ impl Config {
             path: path.to_owned(),
             message: e.to_string().trim().to_owned(),
         })?;
-        config.validate()?;
         Ok(config)
     }
 
