@@ -110,7 +110,7 @@ impl Settle {
         }
     }
 
-    /// How many requests and forwarded messages wait now (for tests and stats).
+    /// How many requests and forwarded messages wait now (checked empty by the tests).
     pub(super) fn waiting(&self) -> usize {
         self.waits.len()
     }
