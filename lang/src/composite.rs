@@ -6,6 +6,11 @@
 //! attribute `attr` increases by `step` from one to the next (decreases if negative).
 //! Variables (`$S$x`, `$I$x`) bind on first match and must be equal across the pattern.
 //!
+//! Two options bound the state a detector keeps (see `docs/composite.md`):
+//! `within DURATION` (every match spans at most that long, by the publications' stamps) and
+//! `until {FILTER}` (a publication matching the filter ends the partial matches of the
+//! binding it gives the filter's variables, e.g. a workflow generation's end ends its `gid`).
+//!
 //! The tree is stored flat, in post-order (children before their parent, the root last).
 //! That keeps decoding free of recursion, so a hostile frame cannot exhaust the stack, and
 //! [`CompositeSubscription::new`] checks that the nodes form exactly one tree.
@@ -81,20 +86,36 @@ pub enum Node {
 #[serde(try_from = "RawComposite")]
 pub struct CompositeSubscription {
     nodes: Vec<Node>,
+    /// `within`: the longest span of a match, in milliseconds of stamp time.
+    window: Option<u64>,
+    /// `until`: the filter whose matching publications end a binding's partial matches.
+    until: Option<Subscription>,
 }
 
 #[derive(Deserialize)]
 struct RawComposite {
     #[serde(deserialize_with = "crate::wire::bounded::vec")]
     nodes: Vec<Node>,
+    window: Option<u64>,
+    until: Option<Subscription>,
 }
 
 impl TryFrom<RawComposite> for CompositeSubscription {
     type Error = InvalidMessage;
     fn try_from(raw: RawComposite) -> Result<Self, Self::Error> {
-        Self::new(raw.nodes)
+        let mut cs = Self::new(raw.nodes)?;
+        if let Some(window) = raw.window {
+            cs = cs.within(window)?;
+        }
+        match raw.until {
+            Some(until) => cs.until(until),
+            None => Ok(cs),
+        }
     }
 }
+
+/// The longest `within` window: 100 years of milliseconds.
+pub const MAX_WINDOW_MS: u64 = 100 * 366 * 24 * 3600 * 1000;
 
 /// A borrowed view of one node with its children resolved, for walking the tree.
 #[derive(Clone, Copy, Debug)]
@@ -117,7 +138,56 @@ impl CompositeSubscription {
     /// As [`Self::new`], within `limits` (clamped to the defaults).
     pub fn with_limits(nodes: Vec<Node>, limits: &Limits) -> Result<Self, InvalidMessage> {
         Self::check(&nodes, &limits.clamped())?;
-        Ok(Self { nodes })
+        Ok(Self { nodes, window: None, until: None })
+    }
+
+    /// The same pattern whose matches span at most `window_ms` milliseconds (by stamp).
+    pub fn within(mut self, window_ms: u64) -> Result<Self, InvalidMessage> {
+        if window_ms > MAX_WINDOW_MS {
+            return Err(InvalidMessage::TooLarge {
+                what: "within window (ms)",
+                limit: MAX_WINDOW_MS as usize,
+            });
+        }
+        self.window = Some(window_ms);
+        Ok(self)
+    }
+
+    /// The same pattern, whose partial matches of a binding end when a publication
+    /// matching `until` gives its variables that binding. Every variable of `until` must
+    /// be one the pattern binds, as the same kind.
+    pub fn until(mut self, until: Subscription) -> Result<Self, InvalidMessage> {
+        let mut kinds = HashMap::new();
+        for sub in self.atoms() {
+            check_variable_kinds(sub.predicates(), &mut kinds)?;
+        }
+        for var in until.predicates().iter().filter_map(|p| p.variable()) {
+            match kinds.get(&var.name) {
+                Some(kind) if *kind == var.kind => {}
+                Some(_) => return Err(InvalidMessage::VariableKindConflict(var.name.to_string())),
+                None => return Err(InvalidMessage::UnboundUntilVariable(var.name.to_string())),
+            }
+        }
+        self.until = Some(until);
+        Ok(self)
+    }
+
+    /// The `within` window in milliseconds, if any.
+    pub fn window(&self) -> Option<u64> {
+        self.window
+    }
+
+    /// The `until` filter, if any.
+    pub fn until_filter(&self) -> Option<&Subscription> {
+        self.until.as_ref()
+    }
+
+    /// The same pattern with neither `within` nor `until`.
+    #[must_use]
+    pub fn without_options(mut self) -> Self {
+        self.window = None;
+        self.until = None;
+        self
     }
 
     fn check(nodes: &[Node], limits: &Limits) -> Result<(), InvalidMessage> {
@@ -175,7 +245,7 @@ impl CompositeSubscription {
 
     /// A composite of one atomic subscription.
     pub fn leaf(sub: Subscription) -> Self {
-        Self { nodes: vec![Node::Leaf(sub)] }
+        Self { nodes: vec![Node::Leaf(sub)], window: None, until: None }
     }
 
     /// `Times(sub, count, attr, step)`.
@@ -183,7 +253,8 @@ impl CompositeSubscription {
         Self::new(vec![Node::Times { sub, count, attr, step }])
     }
 
-    /// `{self} op {right}`, checked against the default limits.
+    /// `{self} op {right}`, checked against the default limits; the parts' `within` and
+    /// `until` are dropped (set them on the result).
     pub fn combine(self, op: CompositeOp, right: Self) -> Result<Self, InvalidMessage> {
         let offset = u32::try_from(self.nodes.len())
             .map_err(|_| InvalidMessage::MalformedComposite("too many nodes"))?;
@@ -217,6 +288,22 @@ impl CompositeSubscription {
             Node::Binary { op, left, right } => Expr::Binary(*op, *left as usize, *right as usize),
             Node::Times { sub, count, attr, step } => Expr::Times(sub, *count, attr, step),
         }
+    }
+
+    /// The leaf number of every node that is a leaf (`Leaf` or `Times`), counting leaves
+    /// left to right from 0; `None` for operators. Notifications name leaves by this number.
+    pub fn leaf_numbers(&self) -> Vec<Option<usize>> {
+        let mut next = 0;
+        self.nodes
+            .iter()
+            .map(|node| match node {
+                Node::Binary { .. } => None,
+                _ => {
+                    next += 1;
+                    Some(next - 1)
+                }
+            })
+            .collect()
     }
 
     /// Every atomic subscription in the pattern, left to right.

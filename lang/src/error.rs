@@ -78,6 +78,9 @@ pub enum InvalidMessage {
     /// `Times(S, n, attr, step)` with a bad count or step.
     #[error("Times(S, n, attr, step) needs n of at least 1 and a finite numeric step")]
     BadRepetition,
+    /// An `until` filter names a variable the pattern does not bind.
+    #[error("the until filter's variable {0} is not bound by the pattern")]
+    UnboundUntilVariable(String),
     /// A composite subscription's node list is not a tree in canonical post-order.
     #[error("malformed composite subscription: {0}")]
     MalformedComposite(&'static str),

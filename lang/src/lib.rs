@@ -11,6 +11,7 @@
 //! - [`subscription`]: [`Subscription`] and [`Advertisement`] (conjunctions with a class).
 //! - [`publication`]: [`Publication`] (attributes plus an optional opaque payload).
 //! - [`composite`]: [`CompositeSubscription`] (`&`, `||`, `;`, `Times`, variables).
+//! - [`stamp`]: [`Stamp`], where and when a publication entered the federation (its order).
 //! - [`id`]: [`MessageId`] (`BROKER/SEQ`); [`message`]: [`Message`], what clients send.
 //! - [`parse`] and [`print`](mod@print): the text syntax; `parse(print(x)) == x` for every message.
 //! - [`semantics`]: the reference [`matches`](fn@matches), [`conforms`], [`overlaps`], [`covers`] and
@@ -39,6 +40,7 @@ pub mod predicate;
 pub mod print;
 pub mod publication;
 pub mod semantics;
+pub mod stamp;
 pub mod subscription;
 pub mod value;
 pub mod wire;
@@ -53,6 +55,7 @@ pub use parse::Parser;
 pub use predicate::{Op, Operand, Pattern, Predicate, VarKind, Variable};
 pub use publication::Publication;
 pub use semantics::{adv_covers, conforms, covers, matches, overlaps};
+pub use stamp::Stamp;
 pub use subscription::{Advertisement, Subscription};
 pub use value::{Kind, Number, Timestamp, Value};
 pub use wire::{BrokerMessage, ErrorCode, Frame, Role};

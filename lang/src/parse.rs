@@ -15,10 +15,12 @@
 //! predicate   = "[" name "," operator "," operand "]"
 //! publication = pair { "," pair } [ "payload=0x" hex ]
 //! pair        = "[" name "," value "]"
-//! composite   = term { op term }          -- one operator per chain, left-associative
-//! term        = "{" filter "}" | "{" composite "}"
+//! composite   = pattern [ "within" duration ] [ "until" "{" filter "}" ]
+//! pattern     = term { op term }          -- one operator per chain, left-associative
+//! term        = "{" filter "}" | "{" pattern "}"
 //!             | "Times(" "{" filter "}" "," count "," name "," number ")"
 //! op          = "&" | "||" | ";"
+//! duration    = digits ( "ms" | "s" | "m" | "h" | "d" )
 //! operand     = value | "$S$" ident | "$I$" ident
 //! value       = 'quoted' | "quoted" | bareword
 //! ```
@@ -400,7 +402,51 @@ impl<'a> Cursor<'a> {
         let start = self.pos;
         let mut nodes = Vec::new();
         self.expr(&mut nodes, 0)?;
-        CompositeSubscription::with_limits(nodes, self.limits).map_err(|e| self.invalid(start, e))
+        let mut cs =
+            CompositeSubscription::with_limits(nodes, self.limits).map_err(|e| self.invalid(start, e))?;
+        self.skip_ws();
+        if self.eat_word("within") {
+            self.skip_ws();
+            let window_start = self.pos;
+            let window = self.duration()?;
+            cs = cs.within(window).map_err(|e| self.invalid(window_start, e))?;
+            self.skip_ws();
+        }
+        if self.eat_word("until") {
+            self.skip_ws();
+            let until_start = self.pos;
+            self.expect("{", "'{' before the until filter")?;
+            let until = self.subscription()?;
+            self.expect("}", "',' or '}' after the until filter")?;
+            cs = cs.until(until).map_err(|e| self.invalid(until_start, e))?;
+        }
+        Ok(cs)
+    }
+
+    /// `word` followed by something that cannot continue it.
+    fn eat_word(&mut self, word: &str) -> bool {
+        let rest = self.rest();
+        let ends =
+            rest[word.len().min(rest.len())..].chars().next().is_none_or(|c| !c.is_ascii_alphanumeric());
+        rest.starts_with(word) && ends && self.eat(word)
+    }
+
+    /// A duration: digits and a unit, `ms`, `s`, `m`, `h` or `d`, in milliseconds.
+    fn duration(&mut self) -> Result<u64, ParseError> {
+        let start = self.pos;
+        let digits = self.take_while(|c| c.is_ascii_digit());
+        let unit = self.take_while(|c| c.is_ascii_alphabetic());
+        let scale = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => 0,
+        };
+        digits.parse::<u64>().ok().filter(|_| scale > 0).and_then(|n| n.checked_mul(scale)).ok_or_else(|| {
+            self.error(start, ParseErrorKind::Expected("a duration such as 500ms, 30s, 10m, 2h or 7d"))
+        })
     }
 
     /// `term { op term }`; appends the nodes in post-order and returns the root's index.

@@ -114,7 +114,24 @@ impl CompositeSubscription {
 
 impl fmt::Display for CompositeSubscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_node(f, self.root())
+        self.write_node(f, self.root())?;
+        if let Some(window) = self.window() {
+            f.write_str(" within ")?;
+            write_duration(f, window)?;
+        }
+        if let Some(until) = self.until_filter() {
+            write!(f, " until {{{until}}}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds in the largest unit that divides them: `90s`, `10m`, `1500ms`.
+fn write_duration(f: &mut fmt::Formatter<'_>, ms: u64) -> fmt::Result {
+    let units = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")];
+    match units.iter().find(|(scale, _)| ms > 0 && ms % scale == 0) {
+        Some((scale, unit)) => write!(f, "{}{unit}", ms / scale),
+        None => write!(f, "{ms}ms"),
     }
 }
 

@@ -169,6 +169,22 @@ fn any_composite() -> BoxedStrategy<CompositeSubscription> {
         )
             .prop_map(|(l, op, r)| l.combine(op, r).expect("within limits"))
     })
+    .prop_flat_map(|cs| {
+        let window = proptest::option::of(prop_oneof![0..100_000_u64, 0..=padres_lang::composite::MAX_WINDOW_MS]);
+        (Just(cs), window, proptest::option::of(any_subscription()))
+    })
+    .prop_map(|(cs, window, until)| {
+        let cs = match window {
+            Some(ms) => cs.within(ms).expect("a window within the limit"),
+            None => cs,
+        };
+        // An until filter whose variables the pattern does not bind is refused; keep the
+        // pattern without it then.
+        match until {
+            Some(until) => cs.clone().until(until).unwrap_or(cs),
+            None => cs,
+        }
+    })
     .boxed()
 }
 

@@ -88,6 +88,19 @@ fn accepts_padres_composites() {
     assert_eq!(chain.to_string(), "{{{[class,eq,'a']};{[class,eq,'b']}};{[class,eq,'c']}}");
     let times: CompositeSubscription = "Times({[class,eq,temp],[v,>,10]}, 3, v, 1)".parse().expect("valid");
     assert_eq!(times.to_string(), "Times({[class,eq,'temp'],[v,>,10]},3,v,1)");
+
+    // Options: a window (printed in its largest exact unit) and an ending filter.
+    let bounded: CompositeSubscription =
+        "{[class,eq,a],[g,eq,$S$g]} & {[class,eq,b],[g,eq,$S$g]} within 90000ms until {[class,eq,end],[g,eq,$S$g]}"
+            .parse()
+            .expect("valid");
+    assert_eq!(bounded.window(), Some(90_000));
+    assert_eq!(
+        bounded.to_string(),
+        "{{[class,eq,'a'],[g,eq,$S$g]}&{[class,eq,'b'],[g,eq,$S$g]}} within 90s until {[class,eq,'end'],[g,eq,$S$g]}"
+    );
+    let short: CompositeSubscription = "{[class,eq,a]} within 1500ms".parse().expect("valid");
+    assert_eq!(short.to_string(), "{[class,eq,'a']} within 1500ms");
 }
 
 fn sub_error(text: &str) -> String {
@@ -237,6 +250,18 @@ fn rejects_bad_publications_advertisements_and_composites() {
     assert_eq!(
         cs_error("{[class,eq,a],[k,eq,$S$x]}&{[class,eq,b],[k,=,$I$x]}"),
         "variable 'x' is used both as $S$ (string) and as $I$ (number) at column 1"
+    );
+    assert_eq!(
+        cs_error("{[class,eq,a]} within 10 s"),
+        "expected a duration such as 500ms, 30s, 10m, 2h or 7d at column 23"
+    );
+    assert_eq!(
+        cs_error("{[class,eq,a],[k,eq,$S$x]} until {[class,eq,end],[k,eq,$S$y]}"),
+        "the until filter's variable y is not bound by the pattern at column 34"
+    );
+    assert_eq!(
+        cs_error("{[class,eq,a]} until [class,eq,end]"),
+        "expected '{' before the until filter at column 22"
     );
 }
 

@@ -84,14 +84,16 @@ fn samples() -> Vec<Frame> {
         ErrorCode::Internal,
     ];
     let mut frames = vec![
-        Frame::Hello { version: 2, role: Role::Client, name: name("c1") },
-        Frame::Hello { version: 2, role: Role::Broker, name: name("B2") },
-        Frame::Welcome { version: 2, broker: name("B1") },
+        Frame::Hello { version: 3, role: Role::Client, name: name("c1") },
+        Frame::Hello { version: 3, role: Role::Broker, name: name("B2") },
+        Frame::Welcome { version: 3, broker: name("B1") },
         Frame::Request { req: 7, message: message("a [class,eq,'stock'],[price,>,0]") },
         Frame::Request { req: 8, message: message("s [class,eq,'stock'],[sym,str-prefix,'I']") },
         Frame::Request {
             req: 9,
-            message: message("cs {[class,eq,'a'],[x,eq,$S$v]} & {[class,eq,'b'],[x,eq,$S$v]}"),
+            message: message(
+                "cs {[class,eq,'a'],[x,eq,$S$v]} & {[class,eq,'b'],[x,eq,$S$v]} within 10s until {[class,eq,'end'],[x,eq,$S$v]}",
+            ),
         },
         Frame::Request { req: 10, message: message("p [class,'stock'],[price,-2],[t,2026-11-23T10:00:00Z]") },
         Frame::Request { req: 11, message: message("unsub B1/3") },
@@ -163,14 +165,14 @@ fn samples() -> Vec<Frame> {
 /// `PRINT_GOLDEN=1 cargo test -p padres-lang --test wire_golden -- --nocapture` only
 /// together with a protocol version change.
 const GOLDEN: &[(&str, &str)] = &[
-    ("Hello/Client", "00000006000200026331"),
-    ("Hello/Broker", "00000006000201024232"),
-    ("Welcome", "000000050102024231"),
+    ("Hello/Client", "00000006000300026331"),
+    ("Hello/Broker", "00000006000301024232"),
+    ("Welcome", "000000050103024231"),
     ("Request/a", "0000001d0207000205636c6173730000020573746f636b0570726963650e000000"),
     ("Request/s", "0000001c0208010205636c6173730000020573746f636b0373796d0600020149"),
     (
         "Request/cs",
-        "0000003002090203000205636c617373000002016101780001000176000205636c61737300000201620178000100017601000001",
+        "0000004a02090203000205636c617373000002016101780001000176000205636c6173730000020162017800010001760100000101fb1027010205636c61737300000203656e6401780001000176",
     ),
     ("Request/p", "00000026020a030305636c617373020573746f636b0570726963650003017404fd0042b20f4403000000"),
     ("Request/unsub", "00000007020b0402423103"),

@@ -12,7 +12,8 @@
 //! - [`overlaps`]: some publication could both match the subscription and conform to the
 //!   advertisement. When unsure this answers **yes**: a wrong "no" would stop a
 //!   subscription from reaching a publisher and lose publications.
-//! - [`composite::satisfied`]: whether a history of publications satisfies a composite
+//! - [`composite::detect`]: the notifications a composite subscription fires over a stream of
+//!   stamped publications; [`composite::satisfied`]: whether a history satisfies a composite
 //!   subscription (AND, OR, sequence, with variables).
 //! - [`covers`] / [`adv_covers`]: everything the second selects, the first selects too.
 //!   When unsure this answers **no**: a wrong "yes" would suppress a subscription that is

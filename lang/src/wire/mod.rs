@@ -23,7 +23,8 @@
 //! reorder or a type change fails there. A deliberate change appends variants or fields
 //! where it can, bumps [`PROTOCOL_VERSION`], and regenerates the golden bytes; peers of
 //! different versions refuse each other at the hello with [`ErrorCode::VersionMismatch`].
-//! Version 2 added [`BrokerMessage::Settled`].
+//! Version 2 added [`BrokerMessage::Settled`]; version 3 added `within` and `until` to
+//! composite subscriptions.
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -41,7 +42,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
