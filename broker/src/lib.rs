@@ -16,9 +16,13 @@
 //!   (`net/link.rs`), batched writes (`net/write.rs`), trust and identity (`net/tls.rs`,
 //!   [`net::cert`]). The hello/welcome handshake itself is `padres_transport::handshake`.
 //!
-//! Composite detection and history are not built yet.
+//! - [`detector`]: composite detection, sans-IO: the detectors of one broker, their stored
+//!   partial matches and bounds.
+//!
+//! History is not built yet.
 
 pub mod config;
+pub mod detector;
 pub mod links;
 pub mod matching;
 pub mod net;

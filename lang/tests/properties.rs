@@ -170,7 +170,8 @@ fn any_composite() -> BoxedStrategy<CompositeSubscription> {
             .prop_map(|(l, op, r)| l.combine(op, r).expect("within limits"))
     })
     .prop_flat_map(|cs| {
-        let window = proptest::option::of(prop_oneof![0..100_000_u64, 0..=padres_lang::composite::MAX_WINDOW_MS]);
+        let window =
+            proptest::option::of(prop_oneof![0..100_000_u64, 0..=padres_lang::composite::MAX_WINDOW_MS]);
         (Just(cs), window, proptest::option::of(any_subscription()))
     })
     .prop_map(|(cs, window, until)| {

@@ -1,0 +1,713 @@
+//! Composite detection: the detectors of one broker, sans-IO.
+//!
+//! A [`Detectors`] holds one detector per composite pattern (or part of one) detected at
+//! this broker. The router feeds it the publications that matched a pattern's leaves
+//! ([`Detectors::publication`]), the matches of parts detected at other brokers
+//! ([`Detectors::part`]) and the publications that matched a pattern's `until` filter
+//! ([`Detectors::end`]); it answers with the [`Match`]es that complete the pattern. The
+//! answer is the reference one (`padres_lang::semantics::composite::detect`): every
+//! distinct match once, whatever order the inputs arrive in, as long as the bounds below do
+//! not bite.
+//!
+//! # How it stores partial matches
+//! Every `&` and `;` node stores the matches of both its children (a `;` stores its right
+//! side's too, so that a left match stamped earlier but arriving later still pairs), keyed
+//! by the values of the **join variables**: the variables both children always bind. A new
+//! match looks up only the partners with its own key, never a scan of all state; the other
+//! shared variables are compared pair by pair. A `Times` node stores the publications of its
+//! subscription keyed by all their variables, and chains them by the stepping attribute
+//! (a scan of that one binding's publications). `||` and leaves store nothing.
+//!
+//! # Bounds ([`Bounds`])
+//! - `within`: a stored partial match is dropped once no publication can complete it inside
+//!   the window: at its first stamp plus the window plus `lateness_ms` by this broker's
+//!   clock ([`Counters::expired`]).
+//! - Caps: at most `per_detector` stored partial matches per detector and `per_broker` in
+//!   all; past a cap the longest-stored is evicted ([`Counters::evicted`]). A pattern
+//!   without `within` keeps its partial matches until evicted or ended.
+//! - `until`: a publication matching the filter drops the stored partial matches of its
+//!   binding stamped before it ([`Counters::ended`]) and is remembered for `lateness_ms`, so
+//!   that a late publication stamped before it does not pair across it.
+//! - One input forms at most `pairs_per_input` matches at each node: the partners stored
+//!   most recently are tried first; the rest are dropped ([`Counters::pairs_dropped`]).
+//!   This is the bound on the notifications one publication causes.
+//!
+//! Evictions, expiry by this broker's clock, and the pair limit are where an answer can
+//! depart from the reference; each is counted.
+
+mod pattern;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::mem;
+use std::sync::Arc;
+
+use padres_lang::semantics::composite::stepped;
+use padres_lang::{CompositeSubscription, Publication, Stamp, Value};
+use slab::Slab;
+
+use pattern::{Key, KeyPart, Op, Pattern};
+
+/// A publication with the stamp its publisher's broker gave it.
+#[derive(Debug, PartialEq)]
+pub struct Stamped {
+    /// When and where it entered the federation.
+    pub stamp: Stamp,
+    /// The publication.
+    pub publication: Arc<Publication>,
+}
+
+/// A completed match: the publications used, with the leaf (numbered left to right from 0)
+/// each was used for, sorted by leaf, then stamp.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Match {
+    /// `(leaf, publication)` pairs; a `Times` leaf appears once per repetition.
+    pub pubs: Vec<(u32, Arc<Stamped>)>,
+}
+
+/// The limits on what detectors store and produce (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Most partial matches one detector stores.
+    pub per_detector: usize,
+    /// Most partial matches the broker's detectors store in all.
+    pub per_broker: usize,
+    /// Most matches one input forms at one node.
+    pub pairs_per_input: usize,
+    /// How late (ms after its stamp, by this broker's clock) a publication may still arrive
+    /// and be paired as the reference would.
+    pub lateness_ms: u64,
+}
+
+impl Default for Bounds {
+    /// 10,000 partial matches per detector, 1,000,000 per broker (some hundreds of MB at
+    /// most), 64 pairs per input per node, 10 s of lateness.
+    fn default() -> Self {
+        Self { per_detector: 10_000, per_broker: 1_000_000, pairs_per_input: 64, lateness_ms: 10_000 }
+    }
+}
+
+/// What the detectors did, since the broker started (`stored`: now).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Partial matches stored now.
+    pub stored: u64,
+    /// Matches completed.
+    pub matches: u64,
+    /// Partial matches evicted by a cap.
+    pub evicted: u64,
+    /// Partial matches dropped because their window passed.
+    pub expired: u64,
+    /// Partial matches dropped by an `until` publication.
+    pub ended: u64,
+    /// Matches not formed because an input reached `pairs_per_input` at a node.
+    pub pairs_dropped: u64,
+}
+
+/// A detector's handle in [`Detectors`].
+pub type DetectorId = u64;
+
+/// A partial match: a match of one node, stored at its parent.
+#[derive(Debug)]
+struct Partial {
+    pubs: Vec<(u32, Arc<Stamped>)>,
+    bindings: Box<[Option<Value>]>,
+    /// Indices in `pubs` of the earliest and the latest stamp.
+    first: usize,
+    last: usize,
+}
+
+impl Partial {
+    fn first(&self) -> &Stamp {
+        &self.pubs[self.first].1.stamp
+    }
+
+    fn last(&self) -> &Stamp {
+        &self.pubs[self.last].1.stamp
+    }
+
+    fn single(leaf: u32, publication: Arc<Stamped>, bindings: Box<[Option<Value>]>) -> Self {
+        Self { pubs: vec![(leaf, publication)], bindings, first: 0, last: 0 }
+    }
+
+    fn from_pubs(pubs: Vec<(u32, Arc<Stamped>)>, bindings: Box<[Option<Value>]>) -> Self {
+        let by_stamp = |a: &&(u32, Arc<Stamped>), b: &&(u32, Arc<Stamped>)| a.1.stamp.cmp(&b.1.stamp);
+        let first = pubs.iter().enumerate().min_by(|a, b| by_stamp(&a.1, &b.1)).map_or(0, |(i, _)| i);
+        let last = pubs.iter().enumerate().max_by(|a, b| by_stamp(&a.1, &b.1)).map_or(0, |(i, _)| i);
+        Self { pubs, bindings, first, last }
+    }
+
+    /// The values of `slots`, if all are bound.
+    fn key(&self, slots: impl IntoIterator<Item = usize>) -> Option<Key> {
+        slots.into_iter().map(|s| self.bindings[s].as_ref().map(KeyPart::of)).collect()
+    }
+}
+
+/// A stored partial match, in the bucket of its key.
+#[derive(Debug)]
+struct Stored {
+    entry: usize,
+    partial: Arc<Partial>,
+}
+
+/// Where a stored partial match is: its node, side and key, and its generation (entries
+/// are reused; a queued reference with another generation is stale).
+#[derive(Debug)]
+struct Loc {
+    node: usize,
+    side: usize,
+    key: Key,
+    generation: u64,
+}
+
+/// A reference to a stored partial match from the broker-wide queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Ref {
+    detector: DetectorId,
+    entry: usize,
+    generation: u64,
+}
+
+/// What one input changes beyond its detector.
+#[derive(Debug)]
+struct Ctx<'a> {
+    bounds: &'a Bounds,
+    counters: &'a mut Counters,
+    next_generation: &'a mut u64,
+    /// Stored during this input: (entry, generation, expiry).
+    stored: Vec<(usize, u64, Option<u64>)>,
+}
+
+#[derive(Debug)]
+struct Detector {
+    pattern: Pattern,
+    /// Per node, the stored matches of its left (0) and right (1) child, by key.
+    stores: Vec<[HashMap<Key, Vec<Stored>>; 2]>,
+    entries: Slab<Loc>,
+    /// Entries in the order stored (stale ones are skipped).
+    order: VecDeque<(usize, u64)>,
+    /// `until` publications remembered: binding → stamps.
+    ends: HashMap<Key, Vec<Stamp>>,
+    /// When each remembered end is forgotten.
+    ends_order: VecDeque<(u64, Key)>,
+    /// Matches formed at each node during the current input.
+    formed: Vec<usize>,
+}
+
+impl Detector {
+    fn new(cs: &CompositeSubscription) -> Self {
+        let pattern = Pattern::compile(cs);
+        let n = pattern.nodes.len();
+        Self {
+            pattern,
+            stores: (0..n).map(|_| [HashMap::new(), HashMap::new()]).collect(),
+            entries: Slab::new(),
+            order: VecDeque::new(),
+            ends: HashMap::new(),
+            ends_order: VecDeque::new(),
+            formed: vec![0; n],
+        }
+    }
+
+    fn live(&self, entry: usize, generation: u64) -> bool {
+        self.entries.get(entry).is_some_and(|loc| loc.generation == generation)
+    }
+
+    fn remove_entry(&mut self, entry: usize) {
+        let loc = self.entries.remove(entry);
+        let store = &mut self.stores[loc.node][loc.side];
+        if let Some(bucket) = store.get_mut(&loc.key) {
+            if let Some(at) = bucket.iter().position(|s| s.entry == entry) {
+                bucket.remove(at);
+            }
+            if bucket.is_empty() {
+                store.remove(&loc.key);
+            }
+        }
+    }
+
+    /// Evicts the longest-stored partial match; false if there is none.
+    fn evict_oldest(&mut self) -> bool {
+        while let Some((entry, generation)) = self.order.pop_front() {
+            if self.live(entry, generation) {
+                self.remove_entry(entry);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn forget_ends(&mut self, now: u64) {
+        while self.ends_order.front().is_some_and(|(at, _)| *at <= now) {
+            let (_, key) = self.ends_order.pop_front().expect("checked");
+            if let Some(stamps) = self.ends.get_mut(&key) {
+                stamps.remove(0);
+                if stamps.is_empty() {
+                    self.ends.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The bindings `publication` gives leaf `leaf`'s variables; `None` if one variable
+    /// would take two values (or an attribute is missing).
+    fn bind(&self, leaf: usize, publication: &Publication, into: &mut [Option<Value>]) -> Option<()> {
+        for (attr, slot) in &self.pattern.leaf_vars[leaf] {
+            let value = publication.get(attr)?;
+            match &into[*slot] {
+                Some(bound) if !bound.same_as(value) => return None,
+                Some(_) => {}
+                None => into[*slot] = Some(value.clone()),
+            }
+        }
+        Some(())
+    }
+
+    fn store(&mut self, ctx: &mut Ctx<'_>, node: usize, side: usize, key: Key, partial: Arc<Partial>) {
+        *ctx.next_generation += 1;
+        let generation = *ctx.next_generation;
+        let expiry = self
+            .pattern
+            .window
+            .map(|w| partial.first().time.saturating_add(w).saturating_add(ctx.bounds.lateness_ms));
+        let entry = self.entries.insert(Loc { node, side, key: key.clone(), generation });
+        self.stores[node][side].entry(key).or_default().push(Stored { entry, partial });
+        self.order.push_back((entry, generation));
+        ctx.stored.push((entry, generation, expiry));
+    }
+
+    /// False if the match spans more than the window or across a remembered end of its
+    /// binding.
+    fn admissible(&self, partial: &Partial) -> bool {
+        if self.pattern.window.is_some_and(|w| partial.last().time.saturating_sub(partial.first().time) > w) {
+            return false;
+        }
+        if self.ends.is_empty() {
+            return true;
+        }
+        let Some(key) = partial.key(self.pattern.until_vars.iter().map(|&(_, s)| s)) else { return true };
+        self.ends
+            .get(&key)
+            .is_none_or(|stamps| !stamps.iter().any(|e| partial.first() < e && e < partial.last()))
+    }
+
+    /// A match of `node` was formed: hand it to the parent, or out if `node` is the root.
+    fn propagate(&mut self, ctx: &mut Ctx<'_>, node: usize, partial: Arc<Partial>, out: &mut Vec<Match>) {
+        let Some((parent, side)) = self.pattern.nodes[node].parent else {
+            ctx.counters.matches += 1;
+            let mut pubs = partial.pubs.clone();
+            pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
+            out.push(Match { pubs });
+            return;
+        };
+        let (seq, key_slots, shared) = match &self.pattern.nodes[parent].op {
+            Op::Or => return self.propagate(ctx, parent, partial, out),
+            Op::Join { seq, key, shared } => (*seq, key.clone(), shared.clone()),
+            Op::Leaf | Op::Times { .. } => unreachable!("a leaf has no children"),
+        };
+        let key = partial.key(key_slots).expect("a child binds its parent's join variables");
+        self.store(ctx, parent, side, key.clone(), partial.clone());
+        // Nothing stores into the other side's bucket while its partners are paired (only
+        // ancestors of `parent` store), so it can be taken out and put back.
+        let Some(partners) = self.stores[parent][1 - side].get_mut(&key).map(mem::take) else { return };
+        for stored in partners.iter().rev() {
+            let (left, right) =
+                if side == 0 { (&partial, &stored.partial) } else { (&stored.partial, &partial) };
+            if seq && left.last() >= right.first() {
+                continue;
+            }
+            let clash = shared.iter().any(|&s| match (&left.bindings[s], &right.bindings[s]) {
+                (Some(a), Some(b)) => !a.same_as(b),
+                _ => false,
+            });
+            if clash {
+                continue;
+            }
+            if self.formed[parent] >= ctx.bounds.pairs_per_input {
+                ctx.counters.pairs_dropped += 1;
+                continue;
+            }
+            let bindings =
+                left.bindings.iter().zip(right.bindings.iter()).map(|(l, r)| l.clone().or_else(|| r.clone()));
+            let mut pubs = Vec::with_capacity(left.pubs.len() + right.pubs.len());
+            pubs.extend(left.pubs.iter().cloned());
+            pubs.extend(right.pubs.iter().cloned());
+            let offset = left.pubs.len();
+            let first = if left.first() <= right.first() { left.first } else { offset + right.first };
+            let last = if left.last() >= right.last() { left.last } else { offset + right.last };
+            let combined = Partial { pubs, bindings: bindings.collect(), first, last };
+            if !self.admissible(&combined) {
+                continue;
+            }
+            self.formed[parent] += 1;
+            self.propagate(ctx, parent, Arc::new(combined), out);
+        }
+        if let Some(bucket) = self.stores[parent][1 - side].get_mut(&key) {
+            *bucket = partners;
+        }
+    }
+
+    fn leaf(&mut self, ctx: &mut Ctx<'_>, leaf: usize, publication: &Arc<Stamped>, out: &mut Vec<Match>) {
+        let mut bindings = vec![None; self.pattern.slots].into_boxed_slice();
+        if self.bind(leaf, &publication.publication, &mut bindings).is_none() {
+            return;
+        }
+        let node = self.pattern.leaf_node[leaf];
+        #[allow(clippy::cast_possible_truncation)] // composite nodes are limited to 4096
+        let single = Arc::new(Partial::single(leaf as u32, publication.clone(), bindings));
+        match &self.pattern.nodes[node].op {
+            Op::Leaf => self.propagate(ctx, node, single, out),
+            Op::Times { count, attr, step } => {
+                let (count, attr, step) = (*count, attr.clone(), step.clone());
+                self.times(ctx, node, single, count, &attr, &step, out);
+            }
+            Op::Or | Op::Join { .. } => unreachable!("leaf numbers name leaves"),
+        }
+    }
+
+    /// A publication of a `Times` node: stores it, then forms every chain it is part of.
+    #[allow(clippy::too_many_arguments)]
+    fn times(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        node: usize,
+        single: Arc<Partial>,
+        count: usize,
+        attr: &str,
+        step: &Value,
+        out: &mut Vec<Match>,
+    ) {
+        let publication = single.pubs[0].1.clone();
+        if publication.publication.get(attr).and_then(Value::as_number).is_none() {
+            return;
+        }
+        if count == 1 {
+            return self.propagate(ctx, node, single, out);
+        }
+        let leaf = self.pattern.nodes[node].leaves.0;
+        let key = single
+            .key(self.pattern.leaf_vars[leaf].iter().map(|&(_, s)| s))
+            .expect("a leaf binds its variables");
+        let bindings = single.bindings.clone();
+        self.store(ctx, node, 0, key.clone(), single);
+        let Some(bucket) = self.stores[node][0].get_mut(&key).map(mem::take) else { return };
+        let chain = Chain { bucket: &bucket, attr, step, limit: ctx.bounds.pairs_per_input };
+        let mut found = Vec::new();
+        let mut dropped = 0;
+        for before in 0..count {
+            let mut lefts = Vec::new();
+            chain.walk(&publication, before, false, &mut Vec::new(), &mut lefts);
+            if lefts.is_empty() {
+                continue;
+            }
+            let mut rights = Vec::new();
+            chain.walk(&publication, count - 1 - before, true, &mut Vec::new(), &mut rights);
+            for left in &lefts {
+                for right in &rights {
+                    if found.len() >= chain.limit {
+                        dropped += 1;
+                        continue;
+                    }
+                    let mut pubs: Vec<_> = left.iter().rev().cloned().collect();
+                    pubs.push(publication.clone());
+                    pubs.extend(right.iter().cloned());
+                    found.push(pubs);
+                }
+            }
+        }
+        ctx.counters.pairs_dropped += dropped;
+        #[allow(clippy::cast_possible_truncation)]
+        let leaf = leaf as u32;
+        for pubs in found {
+            let last = pubs.len() - 1;
+            let partial = Partial {
+                pubs: pubs.into_iter().map(|p| (leaf, p)).collect(),
+                bindings: bindings.clone(),
+                first: 0,
+                last,
+            };
+            if self.admissible(&partial) {
+                self.formed[node] += 1;
+                self.propagate(ctx, node, Arc::new(partial), out);
+            }
+        }
+        if let Some(stored) = self.stores[node][0].get_mut(&key) {
+            *stored = bucket;
+        }
+    }
+
+    fn part(&mut self, ctx: &mut Ctx<'_>, node: usize, pubs: Vec<(u32, Arc<Stamped>)>, out: &mut Vec<Match>) {
+        let (lo, hi) = self.pattern.nodes[node].leaves;
+        let mut bindings = vec![None; self.pattern.slots].into_boxed_slice();
+        for (leaf, publication) in &pubs {
+            let leaf = *leaf as usize;
+            if !(lo..hi).contains(&leaf) || self.bind(leaf, &publication.publication, &mut bindings).is_none()
+            {
+                return;
+            }
+        }
+        if pubs.is_empty() {
+            return;
+        }
+        let partial = Partial::from_pubs(pubs, bindings);
+        if self.admissible(&partial) {
+            self.propagate(ctx, node, Arc::new(partial), out);
+        }
+    }
+
+    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Stamped) {
+        let mut values = Vec::with_capacity(self.pattern.until_vars.len());
+        for (attr, _) in &self.pattern.until_vars {
+            let Some(value) = publication.publication.get(attr) else { return };
+            values.push(KeyPart::of(value));
+        }
+        let key: Key = values.into();
+        let slots: Vec<usize> = self.pattern.until_vars.iter().map(|&(_, s)| s).collect();
+        let stamp = &publication.stamp;
+        let mut doomed = Vec::new();
+        for sides in &self.stores {
+            for store in sides {
+                for stored in store.values().flatten() {
+                    if stored.partial.first() < stamp
+                        && stored.partial.key(slots.iter().copied()).as_ref() == Some(&key)
+                    {
+                        doomed.push(stored.entry);
+                    }
+                }
+            }
+        }
+        ctx.counters.ended += doomed.len() as u64;
+        for entry in doomed {
+            self.remove_entry(entry);
+        }
+        self.ends.entry(key.clone()).or_default().push(stamp.clone());
+        self.ends_order.push_back((now.saturating_add(ctx.bounds.lateness_ms), key));
+    }
+}
+
+/// Walks `Times` chains through one binding's stored publications.
+struct Chain<'a> {
+    bucket: &'a [Stored],
+    attr: &'a str,
+    step: &'a Value,
+    limit: usize,
+}
+
+impl Chain<'_> {
+    /// Every chain of `len` more publications from `from`, after it (`forward`) or before
+    /// it, nearest first; at most `limit`.
+    fn walk(
+        &self,
+        from: &Arc<Stamped>,
+        len: usize,
+        forward: bool,
+        path: &mut Vec<Arc<Stamped>>,
+        out: &mut Vec<Vec<Arc<Stamped>>>,
+    ) {
+        if len == 0 {
+            out.push(path.clone());
+            return;
+        }
+        let value = |p: &Stamped| p.publication.get(self.attr).cloned();
+        let Some(from_value) = value(from) else { return };
+        for stored in self.bucket {
+            if out.len() >= self.limit {
+                return;
+            }
+            let candidate = &stored.partial.pubs[0].1;
+            let Some(candidate_value) = value(candidate) else { continue };
+            let (earlier, later) =
+                if forward { (&from_value, &candidate_value) } else { (&candidate_value, &from_value) };
+            let ordered = if forward { candidate.stamp > from.stamp } else { candidate.stamp < from.stamp };
+            let steps = stepped(earlier, self.step)
+                .zip(later.as_number())
+                .is_some_and(|(wanted, got)| got.cmp_exact(wanted).is_eq());
+            if ordered && steps {
+                path.push(candidate.clone());
+                self.walk(candidate, len - 1, forward, path, out);
+                path.pop();
+            }
+        }
+    }
+}
+
+/// The composite detectors of one broker (see the module docs).
+#[derive(Debug, Default)]
+pub struct Detectors {
+    bounds: Bounds,
+    detectors: HashMap<DetectorId, Detector>,
+    next_id: DetectorId,
+    next_generation: u64,
+    /// Every stored partial match, in the order stored (stale references are skipped).
+    order: VecDeque<Ref>,
+    /// When partial matches with a window expire.
+    expiry: BinaryHeap<Reverse<(u64, Ref)>>,
+    stored: usize,
+    counters: Counters,
+}
+
+impl Detectors {
+    /// No detectors yet, within `bounds`.
+    pub fn new(bounds: Bounds) -> Self {
+        Self { bounds, ..Self::default() }
+    }
+
+    /// A detector for `cs`.
+    pub fn add(&mut self, cs: &CompositeSubscription) -> DetectorId {
+        self.next_id += 1;
+        self.detectors.insert(self.next_id, Detector::new(cs));
+        self.next_id
+    }
+
+    /// Drops detector `id` and everything it stores; false if there was none.
+    pub fn remove(&mut self, id: DetectorId) -> bool {
+        match self.detectors.remove(&id) {
+            Some(detector) => {
+                self.stored -= detector.entries.len();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many detectors there are.
+    pub fn len(&self) -> usize {
+        self.detectors.len()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.detectors.is_empty()
+    }
+
+    /// The counters, with `stored` as of now.
+    pub fn counters(&self) -> Counters {
+        Counters { stored: self.stored as u64, ..self.counters }
+    }
+
+    /// Runs `input` on detector `id`, then applies the caps.
+    fn input(&mut self, now: u64, id: DetectorId, input: impl FnOnce(&mut Detector, &mut Ctx<'_>)) {
+        let Some(detector) = self.detectors.get_mut(&id) else { return };
+        detector.forget_ends(now);
+        detector.formed.fill(0);
+        let mut ctx = Ctx {
+            bounds: &self.bounds,
+            counters: &mut self.counters,
+            next_generation: &mut self.next_generation,
+            stored: Vec::new(),
+        };
+        input(detector, &mut ctx);
+        let stored = mem::take(&mut ctx.stored);
+        for (entry, generation, expiry) in stored {
+            let r = Ref { detector: id, entry, generation };
+            self.order.push_back(r);
+            if let Some(at) = expiry {
+                self.expiry.push(Reverse((at, r)));
+            }
+            self.stored += 1;
+        }
+        while detector.entries.len() > self.bounds.per_detector && detector.evict_oldest() {
+            self.counters.evicted += 1;
+            self.stored -= 1;
+        }
+        self.apply_broker_cap();
+        self.compact();
+    }
+
+    fn apply_broker_cap(&mut self) {
+        while self.stored > self.bounds.per_broker {
+            let Some(r) = self.order.pop_front() else { break };
+            let Some(detector) = self.detectors.get_mut(&r.detector) else { continue };
+            if detector.live(r.entry, r.generation) {
+                detector.remove_entry(r.entry);
+                self.counters.evicted += 1;
+                self.stored -= 1;
+            }
+        }
+    }
+
+    /// Drops stale references once they outnumber the live ones.
+    fn compact(&mut self) {
+        let live = |detectors: &HashMap<DetectorId, Detector>, r: &Ref| {
+            detectors.get(&r.detector).is_some_and(|d| d.live(r.entry, r.generation))
+        };
+        if self.order.len() > 2 * self.stored + 1024 {
+            let detectors = &self.detectors;
+            self.order.retain(|r| live(detectors, r));
+        }
+        if self.expiry.len() > 2 * self.stored + 1024 {
+            let detectors = &self.detectors;
+            self.expiry.retain(|Reverse((_, r))| live(detectors, r));
+        }
+    }
+
+    /// `publication` matched leaf `leaf` (numbered left to right from 0) of detector `id`;
+    /// appends the matches it completes to `out`.
+    pub fn publication(
+        &mut self,
+        now: u64,
+        id: DetectorId,
+        leaf: usize,
+        publication: &Arc<Stamped>,
+        out: &mut Vec<Match>,
+    ) {
+        self.input(now, id, |detector, ctx| {
+            if leaf < detector.pattern.leaves() {
+                detector.leaf(ctx, leaf, publication, out);
+            }
+        });
+    }
+
+    /// A match of node `node` (an index into the pattern's post-order nodes) detected
+    /// elsewhere, its publications numbered by this pattern's leaves; appends the matches
+    /// it completes to `out`.
+    pub fn part(
+        &mut self,
+        now: u64,
+        id: DetectorId,
+        node: usize,
+        pubs: Vec<(u32, Arc<Stamped>)>,
+        out: &mut Vec<Match>,
+    ) {
+        self.input(now, id, |detector, ctx| {
+            if node < detector.pattern.nodes.len() {
+                detector.part(ctx, node, pubs, out);
+            }
+        });
+    }
+
+    /// `publication` matched detector `id`'s `until` filter: its binding's partial matches
+    /// stamped before it end.
+    pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
+        let mut removed = 0;
+        self.input(now, id, |detector, ctx| {
+            if detector.pattern.has_until {
+                let before = detector.entries.len();
+                detector.end(ctx, now, publication);
+                removed = before - detector.entries.len();
+            }
+        });
+        self.stored -= removed;
+    }
+
+    /// When [`Self::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.expiry.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Drops the partial matches whose window has passed at `now`.
+    pub fn handle_timeout(&mut self, now: u64) {
+        while let Some(Reverse((at, r))) = self.expiry.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.expiry.pop();
+            let Some(detector) = self.detectors.get_mut(&r.detector) else { continue };
+            if detector.live(r.entry, r.generation) {
+                detector.remove_entry(r.entry);
+                self.counters.expired += 1;
+                self.stored -= 1;
+            }
+        }
+    }
+}

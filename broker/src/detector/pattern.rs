@@ -1,0 +1,184 @@
+//! A composite subscription compiled for detection: variables numbered into slots, each
+//! operator's join variables (the ones both sides always bind, used as the index key of
+//! its stored partial matches) and the other shared variables (checked per pair).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use padres_lang::composite::{CompositeOp, CompositeSubscription, Expr};
+use padres_lang::{Name, Number, Subscription, Value};
+
+/// What a node does with the matches of its children.
+#[derive(Debug)]
+pub(super) enum Op {
+    /// An atomic subscription: its matches are publications.
+    Leaf,
+    /// `Times(S, count, attr, step)`: stores the publications of `S` per binding.
+    Times { count: usize, attr: Name, step: Value },
+    /// `||`: a child's match is this node's match.
+    Or,
+    /// `&` or `;`: stores both children's matches and pairs them.
+    Join {
+        seq: bool,
+        /// Slots both sides always bind: the key the stored matches are indexed by.
+        key: Vec<usize>,
+        /// Other slots both sides may bind: compared pair by pair.
+        shared: Vec<usize>,
+    },
+}
+
+#[derive(Debug)]
+pub(super) struct Node {
+    pub(super) op: Op,
+    /// The parent and which side of it this node is (0 left, 1 right).
+    pub(super) parent: Option<(usize, usize)>,
+    /// The slots a match of this node always binds.
+    certain: BTreeSet<usize>,
+    /// The slots a match of this node may bind.
+    possible: BTreeSet<usize>,
+    /// The leaf numbers under this node: `leaves.0..leaves.1`.
+    pub(super) leaves: (usize, usize),
+}
+
+/// A compiled pattern.
+#[derive(Debug)]
+pub(super) struct Pattern {
+    pub(super) nodes: Vec<Node>,
+    /// Leaf number → node index.
+    pub(super) leaf_node: Vec<usize>,
+    /// Leaf number → the leaf's variable predicates as (attribute, slot).
+    pub(super) leaf_vars: Vec<Vec<(Name, usize)>>,
+    /// How many variable slots.
+    pub(super) slots: usize,
+    pub(super) window: Option<u64>,
+    /// The `until` filter's variables as (attribute, slot).
+    pub(super) until_vars: Vec<(Name, usize)>,
+    pub(super) has_until: bool,
+}
+
+/// One value of an index key: numbers by numeric value, so `3` and `3.0` meet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum KeyPart {
+    Str(Arc<str>),
+    Int(i64),
+    Float(u64),
+    Bool(bool),
+}
+
+/// An index key: the values of some slots.
+pub(super) type Key = Box<[KeyPart]>;
+
+impl KeyPart {
+    pub(super) fn of(value: &Value) -> Self {
+        match value {
+            Value::Str(s) => Self::Str(s.clone()),
+            Value::Bool(b) => Self::Bool(*b),
+            other => match other.as_number() {
+                Some(Number::Int(i)) => Self::Int(i),
+                Some(Number::Float(f)) => integral(f).map_or(Self::Float(f.to_bits()), Self::Int),
+                None => Self::Bool(false),
+            },
+        }
+    }
+}
+
+/// The integer a float equals exactly, if any.
+fn integral(f: f64) -> Option<i64> {
+    // Every integral float in [-2^63, 2^63) converts exactly.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+    let in_range = (-(2f64.powi(63))..2f64.powi(63)).contains(&f);
+    #[allow(clippy::cast_possible_truncation)]
+    (f.fract() == 0.0 && in_range).then_some(f as i64)
+}
+
+fn vars_of(sub: &Subscription, names: &mut Vec<Name>) -> Vec<(Name, usize)> {
+    sub.predicates()
+        .iter()
+        .filter_map(|p| {
+            let var = p.variable()?;
+            let slot = match names.iter().position(|n| *n == var.name) {
+                Some(slot) => slot,
+                None => {
+                    names.push(var.name.clone());
+                    names.len() - 1
+                }
+            };
+            Some((p.attr().clone(), slot))
+        })
+        .collect()
+}
+
+impl Pattern {
+    pub(super) fn compile(cs: &CompositeSubscription) -> Self {
+        let mut names = Vec::new();
+        let mut nodes: Vec<Node> = Vec::with_capacity(cs.nodes().len());
+        let mut leaf_node = Vec::new();
+        let mut leaf_vars = Vec::new();
+        for index in 0..cs.nodes().len() {
+            let leaf =
+                |sub: &Subscription, names: &mut Vec<Name>, leaf_vars: &mut Vec<Vec<(Name, usize)>>| {
+                    let vars = vars_of(sub, names);
+                    let slots: BTreeSet<usize> = vars.iter().map(|&(_, s)| s).collect();
+                    leaf_vars.push(vars);
+                    slots
+                };
+            let node = match cs.expr(index) {
+                Expr::Leaf(sub) => {
+                    let slots = leaf(sub, &mut names, &mut leaf_vars);
+                    leaf_node.push(index);
+                    let n = leaf_node.len();
+                    Node {
+                        op: Op::Leaf,
+                        parent: None,
+                        certain: slots.clone(),
+                        possible: slots,
+                        leaves: (n - 1, n),
+                    }
+                }
+                Expr::Times(sub, count, attr, step) => {
+                    let slots = leaf(sub, &mut names, &mut leaf_vars);
+                    leaf_node.push(index);
+                    let n = leaf_node.len();
+                    let op = Op::Times { count: count as usize, attr: attr.clone(), step: step.clone() };
+                    Node { op, parent: None, certain: slots.clone(), possible: slots, leaves: (n - 1, n) }
+                }
+                Expr::Binary(op, left, right) => {
+                    nodes[left].parent = Some((index, 0));
+                    nodes[right].parent = Some((index, 1));
+                    let (l, r) = (&nodes[left], &nodes[right]);
+                    let possible: BTreeSet<usize> = l.possible.union(&r.possible).copied().collect();
+                    let leaves = (l.leaves.0, r.leaves.1);
+                    match op {
+                        CompositeOp::Or => {
+                            let certain = l.certain.intersection(&r.certain).copied().collect();
+                            Node { op: Op::Or, parent: None, certain, possible, leaves }
+                        }
+                        CompositeOp::And | CompositeOp::Seq => {
+                            let key: Vec<usize> = l.certain.intersection(&r.certain).copied().collect();
+                            let shared = l
+                                .possible
+                                .intersection(&r.possible)
+                                .filter(|s| !key.contains(s))
+                                .copied()
+                                .collect();
+                            let certain = l.certain.union(&r.certain).copied().collect();
+                            let op = Op::Join { seq: op == CompositeOp::Seq, key, shared };
+                            Node { op, parent: None, certain, possible, leaves }
+                        }
+                    }
+                }
+            };
+            nodes.push(node);
+        }
+        let (until_vars, has_until) = match cs.until_filter() {
+            Some(until) => (vars_of(until, &mut names), true),
+            None => (Vec::new(), false),
+        };
+        Self { nodes, leaf_node, leaf_vars, slots: names.len(), window: cs.window(), until_vars, has_until }
+    }
+
+    /// The number of leaves.
+    pub(super) fn leaves(&self) -> usize {
+        self.leaf_node.len()
+    }
+}
