@@ -182,6 +182,16 @@ pub fn trigger_subscription(appl: &str) -> Subscription {
     parse_sub(&format!("[class,eq,'trigger'],[appl,eq,{}],[gid,eq,$S$g]", quoted(appl)))
 }
 
+/// Any status of the generation's `APPL_END` (`$S$g`): it ends the generation's partial
+/// matches of every job's dependency.
+pub fn end_subscription(appl: &str) -> Subscription {
+    parse_sub(&format!(
+        "[class,eq,'job_status'],[appl,eq,{}],[gid,eq,$S$g],[job,eq,{}]",
+        quoted(appl),
+        quoted(APPL_END)
+    ))
+}
+
 /// `job`'s statuses allowed by `status`, in the same generation (`$S$g`).
 pub fn status_subscription(appl: &str, job: &str, status: StatusCondition) -> Subscription {
     let allowed = status.statuses();
@@ -258,10 +268,13 @@ fn deployment(
     for dep in deps {
         parts.push(dependency_of(appl, dep).map_err(error)?);
     }
+    let dependency = balanced(parts, CompositeOp::And)
+        .and_then(|cs| cs.until(end_subscription(appl)).map_err(|e| e.to_string()))
+        .map_err(error)?;
     Ok(JobDeployment {
         job: job.to_owned(),
         agent: agent.to_owned(),
-        dependency: balanced(parts, CompositeOp::And).map_err(error)?,
+        dependency,
         advertisement: status_advertisement(appl, job),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
         info: None,
