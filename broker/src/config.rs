@@ -210,6 +210,8 @@ impl Config {
             cycles: self.cycles,
             incarnation: 0,
             max_subscriptions_per_client: Some(self.limits.max_subscriptions_per_client),
+            detect_at_subscriber: false,
+            detector_bounds: crate::detector::Bounds::default(),
         };
         Ok(Settings { name, neighbours, router })
     }

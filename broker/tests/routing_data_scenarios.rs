@@ -3,6 +3,7 @@
 
 mod sim;
 
+use padres_broker::detector::Bounds;
 use padres_broker::router::{Covering, Options};
 use padres_lang::wire::ErrorCode;
 use sim::scenario::{Scenario, Step::*};
@@ -11,12 +12,30 @@ const P: u64 = 1;
 const S: u64 = 2;
 const S2: u64 = 3;
 
-const TREE: Options =
-    Options { covering: Covering::Off, cycles: false, incarnation: 0, max_subscriptions_per_client: None };
-const ACTIVE: Options =
-    Options { covering: Covering::Active, cycles: false, incarnation: 0, max_subscriptions_per_client: None };
-const CYCLES: Options =
-    Options { covering: Covering::Off, cycles: true, incarnation: 0, max_subscriptions_per_client: None };
+const TREE: Options = Options {
+    covering: Covering::Off,
+    cycles: false,
+    incarnation: 0,
+    max_subscriptions_per_client: None,
+    detect_at_subscriber: false,
+    detector_bounds: Bounds::DEFAULT,
+};
+const ACTIVE: Options = Options {
+    covering: Covering::Active,
+    cycles: false,
+    incarnation: 0,
+    max_subscriptions_per_client: None,
+    detect_at_subscriber: false,
+    detector_bounds: Bounds::DEFAULT,
+};
+const CYCLES: Options = Options {
+    covering: Covering::Off,
+    cycles: true,
+    incarnation: 0,
+    max_subscriptions_per_client: None,
+    detect_at_subscriber: false,
+    detector_bounds: Bounds::DEFAULT,
+};
 
 const TWO_BROKERS: &[(usize, usize, u64)] = &[(0, 1, 5)];
 const STAR: &[(usize, usize, u64)] = &[(0, 1, 3), (0, 2, 3), (0, 3, 3), (0, 4, 3)];

@@ -306,11 +306,68 @@ impl CompositeSubscription {
             .collect()
     }
 
+    /// The index of the first node of `node`'s subtree (its nodes are `first..=node`).
+    pub fn subtree_start(&self, node: usize) -> usize {
+        let mut at = node;
+        while let Node::Binary { left, .. } = self.nodes[at] {
+            at = left as usize;
+        }
+        at
+    }
+
+    /// The subtree rooted at `node` as a composite subscription of its own, with this one's
+    /// `within`, and its `until` if the subtree binds the filter's variables. Its leaves
+    /// are numbered from 0: leaf `i` of the part is leaf `i + k` here, where `k` is the
+    /// number of leaves before the subtree.
+    pub fn part(&self, node: usize) -> Self {
+        let start = self.subtree_start(node);
+        let offset = u32::try_from(start).expect("node indices fit in u32");
+        let nodes = self.nodes[start..=node]
+            .iter()
+            .map(|n| match n {
+                Node::Binary { op, left, right } => {
+                    Node::Binary { op: *op, left: left - offset, right: right - offset }
+                }
+                other => other.clone(),
+            })
+            .collect();
+        let part = Self { nodes, window: self.window, until: None };
+        match &self.until {
+            Some(until) => part.clone().until(until.clone()).unwrap_or(part),
+            None => part,
+        }
+    }
+
     /// Every atomic subscription in the pattern, left to right.
     pub fn atoms(&self) -> impl Iterator<Item = &Subscription> {
         self.nodes.iter().filter_map(|node| match node {
             Node::Leaf(sub) | Node::Times { sub, .. } => Some(sub),
             Node::Binary { .. } => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_a_subtree_with_the_options_it_can_keep() {
+        let cs: CompositeSubscription =
+            "{{[class,eq,a],[g,eq,$S$g]}&{[class,eq,b]}}||Times({[class,eq,c],[g,eq,$S$g]},2,v,1) \
+             within 5s until {[class,eq,end],[g,eq,$S$g]}"
+                .parse()
+                .expect("valid");
+        // Nodes: 0 a, 1 b, 2 &, 3 Times, 4 ||.
+        assert_eq!(cs.subtree_start(2), 0);
+        assert_eq!(cs.subtree_start(3), 3);
+        let and = cs.part(2);
+        assert_eq!(
+            and.to_string(),
+            "{{[class,eq,'a'],[g,eq,$S$g]}&{[class,eq,'b']}} within 5s until {[class,eq,'end'],[g,eq,$S$g]}"
+        );
+        assert_eq!(cs.part(1).to_string(), "{[class,eq,'b']} within 5s", "b does not bind g: no until");
+        assert_eq!(cs.part(4), cs);
+        assert_eq!(cs.leaf_numbers(), [Some(0), Some(1), None, Some(2), None]);
     }
 }

@@ -55,7 +55,7 @@ pub use parse::Parser;
 pub use predicate::{Op, Operand, Pattern, Predicate, VarKind, Variable};
 pub use publication::Publication;
 pub use semantics::{adv_covers, conforms, covers, matches, overlaps};
-pub use stamp::Stamp;
+pub use stamp::{Stamp, Stamped};
 pub use subscription::{Advertisement, Subscription};
 pub use value::{Kind, Number, Timestamp, Value};
 pub use wire::{BrokerMessage, ErrorCode, Frame, Role};

@@ -13,10 +13,12 @@
 //! would give.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::name::Name;
+use crate::publication::Publication;
 
 /// When (milliseconds since the Unix epoch, by the stamping broker's clock) and where (the
 /// broker's name and counter) a publication entered the federation. Ordered by time, then
@@ -42,6 +44,16 @@ impl fmt::Display for Stamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}@{}/{}", self.time, self.origin, self.seq)
     }
+}
+
+/// A publication with its stamp, as composite detectors see it and as composite matches
+/// carry it between brokers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stamped {
+    /// When and where it entered the federation.
+    pub stamp: Stamp,
+    /// The publication.
+    pub publication: Arc<Publication>,
 }
 
 #[cfg(test)]

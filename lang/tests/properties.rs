@@ -224,6 +224,12 @@ fn any_frame() -> BoxedStrategy<Frame> {
             .prop_map(|(subs, publication)| Frame::Notification { subs, publication: Arc::new(publication) }),
         any_string().prop_map(|reason| Frame::Bye { code: CloseCode::Done, reason }),
         any_publication().prop_map(|p| Frame::Publish { publication: Arc::new(p) }),
+        (any_id(), proptest::collection::vec((0..8_u32, any_publication()), 1..4)).prop_map(|(sub, pubs)| {
+            Frame::CompositeNotification {
+                sub,
+                pubs: pubs.into_iter().map(|(l, p)| (l, Arc::new(p))).collect(),
+            }
+        }),
         (any::<u64>(), any::<u32>()).prop_map(|(req, limit)| Frame::Query {
             req,
             query: if limit % 2 == 0 { Query::Stats } else { Query::Routes { limit } },
@@ -247,6 +253,14 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     slow_clients_dropped: n / 23,
                     links_refused: n / 29,
                     links_cut: n / 31,
+                    composites: n / 37,
+                    detectors: n / 41,
+                    partial_matches: n / 43,
+                    composite_matches: n / 47,
+                    partials_evicted: n / 53,
+                    partials_expired: n / 59,
+                    partials_ended: n / 61,
+                    pairs_dropped: n / 67,
                 }),
             }
         ),
@@ -265,6 +279,8 @@ fn any_frame() -> BoxedStrategy<Frame> {
                         to: vec![to]
                     }],
                     prt_total: 1,
+                    composites: Vec::new(),
+                    composites_total: 0,
                 }),
             }
         ),

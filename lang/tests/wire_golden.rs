@@ -10,7 +10,7 @@ use padres_lang::wire::{
     BrokerMessage, BrokerStats, CloseCode, ErrorCode, Forwarded, Frame, Query, Report, Role, RouteEntry,
     RoutesReport, decode, encode,
 };
-use padres_lang::{Message, MessageId, Name};
+use padres_lang::{Message, MessageId, Name, Stamp, Stamped};
 
 fn name(s: &str) -> Name {
     Name::new(s).expect("a valid name")
@@ -32,6 +32,10 @@ fn sub() -> Arc<padres_lang::Subscription> {
     Arc::new("[class,eq,'stock'],[price,<=,1.5]".parse().expect("subscription"))
 }
 
+fn stamp() -> Stamp {
+    Stamp::new(1_795_000_000_000, name("B1"), 42)
+}
+
 fn publication() -> Arc<padres_lang::Publication> {
     Arc::new("[class,'stock'],[price,1],[ok,true] payload=0x00ff".parse().expect("publication"))
 }
@@ -51,6 +55,10 @@ fn broker_variant(m: &BrokerMessage) -> &'static str {
         BrokerMessage::Settled { what: Forwarded::Advertisement(_) } => "Settled/Advertisement",
         BrokerMessage::Settled { what: Forwarded::Subscription(_) } => "Settled/Subscription",
         BrokerMessage::Settled { what: Forwarded::TreeSubscription { .. } } => "Settled/TreeSubscription",
+        BrokerMessage::Settled { what: Forwarded::Composite(_) } => "Settled/Composite",
+        BrokerMessage::CompositeSubscribe { .. } => "CompositeSubscribe",
+        BrokerMessage::CompositeUnsubscribe { .. } => "CompositeUnsubscribe",
+        BrokerMessage::CompositeMatch { .. } => "CompositeMatch",
     }
 }
 
@@ -70,6 +78,7 @@ fn frame_variant(f: &Frame) -> String {
         Frame::Query { query: Query::Routes { .. }, .. } => "Query/Routes".into(),
         Frame::Report { report: Report::Stats(_), .. } => "Report/Stats".into(),
         Frame::Report { report: Report::Routes(_), .. } => "Report/Routes".into(),
+        Frame::CompositeNotification { .. } => "CompositeNotification".into(),
     }
 }
 
@@ -123,6 +132,14 @@ fn samples() -> Vec<Frame> {
                 slow_clients_dropped: 11,
                 links_refused: 12,
                 links_cut: 13,
+                composites: 14,
+                detectors: 15,
+                partial_matches: 16,
+                composite_matches: 17,
+                partials_evicted: 18,
+                partials_expired: 19,
+                partials_ended: 20,
+                pairs_dropped: 21,
             }),
         },
         Frame::Report {
@@ -139,6 +156,13 @@ fn samples() -> Vec<Frame> {
                     to: vec![name("B3")],
                 }],
                 prt_total: 1,
+                composites: vec![RouteEntry {
+                    id: id(3),
+                    text: "{[class,eq,'a']}&{[class,eq,'b']}".into(),
+                    from: "client 2".into(),
+                    to: vec![name("B4")],
+                }],
+                composites_total: 1,
             }),
         },
     ];
@@ -149,15 +173,32 @@ fn samples() -> Vec<Frame> {
         BrokerMessage::Unadvertise { id: id(1), lost: true },
         BrokerMessage::Subscribe { id: id(2), sub: sub() },
         BrokerMessage::Unsubscribe { id: id(2) },
-        BrokerMessage::Publish { publication: publication() },
+        BrokerMessage::Publish { publication: publication(), stamp: stamp() },
         BrokerMessage::TreeSubscribe { id: id(2), tree: id(1), sub: sub() },
         BrokerMessage::TreeUnsubscribe { id: id(2), tree: id(1) },
-        BrokerMessage::TreePublish { tree: id(1), publication: publication() },
+        BrokerMessage::TreePublish { tree: id(1), publication: publication(), stamp: stamp() },
         BrokerMessage::Settled { what: Forwarded::Advertisement(id(1)) },
         BrokerMessage::Settled { what: Forwarded::Subscription(id(2)) },
         BrokerMessage::Settled { what: Forwarded::TreeSubscription { id: id(2), tree: id(1) } },
+        BrokerMessage::Settled { what: Forwarded::Composite(id(3)) },
+        BrokerMessage::CompositeSubscribe {
+            id: id(3),
+            cs: Arc::new("{[class,eq,'a']};{[class,eq,'b']} within 1m".parse().expect("composite")),
+        },
+        BrokerMessage::CompositeUnsubscribe { id: id(3) },
+        BrokerMessage::CompositeMatch {
+            id: id(3),
+            pubs: vec![
+                (0, Arc::new(Stamped { stamp: stamp(), publication: publication() })),
+                (1, Arc::new(Stamped { stamp: stamp(), publication: publication() })),
+            ],
+        },
     ];
     frames.extend(broker.map(Frame::Broker));
+    frames.push(Frame::CompositeNotification {
+        sub: id(3),
+        pubs: vec![(0, publication()), (1, publication())],
+    });
     frames
 }
 
@@ -187,11 +228,6 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
     ("Query/Routes", "000000040902010a"),
-    ("Report/Stats", "000000170a0100024231010203010242320405060708090a0b0c0d"),
-    (
-        "Report/Routes",
-        "000000320a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b65722042320102423301",
-    ),
     ("Error", "000000080401010003776879"),
     ("Error", "000000080401010103776879"),
     ("Error", "000000080401010203776879"),
@@ -207,7 +243,10 @@ const GOLDEN: &[(&str, &str)] = &[
         "000000270702024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
     ),
     ("Broker/Unsubscribe", "00000006070302423102"),
-    ("Broker/Publish", "0000002107040305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
+    (
+        "Broker/Publish",
+        "0000002e07040305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
+    ),
     (
         "Broker/TreeSubscribe",
         "0000002b070502423102024231010205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
@@ -215,11 +254,25 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Broker/TreeUnsubscribe", "0000000a07060242310202423101"),
     (
         "Broker/TreePublish",
-        "000000250707024231010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+        "000000320707024231010305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
     ),
     ("Broker/Settled/Advertisement", "0000000707080002423101"),
     ("Broker/Settled/Subscription", "0000000707080102423102"),
     ("Broker/Settled/TreeSubscription", "0000000b0708020242310202423101"),
+    ("Broker/Settled/Composite", "0000000707080302423103"),
+    (
+        "Broker/CompositeSubscribe",
+        "0000002a07090242310303000105636c6173730000020161000105636c61737300000201620102000101fb60ea00",
+    ),
+    ("Broker/CompositeUnsubscribe", "00000006070a02423103"),
+    (
+        "Broker/CompositeMatch",
+        "00000061070b024231030200fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff01fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+    ),
+    (
+        "CompositeNotification",
+        "000000460b0242310302000305636c617373020573746f636b0570726963650002026f6b0301010200ff010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+    ),
 ];
 
 #[test]

@@ -42,20 +42,12 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::mem;
 use std::sync::Arc;
 
+pub use padres_lang::Stamped;
 use padres_lang::semantics::composite::stepped;
 use padres_lang::{CompositeSubscription, Publication, Stamp, Value};
 use slab::Slab;
 
 use pattern::{Key, KeyPart, Op, Pattern};
-
-/// A publication with the stamp its publisher's broker gave it.
-#[derive(Debug, PartialEq)]
-pub struct Stamped {
-    /// When and where it entered the federation.
-    pub stamp: Stamp,
-    /// The publication.
-    pub publication: Arc<Publication>,
-}
 
 /// A completed match: the publications used, with the leaf (numbered left to right from 0)
 /// each was used for, sorted by leaf, then stamp.
@@ -79,11 +71,17 @@ pub struct Bounds {
     pub lateness_ms: u64,
 }
 
-impl Default for Bounds {
+impl Bounds {
     /// 10,000 partial matches per detector, 1,000,000 per broker (some hundreds of MB at
     /// most), 64 pairs per input per node, 10 s of lateness.
+    pub const DEFAULT: Self =
+        Self { per_detector: 10_000, per_broker: 1_000_000, pairs_per_input: 64, lateness_ms: 10_000 };
+}
+
+impl Default for Bounds {
+    /// [`Bounds::DEFAULT`].
     fn default() -> Self {
-        Self { per_detector: 10_000, per_broker: 1_000_000, pairs_per_input: 64, lateness_ms: 10_000 }
+        Self::DEFAULT
     }
 }
 

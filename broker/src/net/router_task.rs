@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use padres_lang::wire::{
     BrokerMessage, BrokerStats, CloseCode, Frame, Query, Report, RouteEntry, RoutesReport,
@@ -95,6 +95,9 @@ struct RouterTask {
     /// Dial and link tasks started here.
     tasks: JoinSet<()>,
     start: Instant,
+    /// Milliseconds since the Unix epoch at `start`: the router runs on `epoch + now`, so
+    /// publication stamps are wall-clock time that never goes backwards.
+    epoch: u64,
     limits: Limits,
     clients: HashMap<ClientId, ClientHandle>,
     links: HashMap<LinkId, LinkHandle>,
@@ -122,6 +125,9 @@ pub(super) async fn run(
         events,
         tasks: JoinSet::new(),
         start: Instant::now(),
+        epoch: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         limits,
         clients: HashMap::new(),
         links: HashMap::new(),
@@ -130,7 +136,14 @@ pub(super) async fn run(
         out: Vec::new(),
     };
     'run: loop {
-        let deadline = task.policy.poll_timeout().map(|ms| task.start + std::time::Duration::from_millis(ms));
+        // The policy's timers run on the task's clock, the router's (composite windows) on
+        // the wall clock.
+        let router_timer = task.router.poll_timeout().map(|at| at.saturating_sub(task.epoch));
+        let timer = match (task.policy.poll_timeout(), router_timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let deadline = timer.map(|ms| task.start + std::time::Duration::from_millis(ms));
         tokio::select! {
             event = inbox.recv() => {
                 let now = task.now();
@@ -156,6 +169,7 @@ pub(super) async fn run(
                 let now = task.now();
                 task.report_backlogs(now);
                 task.policy.handle_timeout(now);
+                task.router.handle_timeout(task.epoch + now);
                 task.apply_link_actions(now);
                 task.dispatch(now);
             }
@@ -220,7 +234,7 @@ impl RouterTask {
                 if matches!(message, Message::Publish(_)) {
                     self.counters.publications_in += 1;
                 }
-                self.router.handle(now, Input::Client { client, req, message }, &mut self.out);
+                self.router.handle(self.epoch + now, Input::Client { client, req, message }, &mut self.out);
             }
             Event::Query(client, req, query) => {
                 let report = match query {
@@ -233,7 +247,7 @@ impl RouterTask {
             }
             Event::Gone(id) => {
                 self.clients.remove(&id);
-                self.router.handle(now, Input::ClientGone(id), &mut self.out);
+                self.router.handle(self.epoch + now, Input::ClientGone(id), &mut self.out);
             }
             Event::LinkUp(handle) => {
                 // What earlier events produced goes out on the links as they were.
@@ -253,7 +267,7 @@ impl RouterTask {
                 }
                 self.counters.broker_messages_in += 1;
                 tracing::trace!(%peer, ?message, "from neighbour");
-                self.router.handle(now, Input::Broker { from: peer, message }, &mut self.out);
+                self.router.handle(self.epoch + now, Input::Broker { from: peer, message }, &mut self.out);
             }
             Event::LinkDown { link, code } => {
                 self.dispatch(now);
@@ -293,9 +307,11 @@ impl RouterTask {
                     }
                     self.policy.handle_link_down(now, &peer, link, handle.target, code);
                 }
-                Action::NeighbourUp(peer) => self.router.handle(now, Input::NeighbourUp(peer), &mut self.out),
+                Action::NeighbourUp(peer) => {
+                    self.router.handle(self.epoch + now, Input::NeighbourUp(peer), &mut self.out);
+                }
                 Action::NeighbourDown(peer) => {
-                    self.router.handle(now, Input::NeighbourDown(peer), &mut self.out);
+                    self.router.handle(self.epoch + now, Input::NeighbourDown(peer), &mut self.out);
                 }
             }
         }
@@ -312,6 +328,7 @@ impl RouterTask {
 
     fn stats(&self, now: u64) -> BrokerStats {
         let (advertisements, subscriptions) = self.router.table_sizes();
+        let (detected, composites, detectors) = self.router.composite_counters();
         let neighbours: Vec<Name> = self.policy.neighbours().cloned().collect();
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let counters = &self.counters;
@@ -331,6 +348,14 @@ impl RouterTask {
             slow_clients_dropped: counters.slow_clients_dropped,
             links_refused: counters.links_refused,
             links_cut: counters.links_cut,
+            composites: count(composites),
+            detectors: count(detectors),
+            partial_matches: detected.stored,
+            composite_matches: detected.matches,
+            partials_evicted: detected.evicted,
+            partials_expired: detected.expired,
+            partials_ended: detected.ended,
+            pairs_dropped: detected.pairs_dropped,
         }
     }
 
@@ -356,6 +381,11 @@ impl RouterTask {
                         self.counters.notifications_out += 1;
                         let size = estimated_size(subs.len(), &publication);
                         (client, Frame::Notification { subs, publication }, size)
+                    }
+                    Output::CompositeNotify { client, sub, pubs } => {
+                        self.counters.notifications_out += 1;
+                        let size = pubs.iter().map(|(_, p)| estimated_size(1, p)).sum();
+                        (client, Frame::CompositeNotification { sub, pubs }, size)
                     }
                     Output::ToBroker { to, message } => {
                         self.counters.broker_messages_out += 1;
@@ -389,7 +419,7 @@ impl RouterTask {
                     self.limits.max_queued
                 );
                 handle.connection.close(CloseCode::TooSlow.to_quic().into(), reason.as_bytes());
-                self.router.handle(now, Input::ClientGone(client), &mut self.out);
+                self.router.handle(self.epoch + now, Input::ClientGone(client), &mut self.out);
             }
             self.report_backlogs(now);
             self.apply_link_actions(now);
@@ -431,6 +461,12 @@ fn routes(router: &Router, limit: u32) -> RoutesReport {
         prt_total: count(subscriptions),
         prt: tables
             .prt
+            .into_iter()
+            .map(|(id, text, from, to)| RouteEntry { id, text, from: from.to_string(), to })
+            .collect(),
+        composites_total: count(router.composite_counters().1),
+        composites: tables
+            .composites
             .into_iter()
             .map(|(id, text, from, to)| RouteEntry { id, text, from: from.to_string(), to })
             .collect(),

@@ -77,6 +77,8 @@ pub(super) struct Cycles {
 pub(super) struct Next {
     pub(super) brokers: BTreeSet<Name>,
     pub(super) clients: BTreeMap<ClientId, Vec<MessageId>>,
+    /// Subscriptions of this broker's composite detectors.
+    pub(super) detected: Vec<MessageId>,
 }
 
 impl Next {
@@ -91,6 +93,7 @@ impl Next {
             Hop::Broker(b) => {
                 self.brokers.insert(b.clone());
             }
+            Hop::Detector => self.detected.push(id.clone()),
         }
     }
 }

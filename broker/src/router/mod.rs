@@ -58,20 +58,32 @@
 //! order per advertisement, not across advertisements with different trees; a tree whose
 //! link never returns is not rebuilt over another path.
 //!
-//! Not yet here: composite subscriptions (refused with an error), the history store hop.
+//! **Composite subscriptions** (`composite.rs`): placed where their parts' publications
+//! meet (PADRES's destination tree), detected there by [`crate::detector`], their leaves
+//! routed as ordinary subscriptions of the local detectors ([`Hop::Detector`]). Every
+//! publication is stamped by its publisher's broker ([`padres_lang::Stamp`]), the order
+//! detection uses.
+//!
+//! Not yet here: the history store hop.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
 use padres_lang::wire::{ErrorCode, Forwarded};
-use padres_lang::{Advertisement, Message, MessageId, Name, Publication, Subscription, conforms};
+use padres_lang::{
+    Advertisement, Message, MessageId, Name, Publication, Stamp, Stamped, Subscription, conforms,
+};
 
+use crate::detector::{Bounds, Counters};
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 
+mod composite;
 mod covering;
 mod cycles;
 mod settle;
+
+use composite::Composites;
 
 pub use covering::Covering;
 use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
@@ -88,6 +100,8 @@ pub enum Hop {
     Client(ClientId),
     /// A neighbour broker.
     Broker(Name),
+    /// This broker's composite detectors (their leaf and `until` subscriptions).
+    Detector,
 }
 
 impl fmt::Display for Hop {
@@ -95,6 +109,7 @@ impl fmt::Display for Hop {
         match self {
             Self::Client(c) => write!(f, "client {c}"),
             Self::Broker(b) => write!(f, "broker {b}"),
+            Self::Detector => f.write_str("detectors"),
         }
     }
 }
@@ -157,6 +172,15 @@ pub enum Output {
         /// The publication.
         publication: Arc<Publication>,
     },
+    /// Deliver a match of a composite subscription to a client.
+    CompositeNotify {
+        /// The client.
+        client: ClientId,
+        /// The composite subscription.
+        sub: MessageId,
+        /// The publications used, with the leaf each was used for, sorted by leaf.
+        pubs: Vec<(u32, Arc<Publication>)>,
+    },
 }
 
 /// How a router routes.
@@ -172,6 +196,11 @@ pub struct Options {
     /// Most subscriptions one client may hold (`None`: no limit); one more is refused
     /// with [`ErrorCode::LimitExceeded`].
     pub max_subscriptions_per_client: Option<usize>,
+    /// Detect a client's composite subscription at its own broker, every leaf an ordinary
+    /// subscription (PADRES 2.1's strategy), instead of in the network. For comparisons.
+    pub detect_at_subscriber: bool,
+    /// What composite detectors may store and produce.
+    pub detector_bounds: Bounds,
 }
 
 /// The shape of the overlay, with the state only that shape needs.
@@ -187,6 +216,7 @@ enum Overlay {
 struct ClientState {
     advs: BTreeSet<MessageId>,
     subs: BTreeSet<MessageId>,
+    composites: BTreeSet<MessageId>,
 }
 
 /// A snapshot of a router's tables, for `broker routes` and for tests.
@@ -200,6 +230,8 @@ pub struct Routes {
     pub prt: Vec<(MessageId, String, Hop, Vec<Name>)>,
     /// With cycles: tree, subscription id, text, hop it came from, broker it went to.
     pub tree_prt: Vec<(MessageId, MessageId, String, Hop, Option<Name>)>,
+    /// Composite subscriptions: id, text, hop it came from, brokers its parts went to.
+    pub composites: Vec<(MessageId, String, Hop, Vec<Name>)>,
 }
 
 /// One broker's routing state (see the module docs).
@@ -225,6 +257,19 @@ pub struct Router {
     awaited: Vec<Awaited>,
     /// The forwarded copies the current input waits on before it is answered.
     settling: Option<(Copies, Waiter)>,
+    /// Composite subscriptions and the detectors.
+    composites: Composites,
+    detect_at_subscriber: bool,
+    /// While the current input is handled: copies sent to place composite subscriptions,
+    /// which the input waits for too.
+    placed: Vec<(Forwarded, Name)>,
+    /// Set when the SRT changed during the current input.
+    srt_changed: bool,
+    /// The time of the current input.
+    now: u64,
+    /// The last stamp's time and counter.
+    stamp_time: u64,
+    stamp_seq: u64,
 }
 
 /// Which forwarded copies an input is answered after.
@@ -234,6 +279,8 @@ enum Copies {
     One(Forwarded),
     /// A subscription's copies on every tree.
     OnEveryTree(MessageId),
+    /// None of its own (a composite subscription waits only for what placing it sent).
+    Nothing,
 }
 
 impl Copies {
@@ -241,7 +288,7 @@ impl Copies {
         match (self, what) {
             (Self::One(one), what) => one == what,
             (Self::OnEveryTree(id), Forwarded::TreeSubscription { id: sub, .. }) => sub == id,
-            (Self::OnEveryTree(_), _) => false,
+            (Self::OnEveryTree(_) | Self::Nothing, _) => false,
         }
     }
 }
@@ -275,6 +322,13 @@ impl Router {
             settle: Settle::default(),
             awaited: Vec::new(),
             settling: None,
+            composites: Composites::new(options.detector_bounds),
+            detect_at_subscriber: options.detect_at_subscriber,
+            placed: Vec::new(),
+            srt_changed: false,
+            now: 0,
+            stamp_time: 0,
+            stamp_seq: u64::from(options.incarnation) << 32,
         }
     }
 
@@ -286,16 +340,21 @@ impl Router {
     /// Handles one input at time `now` (milliseconds, from the caller's clock), appending
     /// what to send to `out`.
     pub fn handle(&mut self, now: u64, input: Input, out: &mut Vec<Output>) {
-        // No timers in the routing tables; the time is part of the contract.
-        let _ = now;
+        self.now = now;
+        self.composites.detectors.handle_timeout(now);
         let start = out.len();
         self.awaited.clear();
+        self.placed.clear();
+        self.srt_changed = false;
         match input {
             Input::Client { client, req, message } => self.client_request(client, req, message, out),
             Input::ClientGone(client) => self.client_gone(client, out),
             Input::Broker { from, message } => self.broker_message(from, message, out),
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
+        }
+        if self.srt_changed {
+            self.replace_composites(out);
         }
         for output in &out[start..] {
             if let Output::ToBroker { to, message } = output {
@@ -305,14 +364,32 @@ impl Router {
         if let Some((copies, waiter)) = self.settling.take() {
             // The input is answered once its own forwarded copies, and the covers' copies
             // standing in for those it held back, have settled.
-            let needs: BTreeSet<(Forwarded, Name)> = self
+            let mut needs: BTreeSet<(Forwarded, Name)> = self
                 .awaited
                 .drain(..)
                 .filter(|(copy, _, _)| copies.include(copy))
                 .map(|(_, waits_for, to)| (waits_for, to))
                 .collect();
+            // Composite subscriptions it placed or moved, too.
+            needs.extend(self.placed.drain(..));
             self.settle.wait(needs, waiter, out);
         }
+    }
+
+    /// When [`Self::handle_timeout`] has something to do (composite windows expiring).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.composites.detectors.poll_timeout()
+    }
+
+    /// Drops the partial matches whose `within` window has passed at `now`.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.composites.detectors.handle_timeout(now);
+    }
+
+    /// The composite detectors' counters, the composite subscriptions held, and the
+    /// detectors running.
+    pub fn composite_counters(&self) -> (Counters, usize, usize) {
+        (self.composites.detectors.counters(), self.composites.len(), self.composites.detectors.len())
     }
 
     /// How many advertisements and subscriptions the tables hold.
@@ -360,12 +437,20 @@ impl Router {
                 Overlay::Acyclic => Vec::new(),
                 Overlay::Cyclic(cycles) => cycles.entries(),
             },
+            composites: self.composites.entries().into_iter().take(limit).collect(),
         }
     }
 
     fn next_id(&mut self) -> MessageId {
         self.seq += 1;
         MessageId::new(self.name.clone(), self.seq)
+    }
+
+    /// The stamp of a publication entering here now: never earlier than the last one.
+    fn stamp(&mut self) -> Stamp {
+        self.stamp_time = self.stamp_time.max(self.now);
+        self.stamp_seq += 1;
+        Stamp::new(self.stamp_time, self.name.clone(), self.stamp_seq)
     }
 
     /// Advertisements are covered only in trees: in a cyclic overlay each advertisement's
@@ -418,14 +503,20 @@ impl Router {
                 self.settling = Some((copies, Waiter::Client { client, req, id }));
                 return;
             }
-            Message::CompositeSubscribe(_) => Err((
-                ErrorCode::BadRequest,
-                "composite subscriptions are not supported by this broker yet".to_owned(),
-            )),
+            Message::CompositeSubscribe(cs) => {
+                let id = self.next_id();
+                self.clients.entry(client).or_default().composites.insert(id.clone());
+                self.composite_subscribe(Hop::Client(client), id.clone(), Arc::new(cs), out);
+                self.settling = Some((Copies::Nothing, Waiter::Client { client, req, id }));
+                return;
+            }
             Message::Publish(publication) => self.client_publish(client, publication, out),
             Message::Unsubscribe(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
                     self.remove_sub(&id, out);
+                    Ok(None)
+                } else if self.clients.get_mut(&client).is_some_and(|c| c.composites.remove(&id)) {
+                    self.composite_unsubscribe(&Hop::Client(client), &id, out);
                     Ok(None)
                 } else {
                     Err((ErrorCode::UnknownId, format!("no subscription {id} of this client")))
@@ -465,15 +556,17 @@ impl Router {
         };
         let publication = Arc::new(publication);
         let from = Hop::Client(client);
+        let stamp = self.stamp();
         match &self.overlay {
-            Overlay::Acyclic => self.route_publication(publication, &from, out),
-            Overlay::Cyclic(_) => self.route_on_tree(&tree, publication, &from, out),
+            Overlay::Acyclic => self.route_publication(publication, stamp, &from, out),
+            Overlay::Cyclic(_) => self.route_on_tree(&tree, publication, stamp, &from, out),
         }
         Ok(None)
     }
 
     fn client_gone(&mut self, client: ClientId, out: &mut Vec<Output>) {
         let Some(state) = self.clients.remove(&client) else { return };
+        self.composites_of_gone(&Hop::Client(client), out);
         for id in &state.subs {
             self.remove_sub(id, out);
         }
@@ -495,7 +588,9 @@ impl Router {
         match message {
             BrokerMessage::Advertise { id, adv, hops } => self.install_adv(id, adv, hop, hops, out),
             BrokerMessage::Subscribe { id, sub } => self.install_sub(id, sub, hop, out),
-            BrokerMessage::Publish { publication } => self.route_publication(publication, &hop, out),
+            BrokerMessage::Publish { publication, stamp } => {
+                self.route_publication(publication, stamp, &hop, out);
+            }
             BrokerMessage::Unsubscribe { id } => {
                 if self.subs.get(&id).is_some_and(|e| e.last == hop) {
                     self.remove_sub(&id, out);
@@ -521,10 +616,15 @@ impl Router {
                     cycles.leave(ctx, &tree, &id, &hop, out);
                 }
             }
-            BrokerMessage::TreePublish { tree, publication } => {
-                self.route_on_tree(&tree, publication, &hop, out);
+            BrokerMessage::TreePublish { tree, publication, stamp } => {
+                self.route_on_tree(&tree, publication, stamp, &hop, out);
             }
             BrokerMessage::Settled { what } => self.settle.settled(&from, what, out),
+            BrokerMessage::CompositeSubscribe { id, cs } => self.composite_subscribe(hop, id, cs, out),
+            BrokerMessage::CompositeUnsubscribe { id } => {
+                self.composite_unsubscribe(&hop, &id, out);
+            }
+            BrokerMessage::CompositeMatch { id, pubs } => self.composite_match(&from, &id, pubs, out),
         }
     }
 
@@ -563,6 +663,8 @@ impl Router {
             let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
             cycles.neighbour_up(ctx, out);
         }
+        // Composite parts placed there are placed again: it may have lost them.
+        self.replace_composites_at(&name, out);
     }
 
     fn neighbour_down(&mut self, name: &Name, out: &mut Vec<Output>) {
@@ -573,6 +675,7 @@ impl Router {
         self.advs.forget_neighbour(name);
         self.settle.neighbour_down(name, out);
         let hop = Hop::Broker(name.clone());
+        self.composites_of_gone(&hop, out);
         if let Overlay::Cyclic(cycles) = &mut self.overlay {
             let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
             cycles.neighbour_down(ctx, name, out);
@@ -623,6 +726,7 @@ impl Router {
         }
         self.adv_index.insert(id.clone(), adv.clone());
         self.advs.insert(id.clone(), Entry::new(adv.clone(), last.clone(), hops));
+        self.srt_changed = true;
         let flood: Vec<Name> =
             self.neighbours.iter().filter(|n| last != Hop::Broker((*n).clone())).cloned().collect();
         for n in &flood {
@@ -755,6 +859,7 @@ impl Router {
     /// shorter than its distance, so a tree never folds onto itself.
     fn shorter_path(&mut self, id: &MessageId, last: Hop, hops: u32, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get_mut(id) else { return };
+        self.srt_changed = true;
         e.last = last.clone();
         e.distance = hops;
         let adv = e.item.clone();
@@ -779,6 +884,7 @@ impl Router {
     /// it (a link went, another came). Follow the copy that came the current way.
     fn rehome_adv(&mut self, id: &MessageId, last: Hop, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get_mut(id) else { return };
+        self.srt_changed = true;
         let old = std::mem::replace(&mut e.last, last.clone());
         let adv = e.item.clone();
         if let Hop::Broker(b) = &last {
@@ -811,6 +917,7 @@ impl Router {
         let withdrawal = || BrokerMessage::Unadvertise { id: id.clone(), lost };
         let Some(e) = self.advs.remove(covering, id, withdrawal, out) else { return };
         self.adv_index.remove(id);
+        self.srt_changed = true;
         match &mut self.overlay {
             // Every broker drops the tree with the advertisement.
             Overlay::Cyclic(cycles) => cycles.drop_tree(id),
@@ -848,7 +955,13 @@ impl Router {
         }
     }
 
-    fn route_publication(&mut self, publication: Arc<Publication>, last: &Hop, out: &mut Vec<Output>) {
+    fn route_publication(
+        &mut self,
+        publication: Arc<Publication>,
+        stamp: Stamp,
+        last: &Hop,
+        out: &mut Vec<Output>,
+    ) {
         let mut matched = Vec::new();
         self.sub_index.matches_into(&publication, &mut self.scratch, &mut matched);
         let mut next = Next::default();
@@ -857,29 +970,53 @@ impl Router {
                 next.add(id, &e.last, last);
             }
         }
-        emit(next, &publication, None, out);
+        self.emit(next, publication, stamp, None, out);
     }
 
     fn route_on_tree(
         &mut self,
         tree: &MessageId,
         publication: Arc<Publication>,
+        stamp: Stamp,
         last: &Hop,
         out: &mut Vec<Output>,
     ) {
         let Overlay::Cyclic(cycles) = &self.overlay else { return };
         let next = cycles.route(tree, &publication, last, &mut self.scratch);
-        emit(next, &publication, Some(tree), out);
+        self.emit(next, publication, stamp, Some(tree), out);
+    }
+
+    /// Sends `publication` to the next hops (on `tree` if there is one) and feeds the
+    /// detectors whose subscriptions it matched.
+    fn emit(
+        &mut self,
+        mut next: Next,
+        publication: Arc<Publication>,
+        stamp: Stamp,
+        tree: Option<&MessageId>,
+        out: &mut Vec<Output>,
+    ) {
+        let detected = std::mem::take(&mut next.detected);
+        emit(next, &publication, &stamp, tree, out);
+        if !detected.is_empty() {
+            self.detect(&detected, &Arc::new(Stamped { stamp, publication }), out);
+        }
     }
 }
 
 /// Sends `publication` to the next hops: on `tree` if there is one.
-fn emit(next: Next, publication: &Arc<Publication>, tree: Option<&MessageId>, out: &mut Vec<Output>) {
+fn emit(
+    next: Next,
+    publication: &Arc<Publication>,
+    stamp: &Stamp,
+    tree: Option<&MessageId>,
+    out: &mut Vec<Output>,
+) {
     for to in next.brokers {
-        let publication = publication.clone();
+        let (publication, stamp) = (publication.clone(), stamp.clone());
         let message = match tree {
-            Some(tree) => BrokerMessage::TreePublish { tree: tree.clone(), publication },
-            None => BrokerMessage::Publish { publication },
+            Some(tree) => BrokerMessage::TreePublish { tree: tree.clone(), publication, stamp },
+            None => BrokerMessage::Publish { publication, stamp },
         };
         out.push(Output::ToBroker { to, message });
     }

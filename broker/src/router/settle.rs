@@ -136,6 +136,7 @@ pub(super) fn forwarded(message: &BrokerMessage) -> Option<Forwarded> {
         BrokerMessage::TreeSubscribe { id, tree, .. } => {
             Some(Forwarded::TreeSubscription { id: id.clone(), tree: tree.clone() })
         }
+        BrokerMessage::CompositeSubscribe { id, .. } => Some(Forwarded::Composite(id.clone())),
         _ => None,
     }
 }

@@ -22,6 +22,15 @@ pub struct Delivery {
     pub time: u64,
 }
 
+/// A composite match delivered to a client.
+#[derive(Clone, Debug)]
+pub struct CompositeDelivery {
+    pub client: ClientId,
+    pub sub: MessageId,
+    pub pubs: Vec<(u32, Arc<Publication>)>,
+    pub time: u64,
+}
+
 pub type Reply = Result<Option<MessageId>, (ErrorCode, String)>;
 
 /// A message in flight: deliver `input` to broker `to` at the key's time.
@@ -47,6 +56,10 @@ pub struct Sim {
     next_req: u64,
     pub replies: HashMap<(ClientId, u64), Reply>,
     pub deliveries: Vec<Delivery>,
+    pub composite_deliveries: Vec<CompositeDelivery>,
+    /// Extra delay of each message, up to this many ms (links stay FIFO).
+    jitter: u64,
+    rng: fastrand::Rng,
     /// Messages sent on each directed link, by kind: (subscription traffic, others).
     pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
     options: Options,
@@ -80,6 +93,9 @@ impl Sim {
             next_req: 0,
             replies: HashMap::new(),
             deliveries: Vec::new(),
+            composite_deliveries: Vec::new(),
+            jitter: 0,
+            rng: fastrand::Rng::with_seed(0),
             traffic: BTreeMap::new(),
             options,
             adv_messages: 0,
@@ -94,6 +110,18 @@ impl Sim {
         let (na, nb) = (self.names[a].clone(), self.names[b].clone());
         self.input(a, Input::NeighbourUp(nb));
         self.input(b, Input::NeighbourUp(na));
+    }
+
+    /// Every message from now on is delayed by up to `max` ms more (seeded), so messages
+    /// on different links overtake each other; each link stays FIFO.
+    pub fn set_jitter(&mut self, max: u64, seed: u64) {
+        self.jitter = max;
+        self.rng = fastrand::Rng::with_seed(seed);
+    }
+
+    /// Messages sent on all links so far.
+    pub fn link_messages(&self) -> u64 {
+        self.traffic.values().map(|(a, b)| a + b).sum()
     }
 
     /// The link between `a` and `b` fails: both ends are told, messages in flight are lost.
@@ -232,7 +260,8 @@ impl Sim {
                         _ => counts.1 += 1,
                     }
                     let last = self.last_arrival.get(&(broker, target)).copied().unwrap_or(0);
-                    let at = (self.now + latency).max(last);
+                    let jitter = if self.jitter > 0 { self.rng.u64(..=self.jitter) } else { 0 };
+                    let at = (self.now + latency + jitter).max(last);
                     self.last_arrival.insert((broker, target), at);
                     self.seq += 1;
                     let from = self.names[broker].clone();
@@ -245,6 +274,9 @@ impl Sim {
                 }
                 Output::Notify { client, subs, publication } => {
                     self.deliveries.push(Delivery { client, subs, publication, time: self.now });
+                }
+                Output::CompositeNotify { client, sub, pubs } => {
+                    self.composite_deliveries.push(CompositeDelivery { client, sub, pubs, time: self.now });
                 }
             }
         }

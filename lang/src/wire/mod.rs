@@ -24,7 +24,8 @@
 //! where it can, bumps [`PROTOCOL_VERSION`], and regenerates the golden bytes; peers of
 //! different versions refuse each other at the hello with [`ErrorCode::VersionMismatch`].
 //! Version 2 added [`BrokerMessage::Settled`]; version 3 added `within` and `until` to
-//! composite subscriptions.
+//! composite subscriptions, stamps on routed publications, the composite broker messages
+//! and [`Frame::CompositeNotification`].
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -33,10 +34,12 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
+use crate::composite::CompositeSubscription;
 use crate::id::MessageId;
 use crate::message::Message;
 use crate::name::Name;
 use crate::publication::Publication;
+use crate::stamp::{Stamp, Stamped};
 use crate::subscription::{Advertisement, Subscription};
 
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
@@ -154,6 +157,8 @@ pub enum BrokerMessage {
     Publish {
         /// The publication.
         publication: Arc<Publication>,
+        /// Its stamp, given by its publisher's broker.
+        stamp: Stamp,
     },
     /// With cycles: a subscription routed along advertisement `tree`'s spanning tree.
     TreeSubscribe {
@@ -177,6 +182,8 @@ pub enum BrokerMessage {
         tree: MessageId,
         /// The publication.
         publication: Arc<Publication>,
+        /// Its stamp, given by its publisher's broker.
+        stamp: Stamp,
     },
     /// The answer to a forwarded advertisement or subscription: every broker it had to
     /// reach beyond the receiver has it, and what it pulled has been sent back (so, links
@@ -184,6 +191,28 @@ pub enum BrokerMessage {
     Settled {
         /// Which forwarded message settled.
         what: Forwarded,
+    },
+    /// A composite subscription, or a part of one, to be detected at or beyond the
+    /// receiver, its matches sent back as [`BrokerMessage::CompositeMatch`] with `id`.
+    CompositeSubscribe {
+        /// The id the sender gave it.
+        id: MessageId,
+        /// The pattern.
+        cs: Arc<CompositeSubscription>,
+    },
+    /// A composite subscription withdrawn.
+    CompositeUnsubscribe {
+        /// Its id.
+        id: MessageId,
+    },
+    /// A match of composite subscription `id`, detected at the sender or beyond.
+    CompositeMatch {
+        /// The composite subscription's id, as the receiver gave it.
+        id: MessageId,
+        /// The publications used, each with the leaf (numbered in that subscription from 0)
+        /// it was used for.
+        #[serde(deserialize_with = "bounded::vec")]
+        pubs: Vec<(u32, Arc<Stamped>)>,
     },
 }
 
@@ -201,6 +230,8 @@ pub enum Forwarded {
         /// The tree.
         tree: MessageId,
     },
+    /// [`BrokerMessage::CompositeSubscribe`] of this id.
+    Composite(MessageId),
 }
 
 /// One unit of the protocol.
@@ -283,6 +314,15 @@ pub enum Frame {
         /// The answer.
         report: Report,
     },
+    /// A match of one of the client's composite subscriptions.
+    CompositeNotification {
+        /// The composite subscription.
+        sub: MessageId,
+        /// The publications used, each with the leaf (numbered from 0, left to right) it
+        /// was used for, sorted by leaf.
+        #[serde(deserialize_with = "bounded::vec")]
+        pubs: Vec<(u32, Arc<Publication>)>,
+    },
 }
 
 /// What a client may ask a broker about itself.
@@ -341,6 +381,22 @@ pub struct BrokerStats {
     pub links_refused: u64,
     /// Neighbour links cut because they did not keep up.
     pub links_cut: u64,
+    /// Composite subscriptions and parts of them held (from clients and neighbours).
+    pub composites: u64,
+    /// Composite detectors running here.
+    pub detectors: u64,
+    /// Partial matches the detectors store now.
+    pub partial_matches: u64,
+    /// Composite matches the detectors completed.
+    pub composite_matches: u64,
+    /// Partial matches evicted by a cap.
+    pub partials_evicted: u64,
+    /// Partial matches dropped because their `within` window passed.
+    pub partials_expired: u64,
+    /// Partial matches ended by an `until` publication.
+    pub partials_ended: u64,
+    /// Matches not formed because one input reached the pair limit at a node.
+    pub pairs_dropped: u64,
 }
 
 /// One row of a routing table, as text.
@@ -375,4 +431,10 @@ pub struct RoutesReport {
     pub prt: Vec<RouteEntry>,
     /// How many subscriptions there are in all.
     pub prt_total: u64,
+    /// Composite subscriptions and parts (`to`: the brokers parts went to), sorted by id,
+    /// at most the asked limit.
+    #[serde(deserialize_with = "bounded::vec")]
+    pub composites: Vec<RouteEntry>,
+    /// How many there are in all.
+    pub composites_total: u64,
 }

@@ -1,0 +1,532 @@
+//! Composite subscriptions in the network: where each pattern is detected (PADRES's
+//! destination tree, paper Fig. 4) and how its parts and matches travel.
+//!
+//! A composite subscription, or a part of one, arrives from a hop (a client, or the
+//! neighbour that placed it here). For each node of its pattern this broker computes a
+//! **destination** from the SRT: a leaf's is the one neighbour all the advertisements it
+//! overlaps came from, *here* if they came from several hops or from a local client, and
+//! *nowhere* if there are none; an operator's is its children's if they agree (nowhere
+//! agrees with anything), *here* otherwise. The hop the part came from is left out: its
+//! publications are that hop's to handle.
+//!
+//! - A pattern whose root goes to one neighbour is **forwarded whole** there, under an id
+//!   of this broker's; its matches come back under that id and go on to the subscribers.
+//! - Otherwise it is **split** and detected here (`crate::detector`): walking down from the
+//!   root, a child subtree bound for one neighbour is forwarded there as a part of its own
+//!   (detected there, one composite match coming back per match), and the leaves reached
+//!   become ordinary subscriptions of this broker's detectors (hop [`Hop::Detector`]),
+//!   routed toward their advertisements like any other, covering and cycles included.
+//!   An `until` filter becomes one more such subscription.
+//! - Identical patterns from the same upstream (every local client counts as the same)
+//!   share one placement and one detector; each subscriber gets every match.
+//! - When the SRT changes, every pattern's destinations are computed again, and a pattern
+//!   whose placement changes is torn down and placed anew (its partial matches are lost;
+//!   matches of publications published after the change are not). The copies the new
+//!   placement sends are waited for by the input that caused it, so an `advertise` that
+//!   moves a pattern is answered once the pattern's new parts are in place.
+//! - With [`super::Options::detect_at_subscriber`] (PADRES 2.1's strategy, kept to compare
+//!   with), a client's pattern is never forwarded: it is detected at the client's broker,
+//!   every leaf an ordinary subscription.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use padres_lang::composite::Expr;
+use padres_lang::wire::{BrokerMessage, Forwarded};
+use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription};
+
+use super::{Hop, Output, Router};
+use crate::detector::{DetectorId, Detectors, Match};
+
+/// A pattern and the upstream broker it came from (`None`: a local client).
+type PartKey = (String, Option<Name>);
+
+/// Where a node's publications come from, seen from this broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Dest {
+    /// No advertisement overlaps it.
+    Nowhere,
+    /// All of them from this neighbour.
+    Hop(Name),
+    /// From several hops, or from a local client: detect here.
+    Here,
+}
+
+impl Dest {
+    fn combine(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Nowhere, d) | (d, Self::Nowhere) => d,
+            (Self::Hop(a), Self::Hop(b)) if a == b => Self::Hop(a),
+            _ => Self::Here,
+        }
+    }
+}
+
+/// What a detector subscription feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    /// Leaf number `n` of the pattern.
+    Leaf(usize),
+    /// The `until` filter.
+    End,
+}
+
+#[derive(Debug)]
+enum Placement {
+    /// Not placed (being built or torn down).
+    Unplaced,
+    /// Forwarded whole to a neighbour under `id`.
+    Whole { to: Name, id: MessageId },
+    /// Detected here.
+    Split {
+        detector: DetectorId,
+        /// The detector's subscriptions (leaves and `until`).
+        subs: Vec<MessageId>,
+        /// Parts forwarded: (id, neighbour, node).
+        parts: Vec<(MessageId, Name, usize)>,
+    },
+}
+
+#[derive(Debug)]
+struct Part {
+    cs: Arc<CompositeSubscription>,
+    upstream: Option<Name>,
+    /// Where its matches go, each with the id that subscriber knows it by.
+    subscribers: BTreeSet<(Hop, MessageId)>,
+    dests: Vec<Dest>,
+    placement: Placement,
+}
+
+/// The composite state of one broker.
+#[derive(Debug, Default)]
+pub(super) struct Composites {
+    parts: HashMap<PartKey, Part>,
+    /// (subscriber, its id) → the part.
+    subscribers: HashMap<(Hop, MessageId), PartKey>,
+    /// A part this broker forwarded, by the id it gave it → (its pattern, node, neighbour).
+    sent: HashMap<MessageId, (PartKey, usize, Name)>,
+    /// A detector subscription → (its pattern, role).
+    subs: HashMap<MessageId, (PartKey, Role)>,
+    pub(super) detectors: Detectors,
+}
+
+impl Composites {
+    pub(super) fn new(bounds: crate::detector::Bounds) -> Self {
+        Self { detectors: Detectors::new(bounds), ..Self::default() }
+    }
+
+    /// How many composite subscriptions (subscriber entries) are held.
+    pub(super) fn len(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// `(id, text, from, brokers its parts went to)` for every subscriber entry.
+    pub(super) fn entries(&self) -> Vec<(MessageId, String, Hop, Vec<Name>)> {
+        let mut rows: Vec<_> = self
+            .subscribers
+            .iter()
+            .filter_map(|((hop, id), key)| {
+                let part = self.parts.get(key)?;
+                let to = match &part.placement {
+                    Placement::Whole { to, .. } => vec![to.clone()],
+                    Placement::Split { parts, .. } => {
+                        parts.iter().map(|(_, n, _)| n.clone()).collect::<BTreeSet<_>>().into_iter().collect()
+                    }
+                    Placement::Unplaced => Vec::new(),
+                };
+                Some((id.clone(), part.cs.to_string(), hop.clone(), to))
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
+}
+
+fn upstream(hop: &Hop) -> Option<Name> {
+    match hop {
+        Hop::Broker(b) => Some(b.clone()),
+        Hop::Client(_) | Hop::Detector => None,
+    }
+}
+
+fn leaf_sub(cs: &CompositeSubscription, node: usize) -> &Subscription {
+    match cs.expr(node) {
+        Expr::Leaf(sub) | Expr::Times(sub, ..) => sub,
+        Expr::Binary(..) => unreachable!("a leaf node"),
+    }
+}
+
+fn is_leaf(cs: &CompositeSubscription, node: usize) -> bool {
+    !matches!(cs.expr(node), Expr::Binary(..))
+}
+
+impl Router {
+    /// Composite subscription `id` from `from` (a client, or a neighbour placing a part).
+    pub(super) fn composite_subscribe(
+        &mut self,
+        from: Hop,
+        id: MessageId,
+        cs: Arc<CompositeSubscription>,
+        out: &mut Vec<Output>,
+    ) {
+        let subscriber = (from.clone(), id);
+        if self.composites.subscribers.contains_key(&subscriber) {
+            return;
+        }
+        let key: PartKey = (cs.to_string(), upstream(&from));
+        self.composites.subscribers.insert(subscriber.clone(), key.clone());
+        if let Some(part) = self.composites.parts.get_mut(&key) {
+            part.subscribers.insert(subscriber);
+            // Shared: the reply waits for the copies the placement sent, answered or not.
+            self.await_placement(&key);
+            return;
+        }
+        let part = Part {
+            cs,
+            upstream: upstream(&from),
+            subscribers: BTreeSet::from([subscriber]),
+            dests: Vec::new(),
+            placement: Placement::Unplaced,
+        };
+        self.composites.parts.insert(key.clone(), part);
+        self.place(&key, true, out);
+    }
+
+    /// Withdraws composite subscription `id` of `from`; false if there is none.
+    pub(super) fn composite_unsubscribe(
+        &mut self,
+        from: &Hop,
+        id: &MessageId,
+        out: &mut Vec<Output>,
+    ) -> bool {
+        let Some(key) = self.composites.subscribers.remove(&(from.clone(), id.clone())) else { return false };
+        let Some(part) = self.composites.parts.get_mut(&key) else { return true };
+        part.subscribers.remove(&(from.clone(), id.clone()));
+        if part.subscribers.is_empty() {
+            self.tear_down(&key, out);
+            self.composites.parts.remove(&key);
+        }
+        true
+    }
+
+    /// Every composite subscription of `from` (a client or neighbour gone).
+    pub(super) fn composites_of_gone(&mut self, from: &Hop, out: &mut Vec<Output>) {
+        let mut ids: Vec<MessageId> = self
+            .composites
+            .subscribers
+            .keys()
+            .filter(|(hop, _)| hop == from)
+            .map(|(_, id)| id.clone())
+            .collect();
+        ids.sort();
+        for id in ids {
+            self.composite_unsubscribe(from, &id, out);
+        }
+    }
+
+    /// The SRT changed: place again every pattern whose destinations changed.
+    pub(super) fn replace_composites(&mut self, out: &mut Vec<Output>) {
+        let mut keys: Vec<PartKey> = self.composites.parts.keys().cloned().collect();
+        keys.sort();
+        for key in keys {
+            self.place(&key, false, out);
+        }
+    }
+
+    /// Link to `name` up again: patterns with parts there are placed anew (the neighbour
+    /// may have restarted and lost them).
+    pub(super) fn replace_composites_at(&mut self, name: &Name, out: &mut Vec<Output>) {
+        let mut keys: Vec<PartKey> = self
+            .composites
+            .parts
+            .iter()
+            .filter(|(_, part)| match &part.placement {
+                Placement::Whole { to, .. } => to == name,
+                Placement::Split { parts, .. } => parts.iter().any(|(_, n, _)| n == name),
+                Placement::Unplaced => false,
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.sort();
+        for key in keys {
+            self.place(&key, true, out);
+        }
+    }
+
+    fn destinations(&self, cs: &CompositeSubscription, upstream: Option<&Name>) -> Vec<Dest> {
+        let mut dests: Vec<Dest> = Vec::with_capacity(cs.nodes().len());
+        for node in 0..cs.nodes().len() {
+            let dest = match cs.expr(node) {
+                Expr::Leaf(sub) | Expr::Times(sub, ..) => self.leaf_dest(sub, upstream),
+                Expr::Binary(_, left, right) => dests[left].clone().combine(dests[right].clone()),
+            };
+            dests.push(dest);
+        }
+        dests
+    }
+
+    fn leaf_dest(&self, sub: &Subscription, upstream: Option<&Name>) -> Dest {
+        let mut dest = Dest::Nowhere;
+        for adv in self.adv_index.overlapping(sub) {
+            let Some(e) = self.advs.get(&adv) else { continue };
+            match &e.last {
+                Hop::Broker(b) if Some(b) == upstream => {}
+                Hop::Broker(b) => dest = dest.combine(Dest::Hop(b.clone())),
+                Hop::Client(_) | Hop::Detector => return Dest::Here,
+            }
+        }
+        dest
+    }
+
+    /// Places pattern `key` (again if `force`, or if its destinations changed).
+    fn place(&mut self, key: &PartKey, force: bool, out: &mut Vec<Output>) {
+        let Some(part) = self.composites.parts.get(key) else { return };
+        let cs = part.cs.clone();
+        let dests = self.destinations(&cs, part.upstream.as_ref());
+        if !force && dests == part.dests && !matches!(part.placement, Placement::Unplaced) {
+            return;
+        }
+        let at_subscriber = self.detect_at_subscriber && part.upstream.is_none();
+        self.tear_down(key, out);
+        let root = cs.root();
+        let placement = match &dests[root] {
+            Dest::Hop(to) if !at_subscriber && self.neighbours.contains(to) => {
+                let id = self.next_id();
+                self.send_part(key, &id, to, root, cs.clone(), out);
+                Placement::Whole { to: to.clone(), id }
+            }
+            _ => {
+                let detector = self.composites.detectors.add(&cs);
+                let mut frontier = Vec::new();
+                if at_subscriber {
+                    frontier.extend((0..cs.nodes().len()).filter(|&n| is_leaf(&cs, n)).map(|n| (n, None)));
+                } else {
+                    split(&cs, &dests, root, &mut frontier, &self.neighbours);
+                }
+                let leaves = cs.leaf_numbers();
+                let mut subs = Vec::new();
+                let mut parts = Vec::new();
+                for (node, remote) in frontier {
+                    match remote {
+                        Some(to) => {
+                            let id = self.next_id();
+                            self.send_part(key, &id, &to, node, Arc::new(cs.part(node)), out);
+                            parts.push((id, to, node));
+                        }
+                        None => {
+                            let leaf = leaves[node].expect("the frontier's local nodes are leaves");
+                            let sub = Arc::new(leaf_sub(&cs, node).clone());
+                            subs.push(self.detector_sub(key, Role::Leaf(leaf), sub, out));
+                        }
+                    }
+                }
+                if let Some(until) = cs.until_filter() {
+                    subs.push(self.detector_sub(key, Role::End, Arc::new(until.clone()), out));
+                }
+                Placement::Split { detector, subs, parts }
+            }
+        };
+        if let Some(part) = self.composites.parts.get_mut(key) {
+            part.dests = dests;
+            part.placement = placement;
+        }
+    }
+
+    fn send_part(
+        &mut self,
+        key: &PartKey,
+        id: &MessageId,
+        to: &Name,
+        node: usize,
+        cs: Arc<CompositeSubscription>,
+        out: &mut Vec<Output>,
+    ) {
+        self.composites.sent.insert(id.clone(), (key.clone(), node, to.clone()));
+        out.push(Output::ToBroker {
+            to: to.clone(),
+            message: BrokerMessage::CompositeSubscribe { id: id.clone(), cs },
+        });
+        let what = Forwarded::Composite(id.clone());
+        self.placed.push((what, to.clone()));
+    }
+
+    /// A subscription of the detector of pattern `key`, routed like a client's.
+    fn detector_sub(
+        &mut self,
+        key: &PartKey,
+        role: Role,
+        sub: Arc<Subscription>,
+        out: &mut Vec<Output>,
+    ) -> MessageId {
+        let id = self.next_id();
+        self.composites.subs.insert(id.clone(), (key.clone(), role));
+        let before = self.awaited.len();
+        self.install_sub(id.clone(), sub, Hop::Detector, out);
+        // Its copies are waited for by whatever input placed the pattern.
+        let copies: Vec<(Forwarded, Name)> =
+            self.awaited[before..].iter().map(|(_, waits_for, to)| (waits_for.clone(), to.clone())).collect();
+        self.placed.extend(copies);
+        id
+    }
+
+    /// Makes the current input wait for the copies pattern `key`'s placement sent.
+    fn await_placement(&mut self, key: &PartKey) {
+        let Some(part) = self.composites.parts.get(key) else { return };
+        match &part.placement {
+            Placement::Whole { to, id } => self.placed.push((Forwarded::Composite(id.clone()), to.clone())),
+            Placement::Split { subs, parts, .. } => {
+                for (id, to, _) in parts {
+                    self.placed.push((Forwarded::Composite(id.clone()), to.clone()));
+                }
+                for id in subs {
+                    if let Some(e) = self.subs.get(id) {
+                        for to in e.sent_to.iter().chain(e.held.iter()) {
+                            self.placed.push((Forwarded::Subscription(id.clone()), to.clone()));
+                        }
+                    }
+                }
+            }
+            Placement::Unplaced => {}
+        }
+    }
+
+    fn tear_down(&mut self, key: &PartKey, out: &mut Vec<Output>) {
+        let Some(part) = self.composites.parts.get_mut(key) else { return };
+        let placement = std::mem::replace(&mut part.placement, Placement::Unplaced);
+        let withdraw = |id: MessageId, to: Name, out: &mut Vec<Output>| {
+            out.push(Output::ToBroker { to, message: BrokerMessage::CompositeUnsubscribe { id } });
+        };
+        match placement {
+            Placement::Unplaced => {}
+            Placement::Whole { to, id } => {
+                self.composites.sent.remove(&id);
+                if self.neighbours.contains(&to) {
+                    withdraw(id, to, out);
+                }
+            }
+            Placement::Split { detector, subs, parts } => {
+                self.composites.detectors.remove(detector);
+                for id in subs {
+                    self.composites.subs.remove(&id);
+                    self.remove_sub(&id, out);
+                }
+                for (id, to, _) in parts {
+                    self.composites.sent.remove(&id);
+                    if self.neighbours.contains(&to) {
+                        withdraw(id, to, out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publications that matched detector subscriptions `ids`: feed the detectors, send
+    /// the matches they complete.
+    pub(super) fn detect(&mut self, ids: &[MessageId], stamped: &Arc<Stamped>, out: &mut Vec<Output>) {
+        let mut inputs: Vec<(Role, PartKey)> = ids
+            .iter()
+            .filter_map(|id| self.composites.subs.get(id))
+            .map(|(key, role)| (*role, key.clone()))
+            .collect();
+        // Leaves before ends: a publication that completes a match and ends its binding
+        // does both, in that order.
+        inputs.sort();
+        let now = self.now;
+        for (role, key) in inputs {
+            let Some(Placement::Split { detector, .. }) =
+                self.composites.parts.get(&key).map(|p| &p.placement)
+            else {
+                continue;
+            };
+            let detector = *detector;
+            let mut matches = Vec::new();
+            match role {
+                Role::Leaf(leaf) => {
+                    self.composites.detectors.publication(now, detector, leaf, stamped, &mut matches);
+                }
+                Role::End => self.composites.detectors.end(now, detector, stamped),
+            }
+            for m in matches {
+                self.deliver(&key, m, out);
+            }
+        }
+    }
+
+    /// Neighbour `from` sent a match of part `id` this broker forwarded.
+    pub(super) fn composite_match(
+        &mut self,
+        from: &Name,
+        id: &MessageId,
+        mut pubs: Vec<(u32, Arc<Stamped>)>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some((key, node, to)) = self.composites.sent.get(id).cloned() else { return };
+        if to != *from {
+            return;
+        }
+        let Some(part) = self.composites.parts.get(&key) else { return };
+        match &part.placement {
+            Placement::Whole { .. } => {
+                pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
+                self.deliver(&key, Match { pubs }, out);
+            }
+            Placement::Split { detector, .. } => {
+                let detector = *detector;
+                let start = part.cs.subtree_start(node);
+                let offset = part.cs.leaf_numbers()[..start].iter().flatten().count();
+                let offset = u32::try_from(offset).expect("leaf numbers fit in u32");
+                for (leaf, _) in &mut pubs {
+                    *leaf += offset;
+                }
+                let mut matches = Vec::new();
+                self.composites.detectors.part(self.now, detector, node, pubs, &mut matches);
+                for m in matches {
+                    self.deliver(&key, m, out);
+                }
+            }
+            Placement::Unplaced => {}
+        }
+    }
+
+    /// Sends match `m` of pattern `key` to each of its subscribers.
+    fn deliver(&self, key: &PartKey, m: Match, out: &mut Vec<Output>) {
+        let Some(part) = self.composites.parts.get(key) else { return };
+        for (hop, id) in &part.subscribers {
+            match hop {
+                Hop::Client(client) => out.push(Output::CompositeNotify {
+                    client: *client,
+                    sub: id.clone(),
+                    pubs: m.pubs.iter().map(|(leaf, p)| (*leaf, p.publication.clone())).collect(),
+                }),
+                Hop::Broker(b) => out.push(Output::ToBroker {
+                    to: b.clone(),
+                    message: BrokerMessage::CompositeMatch { id: id.clone(), pubs: m.pubs.clone() },
+                }),
+                Hop::Detector => {}
+            }
+        }
+    }
+}
+
+/// The frontier of the split below `node`: local leaves (`None`) and subtrees bound for
+/// one neighbour (`Some`).
+fn split(
+    cs: &CompositeSubscription,
+    dests: &[Dest],
+    node: usize,
+    frontier: &mut Vec<(usize, Option<Name>)>,
+    neighbours: &BTreeSet<Name>,
+) {
+    let Expr::Binary(_, left, right) = cs.expr(node) else {
+        frontier.push((node, None));
+        return;
+    };
+    for child in [left, right] {
+        match &dests[child] {
+            Dest::Hop(to) if !is_leaf(cs, child) && neighbours.contains(to) => {
+                frontier.push((child, Some(to.clone())));
+            }
+            _ => split(cs, dests, child, frontier, neighbours),
+        }
+    }
+}

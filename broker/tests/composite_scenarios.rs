@@ -1,0 +1,199 @@
+//! Composite subscriptions in the simulated network: where patterns are detected (the
+//! paper's Fig. 5), what clients receive, and that withdrawing, disconnecting and moving
+//! advertisements leave every table clean.
+
+mod sim;
+
+use padres_broker::router::{Covering, Hop, Options};
+use padres_lang::MessageId;
+use sim::Sim;
+
+/// The paper's Fig. 5: B1–B2, B2–B3, B2–B4, B4–B5, B4–B6 (indices 0..6).
+fn fig5(options: Options) -> Sim {
+    let mut sim = Sim::with_options(6, options);
+    for (a, b) in [(0, 1), (1, 2), (1, 3), (3, 4), (3, 5)] {
+        sim.link(a, b, 2);
+    }
+    sim.run();
+    sim
+}
+
+const SUBSCRIBER: u64 = 1;
+const P1: u64 = 11;
+const P2: u64 = 12;
+const P3: u64 = 13;
+
+/// Publishers of s1 at B5, s2 at B6, s3 at B3; the subscriber at B1.
+fn fig5_publishers(sim: &mut Sim) {
+    sim.attach(SUBSCRIBER, 0);
+    sim.attach(P1, 4);
+    sim.attach(P2, 5);
+    sim.attach(P3, 2);
+    sim.id(P1, "a [class,eq,'s1'],[k,isPresent,'']");
+    sim.id(P2, "a [class,eq,'s2'],[k,isPresent,'']");
+    sim.id(P3, "a [class,eq,'s3'],[k,isPresent,'']");
+}
+
+fn matches_at(sim: &Sim, broker: usize) -> u64 {
+    sim.routers[broker].composite_counters().0.matches
+}
+
+fn detectors_at(sim: &Sim, broker: usize) -> usize {
+    sim.routers[broker].composite_counters().2
+}
+
+/// `(sub, [(leaf, publication text)])` of every composite delivery since `from`.
+fn composite_since(sim: &Sim, from: usize) -> Vec<(MessageId, Vec<(u32, String)>)> {
+    sim.composite_deliveries[from..]
+        .iter()
+        .map(|d| (d.sub.clone(), d.pubs.iter().map(|(l, p)| (*l, p.to_string())).collect()))
+        .collect()
+}
+
+#[test]
+fn fig5_detects_s1_and_s2_at_b4_and_the_whole_pattern_at_b2() {
+    for covering in [Covering::Off, Covering::Active] {
+        let mut sim = fig5(Options { covering, ..Options::default() });
+        fig5_publishers(&mut sim);
+        let cs = sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+        sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+        sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+        sim.call(P3, "p [class,'s3'],[k,'c']").expect("published");
+        assert_eq!(
+            composite_since(&sim, 0),
+            [
+                (
+                    cs.clone(),
+                    vec![(0, "[class,'s1'],[k,'a']".to_owned()), (1, "[class,'s2'],[k,'b']".to_owned())]
+                ),
+                (cs.clone(), vec![(2, "[class,'s3'],[k,'c']".to_owned())]),
+            ],
+            "{covering:?}"
+        );
+        // (s1 & s2) is detected at B4, the whole pattern at B2; B1 only relays.
+        assert_eq!(matches_at(&sim, 3), 1, "B4");
+        assert_eq!(matches_at(&sim, 1), 2, "B2");
+        assert_eq!((detectors_at(&sim, 0), matches_at(&sim, 0)), (0, 0), "B1");
+        // One composite match crossed B4→B2 and B2→B1 for the and; no s1 or s2 publication
+        // went beyond B4.
+        assert!(sim.deliveries.is_empty());
+    }
+}
+
+#[test]
+fn unsubscribing_removes_every_part_everywhere() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    let cs = sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    let held: Vec<usize> = (0..6).map(|b| sim.routes(b).composites.len()).collect();
+    assert_eq!(held, [1, 1, 0, 1, 0, 0], "the pattern at B1 and B2, its and-part at B4");
+    sim.call(SUBSCRIBER, &format!("unsub {cs}")).expect("unsubscribed");
+    for b in 0..6 {
+        let routes = sim.routes(b);
+        assert!(routes.composites.is_empty(), "B{}: {:?}", b + 1, routes.composites);
+        assert!(routes.prt.is_empty(), "B{}: {:?}", b + 1, routes.prt);
+        assert_eq!(detectors_at(&sim, b), 0);
+    }
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P3, "p [class,'s3'],[k,'c']").expect("published");
+    assert!(sim.composite_deliveries.is_empty());
+}
+
+#[test]
+fn a_disconnecting_subscriber_takes_its_parts_with_it() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {[class,eq,'s1']}&{[class,eq,'s2']}");
+    sim.disconnect(SUBSCRIBER);
+    sim.run();
+    for b in 0..6 {
+        assert!(sim.routes(b).composites.is_empty());
+        assert!(sim.routes(b).prt.is_empty());
+    }
+}
+
+#[test]
+fn identical_patterns_share_one_detector_and_each_subscriber_gets_every_match() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.attach(2, 0);
+    let text = "cs {[class,eq,'s1']}&{[class,eq,'s3']}";
+    let first = sim.id(SUBSCRIBER, text);
+    let second = sim.id(2, text);
+    let second_id = second.clone();
+    assert_eq!(sim.routes(0).composites.len(), 2, "B1 holds both");
+    assert_eq!(sim.routes(1).composites.len(), 1, "one part went on to B2");
+    assert_eq!(detectors_at(&sim, 1), 1, "one detector at B2 for both");
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P3, "p [class,'s3'],[k,'c']").expect("published");
+    let mut subs: Vec<MessageId> = sim.composite_deliveries.iter().map(|d| d.sub.clone()).collect();
+    subs.sort();
+    assert_eq!(subs, [first.clone(), second_id]);
+    // Withdrawing one leaves the other working.
+    sim.call(SUBSCRIBER, &format!("unsub {first}")).expect("unsubscribed");
+    sim.call(P1, "p [class,'s1'],[k,'a2']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 3, "the second subscriber: the new a2 with the c");
+    assert_eq!(sim.composite_deliveries[2].sub, second);
+}
+
+#[test]
+fn variables_join_across_brokers() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {[class,eq,'s1'],[k,eq,$S$k]}&{[class,eq,'s2'],[k,eq,$S$k]}");
+    sim.call(P1, "p [class,'s1'],[k,'x']").expect("published");
+    sim.call(P2, "p [class,'s2'],[k,'y']").expect("published");
+    assert!(sim.composite_deliveries.is_empty());
+    sim.call(P2, "p [class,'s2'],[k,'x']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 1);
+}
+
+#[test]
+fn a_new_advertisement_moves_the_pattern_and_later_publications_complete_it() {
+    let mut sim = fig5(Options::default());
+    sim.attach(SUBSCRIBER, 0);
+    sim.attach(P1, 4);
+    sim.attach(P2, 5);
+    sim.attach(P3, 2);
+    sim.id(P1, "a [class,eq,'s1'],[k,isPresent,'']");
+    // Only s1 is advertised: the pattern goes whole toward B5's side.
+    sim.id(SUBSCRIBER, "cs {[class,eq,'s1']};{[class,eq,'s2']}");
+    // s2 appears at B3: the pattern splits at B2 now.
+    sim.id(P3, "a [class,eq,'s2'],[k,isPresent,'']");
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P3, "p [class,'s2'],[k,'b']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 1);
+    assert_eq!(matches_at(&sim, 1), 1, "detected at B2");
+    // B3 holds the s2 leaf as an ordinary subscription from B2.
+    let routes = sim.routes(2);
+    assert_eq!(routes.prt.len(), 1, "{:?}", routes.prt);
+    assert_eq!(routes.prt[0].2, Hop::Broker(sim.name(1).clone()));
+}
+
+#[test]
+fn detection_at_the_subscriber_joins_at_b1() {
+    let mut sim = fig5(Options { detect_at_subscriber: true, ..Options::default() });
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+    sim.call(P3, "p [class,'s3'],[k,'c']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 2);
+    assert_eq!(matches_at(&sim, 0), 2, "B1 detects");
+    assert_eq!((matches_at(&sim, 1), matches_at(&sim, 3)), (0, 0));
+}
+
+#[test]
+fn a_restarted_broker_gets_its_parts_back() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    // B4 restarts: it loses the and-part, and the publishers at B5 and B6 keep theirs
+    // (their brokers did not restart).
+    sim.restart(3);
+    sim.run();
+    assert_eq!(sim.routes(3).composites.len(), 1, "B4 holds the and-part again");
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 1);
+}
