@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use padres_broker::detector::Bounds;
 use padres_broker::router::{Covering, Options};
 use padres_lang::semantics::composite::detect;
-use padres_lang::{CompositeSubscription, MessageId, Name, Publication, Stamp};
+use padres_lang::{CompositeSubscription, MessageId, Publication, Stamp};
 use sim::Sim;
 
 struct Rng(fastrand::Rng);
@@ -104,14 +104,13 @@ fn run(seed: u64, covering: Covering, cycles: bool) -> Result<(), String> {
     // Publishers 100.., each advertising some classes; every class has one or two.
     let mut setup = Vec::new();
     let mut publishers: Vec<(u64, usize, Vec<&'static str>)> = Vec::new();
-    for (i, class) in CLASSES.iter().enumerate() {
+    for class in &CLASSES {
         for _ in 0..1 + rng.below(2) {
             let client = 100 + (publishers.len() as u64);
             let broker = rng.below(n as u64) as usize;
             publishers.push((client, broker, vec![class]));
             setup.push(Setup::Advertise { client, class });
         }
-        let _ = i;
     }
     // Subscribers 1..: one or two patterns each.
     let mut subscribers = Vec::new();
