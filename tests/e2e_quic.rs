@@ -2,104 +2,27 @@
 //! over QUIC: delivery through chains and stars, clean-up, brokers killed and restarted,
 //! bad input, and mutual TLS between brokers.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use padres_client::{Client, ClientError};
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader};
 use padres_lang::wire::{ErrorCode, Frame, PROTOCOL_VERSION, Role};
 use padres_lang::{Message, Name, Value};
+use padres_tests::broker::{
+    Broker, client, data_dir, neighbour_of, start_broker, start_linked_broker, start_with, until_routes,
+};
 use padres_transport::{Trust, read_frame, tls, write_frame};
-
-/// A broker process, killed when dropped.
-struct Broker {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
-    /// The flags it was started with (but --listen), to restart it the same way.
-    args: Vec<String>,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn data_dir(test: &str, name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("padres-e2e-{test}-{name}-{}", std::process::id()))
-}
-
-/// Spawns a broker listening on `listen` and reads the address it prints.
-fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr) {
-    let mut command = Command::new(padres_tests::binary("padres-broker"));
-    command.args(["--listen", listen, "--data-dir"]).arg(dir).args(args);
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("broker starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("reads the listening line");
-    let addr = line
-        .trim()
-        .rsplit_once("quic://")
-        .and_then(|(_, a)| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (child, addr)
-}
-
-/// A broker named `name` with extra flags.
-fn start_with(name: &str, test: &str, extra: &[String]) -> Broker {
-    let dir = data_dir(test, name);
-    let mut args = vec!["--name".to_owned(), name.to_owned()];
-    args.extend(extra.iter().cloned());
-    let (child, addr) = spawn(&dir, "127.0.0.1:0", &args);
-    Broker { child, addr, dir, args }
-}
-
-fn start_broker(name: &str, test: &str) -> Broker {
-    start_with(name, test, &[])
-}
-
-/// Flags that make a broker dial `neighbour`, trusting its certificate.
-fn neighbour_of(n: &Broker) -> Vec<String> {
-    vec![
-        "--neighbour".into(),
-        format!("quic://{}", n.addr),
-        "--peer-cert".into(),
-        n.dir.join("cert.pem").display().to_string(),
-    ]
-}
-
-/// A broker that dials `neighbour` (trusting its certificate), if given.
-fn start_linked_broker(name: &str, test: &str, neighbour: Option<&Broker>) -> Broker {
-    start_with(name, test, &neighbour.map(neighbour_of).unwrap_or_default())
-}
-
-impl Broker {
-    /// Kills the process (no clean shutdown) and starts it again on the same port with
-    /// the same data directory and flags.
-    fn kill_and_restart(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let (child, addr) = spawn(&self.dir, &self.addr.to_string(), &self.args);
-        assert_eq!(addr, self.addr);
-        self.child = child;
-    }
-}
-
-async fn client(broker: &Broker, name: &str) -> Client {
-    Client::connect(broker.addr, "localhost", &broker.dir.join("cert.pem"), name).await.expect("connects")
-}
 
 async fn next(
     client: &mut Client,
     wait: Duration,
 ) -> Option<(Vec<padres_lang::MessageId>, padres_lang::Publication)> {
-    tokio::time::timeout(wait, client.next_notification()).await.ok().flatten()
+    match tokio::time::timeout(wait, client.next_notification()).await.ok().flatten()? {
+        padres_client::Notification::Publication { subs, publication } => Some((subs, publication)),
+        other => panic!("expected a publication, got {other:?}"),
+    }
 }
 
 /// Publishes `text` (with `n` set to a counter) until `subscriber` receives one, while
@@ -116,25 +39,6 @@ async fn publish_until_delivered(
         }
     }
     panic!("{text} never reached the subscriber");
-}
-
-/// Checks `condition` on a broker's routes until it holds (tables settle as messages
-/// travel), or fails after ten seconds.
-async fn until_routes(
-    observer: &Client,
-    what: &str,
-    condition: impl Fn(&padres_lang::wire::RoutesReport) -> bool,
-) {
-    let mut last = None;
-    for _ in 0..200 {
-        let routes = observer.routes(1000).await.expect("routes");
-        if condition(&routes) {
-            return;
-        }
-        last = Some(routes);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: never held; last routes {last:#?}");
 }
 
 /// Nothing arrives before the marker `[class,'marker'],[m,M]`, which the caller published

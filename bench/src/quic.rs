@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use padres_broker::config::Config;
-use padres_client::{Client, Connect};
+use padres_client::{Client, Connect, Notification};
 use padres_lang::{Name, Publication, Subscription, Value, matches};
 use tokio::sync::mpsc;
 
@@ -234,7 +234,9 @@ async fn quote_run(publisher: &Client, subscriber: &mut Client, count: usize, ra
         let mut latencies = Vec::with_capacity(count);
         while latencies.len() < count {
             match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
-                Ok(Some((_, p))) => latencies.extend(latency(epoch, &p)),
+                Ok(Some(Notification::Publication { publication: p, .. })) => {
+                    latencies.extend(latency(epoch, &p));
+                }
                 _ => break,
             }
         }
@@ -319,7 +321,9 @@ async fn padres_fan_out(sizes: Sizes, root: &std::path::Path) -> Outcome {
             let mut latencies = Vec::with_capacity(per_subscriber);
             while latencies.len() < per_subscriber {
                 match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
-                    Ok(Some((_, p))) => latencies.extend(latency(epoch, &p)),
+                    Ok(Some(Notification::Publication { publication: p, .. })) => {
+                        latencies.extend(latency(epoch, &p));
+                    }
                     _ => break,
                 }
             }

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use padres_broker::config::Config;
-use padres_client::{Client, Connect};
+use padres_client::{Client, Connect, Notification};
 use padres_lang::{Publication, Subscription, matches};
 
 const SYMBOLS: [&str; 5] = ["IBM", "MSFT", "AAPL", "ORCL", "SAP"];
@@ -121,15 +121,15 @@ async fn main() -> Result<(), Box<dyn Error>> {
         let mut received = Vec::new();
         while received.len() < expected.len() {
             match tokio::time::timeout(Duration::from_secs(5), client.next_notification()).await {
-                Ok(Some((_, p))) => received.push(p),
+                Ok(Some(Notification::Publication { publication, .. })) => received.push(publication),
                 _ => break,
             }
         }
         // Anything beyond the expected would be a wrong delivery.
-        if let Ok(Some((_, p))) =
+        if let Ok(Some(Notification::Publication { publication, .. })) =
             tokio::time::timeout(Duration::from_millis(200), client.next_notification()).await
         {
-            received.push(p);
+            received.push(publication);
         }
         let exact = received.len() == expected.len() && received.iter().zip(&expected).all(|(r, e)| r == *e);
         all_right &= exact;

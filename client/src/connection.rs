@@ -28,6 +28,8 @@ use padres_lang::{
     Advertisement, CompositeSubscription, Message, MessageId, Name, ParseError, Publication, Subscription,
 };
 use padres_transport::{HandshakeError, Trust, handshake, local, read_frame, tls, write_frame};
+
+use crate::notification::Notification;
 use tokio::sync::{mpsc, oneshot};
 
 /// Why a client operation failed.
@@ -325,12 +327,11 @@ impl Shared {
 
 /// The notifications of a [`Client`], read apart from it.
 #[derive(Debug)]
-pub struct Notifications(mpsc::Receiver<(Vec<MessageId>, Publication)>);
+pub struct Notifications(mpsc::Receiver<Notification>);
 
 impl Notifications {
-    /// The next publication matching the client's subscriptions; `None` once the client
-    /// is gone for good.
-    pub async fn next(&mut self) -> Option<(Vec<MessageId>, Publication)> {
+    /// The next notification; `None` once the client is gone for good.
+    pub async fn next(&mut self) -> Option<Notification> {
         self.0.recv().await
     }
 }
@@ -339,7 +340,7 @@ impl Notifications {
 #[derive(Debug)]
 pub struct Client {
     shared: Arc<Shared>,
-    notifications: mpsc::Receiver<(Vec<MessageId>, Publication)>,
+    notifications: mpsc::Receiver<Notification>,
 }
 
 impl Drop for Client {
@@ -509,15 +510,16 @@ impl Client {
         }
     }
 
-    /// The next publication matching this client's subscriptions, with every subscription
-    /// it matched; `None` once the connection is gone for good (or the notifications were
-    /// taken with [`Client::take_notifications`]).
+    /// The next notification: a publication matching this client's subscriptions (with
+    /// every subscription it matched) or a composite subscription's match; `None` once the
+    /// connection is gone for good (or the notifications were taken with
+    /// [`Client::take_notifications`]).
     ///
     /// Answers and notifications arrive on one stream, in order: while 4,096 notifications
     /// wait unread, answers wait behind them. A program that awaits requests while busy
     /// subscriptions deliver should read notifications in another task
     /// ([`Client::take_notifications`]).
-    pub async fn next_notification(&mut self) -> Option<(Vec<MessageId>, Publication)> {
+    pub async fn next_notification(&mut self) -> Option<Notification> {
         self.notifications.recv().await
     }
 
@@ -560,7 +562,7 @@ async fn drive(
     to: Connect,
     mut recv: quinn::RecvStream,
     mut reader: FrameReader,
-    notify: mpsc::Sender<(Vec<MessageId>, Publication)>,
+    notify: mpsc::Sender<Notification>,
 ) {
     loop {
         loop {
@@ -616,7 +618,7 @@ async fn drive(
 }
 
 /// Handles one frame from the broker.
-async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<(Vec<MessageId>, Publication)>) {
+async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<Notification>) {
     let answer = |req: u64, result: Result<Answer, ClientError>| {
         let tx = shared.with(|s| {
             let (tx, remember) = s.pending.remove(&req)?;
@@ -640,13 +642,29 @@ async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<(Vec<Mess
             answer(req, Err(ClientError::Refused { code, message }));
         }
         Frame::Error { req: None, code, message } => shared.set_last_error(format!("{code:?}: {message}")),
-        Frame::Notification { subs, publication } => {
-            let subs = first_ids(shared, subs);
+        Frame::Notification { .. } | Frame::CompositeNotification { .. } => {
             // Nobody reading notifications any more (they were taken and dropped) is no
             // reason to stop serving requests.
-            let _ = notify.send((subs, Arc::unwrap_or_clone(publication))).await;
+            if let Some(notification) = notification(shared, frame) {
+                let _ = notify.send(notification).await;
+            }
         }
         _ => {}
+    }
+}
+
+/// The notification a frame carries, its ids as the caller first got them.
+fn notification(shared: &Shared, frame: Frame) -> Option<Notification> {
+    match frame {
+        Frame::Notification { subs, publication } => Some(Notification::Publication {
+            subs: first_ids(shared, subs),
+            publication: Arc::unwrap_or_clone(publication),
+        }),
+        Frame::CompositeNotification { sub, pubs } => Some(Notification::Composite {
+            sub: first_ids(shared, vec![sub]).pop()?,
+            pubs: pubs.into_iter().map(|(leaf, p)| (leaf, Arc::unwrap_or_clone(p))).collect(),
+        }),
+        _ => None,
     }
 }
 
@@ -667,7 +685,7 @@ fn first_ids(shared: &Shared, subs: Vec<MessageId>) -> Vec<MessageId> {
 async fn reissue(
     shared: &Shared,
     link: &mut Link,
-    notify: &mpsc::Sender<(Vec<MessageId>, Publication)>,
+    notify: &mpsc::Sender<Notification>,
 ) -> Result<(), String> {
     let live = shared.with(|s| s.issued.live.clone());
     for (req, (first, message)) in (1_u64..).zip(live) {
@@ -689,9 +707,10 @@ async fn reissue(
                     shared.with(|s| s.issued.forget(&first));
                     break;
                 }
-                Some(Frame::Notification { subs, publication }) => {
-                    let subs = first_ids(shared, subs);
-                    let _ = notify.send((subs, Arc::unwrap_or_clone(publication))).await;
+                Some(frame @ (Frame::Notification { .. } | Frame::CompositeNotification { .. })) => {
+                    if let Some(notification) = notification(shared, frame) {
+                        let _ = notify.send(notification).await;
+                    }
                 }
                 Some(_) => {}
                 None => return Err("the broker closed the connection while re-issuing".to_owned()),

@@ -1,10 +1,14 @@
 //! Notifications as one JSON object per line: `{"type":"notification","sub":"B1/3",
 //! "subs":["B1/3"],"attrs":{"class":"stock","price":100}}` (`sub` is the first subscription
-//! matched, `subs` all of them). Numbers stay numbers, timestamps become RFC 3339 strings, a
-//! payload becomes `"payload_hex"`.
+//! matched, `subs` all of them), and for a composite subscription's match
+//! `{"type":"notification","sub":"B1/4","pubs":[{"leaf":0,"attrs":{…}},{"leaf":1,"attrs":{…}}]}`
+//! (the publications used, each with its leaf). Numbers stay numbers, timestamps become
+//! RFC 3339 strings, a payload becomes `"payload_hex"`.
 
 use padres_lang::{MessageId, Publication, Value};
 use serde_json::{Map, Value as Json, json};
+
+use crate::Notification;
 
 fn value(v: &Value) -> Json {
     match v {
@@ -16,17 +20,42 @@ fn value(v: &Value) -> Json {
     }
 }
 
-/// The notification as one line of JSON.
-pub fn notification(subs: &[MessageId], publication: &Publication) -> String {
+fn attrs(publication: &Publication) -> Json {
     let attrs: Map<String, Json> =
         publication.attrs().iter().map(|(n, v)| (n.to_string(), value(v))).collect();
+    Json::Object(attrs)
+}
+
+/// A publication matching `subs`, as one line of JSON.
+pub fn publication(subs: &[MessageId], publication: &Publication) -> String {
     let ids: Vec<String> = subs.iter().map(ToString::to_string).collect();
     let first = ids.first().cloned().unwrap_or_default();
-    let mut object = json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attrs });
+    let mut object =
+        json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attrs(publication) });
     if let Some(payload) = publication.payload() {
         object["payload_hex"] = json!(hex::encode(payload));
     }
     object.to_string()
+}
+
+/// Any notification as one line of JSON.
+pub fn notification(notification: &Notification) -> String {
+    match notification {
+        Notification::Publication { subs, publication: p } => publication(subs, p),
+        Notification::Composite { sub, pubs } => {
+            let pubs: Vec<Json> = pubs
+                .iter()
+                .map(|(leaf, p)| {
+                    let mut object = json!({ "leaf": leaf, "attrs": attrs(p) });
+                    if let Some(payload) = p.payload() {
+                        object["payload_hex"] = json!(hex::encode(payload));
+                    }
+                    object
+                })
+                .collect();
+            json!({ "type": "notification", "sub": sub.to_string(), "pubs": pubs }).to_string()
+        }
+    }
 }
 
 #[cfg(test)]
@@ -40,7 +69,7 @@ mod tests {
                 .parse()
                 .expect("valid");
         let ids: Vec<MessageId> = vec!["B1/3".parse().expect("id"), "B1/4".parse().expect("id")];
-        let line = notification(&ids, &p);
+        let line = publication(&ids, &p);
         let back: Json = serde_json::from_str(&line).expect("json");
         assert_eq!(back["type"], "notification");
         assert_eq!(back["sub"], "B1/3");
@@ -50,5 +79,20 @@ mod tests {
         assert_eq!(back["attrs"]["ok"], true);
         assert_eq!(back["attrs"]["at"], "2026-11-21T10:00:00.000Z");
         assert_eq!(back["payload_hex"], "6869");
+    }
+
+    #[test]
+    fn a_composite_match_lists_its_publications_by_leaf() {
+        let a: Publication = "[class,'a'],[k,'x']".parse().expect("valid");
+        let b: Publication = "[class,'b'],[n,2]".parse().expect("valid");
+        let n = Notification::Composite { sub: "B2/7".parse().expect("id"), pubs: vec![(0, a), (1, b)] };
+        let back: Json = serde_json::from_str(&notification(&n)).expect("json");
+        assert_eq!(back["type"], "notification");
+        assert_eq!(back["sub"], "B2/7");
+        assert_eq!(back["pubs"][0]["leaf"], 0);
+        assert_eq!(back["pubs"][0]["attrs"]["k"], "x");
+        assert_eq!(back["pubs"][1]["leaf"], 1);
+        assert_eq!(back["pubs"][1]["attrs"]["n"], 2);
+        assert!(back.get("attrs").is_none(), "a composite match has no top-level attrs");
     }
 }

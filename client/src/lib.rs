@@ -5,13 +5,16 @@
 //!   notifications, ask for stats and routes, reconnect and re-issue after a broker restart.
 //! - [`check`]: the offline part of the `padres` command-line tool (validate messages and
 //!   print their canonical form).
+//! - [`notification`]: [`Notification`], a matching publication or a composite match.
 //! - [`json`]: notifications as JSON lines, for `padres sub --json` and `padres session`.
 //! - [`session`]: `padres session`, a scripted client (commands in, JSON lines out).
 
 pub mod check;
 pub mod connection;
 pub mod json;
+pub mod notification;
 pub mod session;
 
 pub use connection::{Client, ClientError, Connect, Notifications, ProtocolError};
+pub use notification::Notification;
 pub use padres_transport::Trust;

@@ -84,8 +84,8 @@ pub async fn run(mut client: Client) -> std::io::Result<()> {
     loop {
         let line = tokio::select! {
             line = lines.next_line() => line?,
-            Some((subs, publication)) = client.next_notification() => {
-                write_line(&crate::json::notification(&subs, &publication))?;
+            Some(notification) = client.next_notification() => {
+                write_line(&crate::json::notification(&notification))?;
                 continue;
             }
         };
@@ -96,10 +96,10 @@ pub async fn run(mut client: Client) -> std::io::Result<()> {
             Ok(Command::Quit) => return Ok(()),
             Ok(Command::Sleep(pause)) => {
                 let deadline = tokio::time::Instant::now() + pause;
-                while let Ok(Some((subs, publication))) =
+                while let Ok(Some(notification)) =
                     tokio::time::timeout_at(deadline, client.next_notification()).await
                 {
-                    write_line(&crate::json::notification(&subs, &publication))?;
+                    write_line(&crate::json::notification(&notification))?;
                 }
             }
             Ok(Command::Send(message)) => {

@@ -3,13 +3,17 @@
 //!
 //! - `e2e_quic.rs`: real `padres-broker` processes and `padres-client` clients on loopback
 //!   ports chosen at run time.
+//! - `e2e_composite.rs`: composite subscriptions across real brokers.
 //! - `cli.rs`: the real `padres` binary against a broker embedded in the test.
+//! - [`broker`]: starting, restarting and watching broker processes, for those tests.
 //!
 //! The binaries are other packages', so Cargo does not hand their paths to these tests;
 //! [`binary`] finds them beside the test executable. `cargo test --workspace` builds them
 //! (their packages have integration tests of their own); `cargo test -p padres-tests`
 //! alone uses whatever was built last, so build them first
 //! (`cargo build --workspace --bins`) when running this crate by itself.
+
+pub mod broker;
 
 use std::path::PathBuf;
 

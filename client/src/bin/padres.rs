@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use padres_client::check::{Checked, check_line, default_parser, render_error};
-use padres_client::{Client, ClientError, Connect, Trust};
+use padres_client::{Client, ClientError, Connect, Notification, Trust};
 use padres_lang::Message;
 
 /// Prints a line on standard output; when the reader has gone (`padres sub | head`),
@@ -66,10 +66,13 @@ enum Command {
         messages: Vec<String>,
     },
     /// Subscribe and print matching publications as they arrive (until --count or Ctrl-C).
+    /// A composite subscription (a pattern in braces) prints one line per match: the
+    /// publications used, each after its leaf number, e.g. "[0] [class,'a']  [1] [class,'b']".
     Sub {
-        /// The subscription, e.g. "[class,eq,'stock'],[price,>,100]".
+        /// The subscription, e.g. "[class,eq,'stock'],[price,>,100]", or a composite one,
+        /// e.g. "{[class,eq,'a'],[k,eq,$S$k]} & {[class,eq,'b'],[k,eq,$S$k]} within 10m".
         subscription: String,
-        /// Stop after this many publications.
+        /// Stop after this many notifications.
         #[arg(long, value_name = "N")]
         count: Option<u64>,
         /// Print one JSON object per line instead of text.
@@ -100,6 +103,7 @@ enum Command {
     /// Output lines:
     ///   {"type":"reply","op":"s","id":"B1/1","line":2}
     ///   {"type":"notification","sub":"B1/1","subs":["B1/1"],"attrs":{"class":"stock","price":100}}
+    ///   {"type":"notification","sub":"B1/2","pubs":[{"leaf":0,"attrs":{...}},{"leaf":1,"attrs":{...}}]}
     ///   {"type":"error","line":3,"message":"..."}
     /// Blank lines and lines starting with '#' are skipped; an error answers its line and
     /// the session goes on. Example:
@@ -272,7 +276,10 @@ fn message_arg(command: &str, text: &str) -> Result<Message, String> {
 }
 
 async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &BrokerArgs) -> Result<(), String> {
-    let message = message_arg("s", subscription)?;
+    // A pattern (`{…}&{…}`, `Times(…)`) is a composite subscription.
+    let composite =
+        subscription.trim_start().starts_with('{') || subscription.trim_start().starts_with("Times(");
+    let message = message_arg(if composite { "cs" } else { "s" }, subscription)?;
     let mut client = broker.connect().await?;
     let id = client.request(message).await.map_err(|e| e.to_string())?;
     if let Some(id) = id {
@@ -280,13 +287,19 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
     }
     let mut seen = 0;
     while count.is_none_or(|n| seen < n) {
-        let Some((subs, publication)) = client.next_notification().await else {
+        let Some(notification) = client.next_notification().await else {
             return Err("the broker closed the connection".to_owned());
         };
         if json {
-            out!("{}", padres_client::json::notification(&subs, &publication));
+            out!("{}", padres_client::json::notification(&notification));
         } else {
-            out!("{publication}");
+            match notification {
+                Notification::Publication { publication, .. } => out!("{publication}"),
+                Notification::Composite { pubs, .. } => {
+                    let parts: Vec<String> = pubs.iter().map(|(leaf, p)| format!("[{leaf}] {p}")).collect();
+                    out!("{}", parts.join("  "));
+                }
+            }
         }
         seen += 1;
     }

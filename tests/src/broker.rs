@@ -1,0 +1,118 @@
+//! Real `padres-broker` processes for end-to-end tests: started on loopback ports chosen
+//! at run time, each with its own data directory, killed (and the directory removed) when
+//! dropped.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use padres_client::Client;
+
+/// A broker process, killed when dropped.
+#[derive(Debug)]
+pub struct Broker {
+    /// The process.
+    pub child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its data directory (its certificate is `cert.pem` there).
+    pub dir: PathBuf,
+    /// The flags it was started with (but --listen), to restart it the same way.
+    pub args: Vec<String>,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The data directory of broker `name` in test `test`, under the system temporary directory.
+pub fn data_dir(test: &str, name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("padres-e2e-{test}-{name}-{}", std::process::id()))
+}
+
+/// Spawns a broker listening on `listen` and reads the address it prints.
+fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr) {
+    let mut command = Command::new(crate::binary("padres-broker"));
+    command.args(["--listen", listen, "--data-dir"]).arg(dir).args(args);
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("broker starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("reads the listening line");
+    let addr = line
+        .trim()
+        .rsplit_once("quic://")
+        .and_then(|(_, a)| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (child, addr)
+}
+
+/// A broker named `name` with extra flags.
+pub fn start_with(name: &str, test: &str, extra: &[String]) -> Broker {
+    let dir = data_dir(test, name);
+    let mut args = vec!["--name".to_owned(), name.to_owned()];
+    args.extend(extra.iter().cloned());
+    let (child, addr) = spawn(&dir, "127.0.0.1:0", &args);
+    Broker { child, addr, dir, args }
+}
+
+/// A broker named `name` without neighbours.
+pub fn start_broker(name: &str, test: &str) -> Broker {
+    start_with(name, test, &[])
+}
+
+/// Flags that make a broker dial `neighbour`, trusting its certificate.
+pub fn neighbour_of(n: &Broker) -> Vec<String> {
+    vec![
+        "--neighbour".into(),
+        format!("quic://{}", n.addr),
+        "--peer-cert".into(),
+        n.dir.join("cert.pem").display().to_string(),
+    ]
+}
+
+/// A broker that dials `neighbour` (trusting its certificate), if given.
+pub fn start_linked_broker(name: &str, test: &str, neighbour: Option<&Broker>) -> Broker {
+    start_with(name, test, &neighbour.map(neighbour_of).unwrap_or_default())
+}
+
+impl Broker {
+    /// Kills the process (no clean shutdown) and starts it again on the same port with
+    /// the same data directory and flags.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, addr) = spawn(&self.dir, &self.addr.to_string(), &self.args);
+        assert_eq!(addr, self.addr);
+        self.child = child;
+    }
+}
+
+/// A client of `broker` named `name`, trusting its certificate.
+pub async fn client(broker: &Broker, name: &str) -> Client {
+    Client::connect(broker.addr, "localhost", &broker.dir.join("cert.pem"), name).await.expect("connects")
+}
+
+/// Checks `condition` on a broker's routes until it holds (tables settle as messages
+/// travel), or fails after ten seconds.
+pub async fn until_routes(
+    observer: &Client,
+    what: &str,
+    condition: impl Fn(&padres_lang::wire::RoutesReport) -> bool,
+) {
+    let mut last = None;
+    for _ in 0..200 {
+        let routes = observer.routes(1000).await.expect("routes");
+        if condition(&routes) {
+            return;
+        }
+        last = Some(routes);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: never held; last routes {last:#?}");
+}
