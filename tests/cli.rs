@@ -166,6 +166,46 @@ fn pub_sub_and_ping_against_a_broker() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("advertise first"));
 }
 
+#[test]
+fn sub_and_session_take_composite_subscriptions() {
+    use std::io::Write as _;
+    let broker = start_broker();
+    let pattern = "{[class,eq,'ev'],[kind,eq,'a'],[k,eq,$S$k]}&{[class,eq,'ev'],[kind,eq,'b'],[k,eq,$S$k]}";
+    let (mut sub, out) = subscribed(&broker, pattern, 1);
+    let mut session = padres(&broker, &["session"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("session runs");
+    let mut input = session.stdin.take().expect("stdin");
+    let output = Lines::of(session.stdout.take().expect("stdout"));
+    writeln!(input, "cs {pattern} within 1h").expect("written");
+    let reply = output.json();
+    assert_eq!((reply["type"].as_str(), reply["op"].as_str()), (Some("reply"), Some("cs")), "{reply}");
+    let id = reply["id"].as_str().expect("an id").to_owned();
+
+    let mut publish =
+        padres(&broker, &["pub", "--advertise", "[class,eq,'ev'],[kind,isPresent,''],[k,isPresent,'']"]);
+    publish.args([
+        "[class,'ev'],[kind,'a'],[k,'x']",
+        "[class,'ev'],[kind,'b'],[k,'y']",
+        "[class,'ev'],[kind,'b'],[k,'x']",
+    ]);
+    assert!(publish.status().expect("pub runs").success());
+
+    for line in [out.json(), output.json()] {
+        assert_eq!(line["type"], "notification", "{line}");
+        assert_eq!(line["pubs"][0]["leaf"], 0, "{line}");
+        assert_eq!(line["pubs"][0]["attrs"]["kind"], "a", "{line}");
+        assert_eq!(line["pubs"][1]["leaf"], 1, "{line}");
+        assert_eq!(line["pubs"][1]["attrs"]["k"], "x", "{line}");
+    }
+    assert!(exit_status(&mut sub).success(), "sub ends after one match");
+    writeln!(input, "unsub {id}\nquit").expect("written");
+    assert_eq!(output.json()["op"], "unsub");
+    assert!(exit_status(&mut session).success(), "session ends");
+}
+
 fn padres_local(broker: &Broker, args: &[&str]) -> Command {
     let mut command = Command::new(padres_tests::binary("padres"));
     command.args(args).arg("--broker").arg(&broker.url);

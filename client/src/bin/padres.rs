@@ -388,6 +388,17 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("slow clients dropped {}", stats.slow_clients_dropped);
                 out!("broker links refused {}", stats.links_refused);
                 out!("broker links cut (too slow) {}", stats.links_cut);
+                out!("composite subscriptions {}", stats.composites);
+                out!("composite detectors  {}", stats.detectors);
+                out!("partial matches      {}", stats.partial_matches);
+                out!("composite matches    {}", stats.composite_matches);
+                out!(
+                    "partial matches dropped: evicted {}, expired {}, ended {}; pairs dropped {}",
+                    stats.partials_evicted,
+                    stats.partials_expired,
+                    stats.partials_ended,
+                    stats.pairs_dropped
+                );
             }
         }
         BrokerCommand::Routes { limit, json, broker } => {
@@ -410,6 +421,8 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     "srt": rows(&routes.srt),
                     "prt_total": routes.prt_total,
                     "prt": rows(&routes.prt),
+                    "composites_total": routes.composites_total,
+                    "composites": rows(&routes.composites),
                 });
                 out!("{object}");
             } else {
@@ -421,6 +434,14 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 }
                 out!("PRT: {} subscriptions", routes.prt_total);
                 for e in &routes.prt {
+                    let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();
+                    out!("  {:<12} from {:<12} to [{}] {}", e.id.to_string(), e.from, to.join(" "), e.text);
+                }
+                out!(
+                    "composite subscriptions: {} (parts went to the brokers listed)",
+                    routes.composites_total
+                );
+                for e in &routes.composites {
                     let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();
                     out!("  {:<12} from {:<12} to [{}] {}", e.id.to_string(), e.from, to.join(" "), e.text);
                 }
