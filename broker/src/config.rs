@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use padres_lang::Name;
 use serde::{Deserialize, Serialize};
 
+use crate::detector::Bounds;
+
 use crate::router::{Covering, Options};
 
 /// Subscription and advertisement covering, as written in the configuration.
@@ -61,6 +63,48 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Where a client's composite subscription is detected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Detection {
+    /// In the network, where the parts' publications meet (PADRES's destination tree).
+    #[default]
+    Network,
+    /// At the subscriber's broker, every leaf an ordinary subscription (PADRES 2.1); kept
+    /// to compare with.
+    Subscriber,
+}
+
+/// What composite detectors may store and produce.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompositeConfig {
+    /// Where client patterns are detected.
+    pub detection: Detection,
+    /// Most partial matches stored for one composite subscription (or part) at this broker.
+    pub max_partial_matches_per_subscription: usize,
+    /// Most partial matches stored at this broker in all.
+    pub max_partial_matches: usize,
+    /// Most matches one publication forms at one operator of a pattern.
+    pub max_pairs_per_publication: usize,
+    /// How late after its stamp a publication may arrive and still pair as if in order
+    /// (milliseconds; windows keep their partial matches this much longer).
+    pub lateness_ms: u64,
+}
+
+impl Default for CompositeConfig {
+    fn default() -> Self {
+        let bounds = Bounds::DEFAULT;
+        Self {
+            detection: Detection::Network,
+            max_partial_matches_per_subscription: bounds.per_detector,
+            max_partial_matches: bounds.per_broker,
+            max_pairs_per_publication: bounds.pairs_per_input,
+            lateness_ms: bounds.lateness_ms,
+        }
+    }
+}
+
 /// A broker's whole configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -90,6 +134,8 @@ pub struct Config {
     pub cycles: bool,
     /// Resource limits.
     pub limits: LimitsConfig,
+    /// Composite detection.
+    pub composite: CompositeConfig,
 }
 
 impl Default for Config {
@@ -105,6 +151,7 @@ impl Default for Config {
             covering: CoveringMode::Off,
             cycles: false,
             limits: LimitsConfig::default(),
+            composite: CompositeConfig::default(),
         }
     }
 }
@@ -200,18 +247,30 @@ impl Config {
             ("limits.max_subscriptions_per_client", l.max_subscriptions_per_client),
             ("limits.max_connections", l.max_connections),
             ("limits.max_queued_bytes_per_client", l.max_queued_bytes_per_client),
+            (
+                "composite.max_partial_matches_per_subscription",
+                self.composite.max_partial_matches_per_subscription,
+            ),
+            ("composite.max_partial_matches", self.composite.max_partial_matches),
+            ("composite.max_pairs_per_publication", self.composite.max_pairs_per_publication),
         ] {
             if value == 0 {
                 return Err(ConfigError::Invalid(format!("{name} must be at least 1")));
             }
         }
+        let c = &self.composite;
         let router = Options {
             covering: self.covering.into(),
             cycles: self.cycles,
             incarnation: 0,
             max_subscriptions_per_client: Some(self.limits.max_subscriptions_per_client),
-            detect_at_subscriber: false,
-            detector_bounds: crate::detector::Bounds::default(),
+            detect_at_subscriber: c.detection == Detection::Subscriber,
+            detector_bounds: Bounds {
+                per_detector: c.max_partial_matches_per_subscription,
+                per_broker: c.max_partial_matches,
+                pairs_per_input: c.max_pairs_per_publication,
+                lateness_ms: c.lateness_ms,
+            },
         };
         Ok(Settings { name, neighbours, router })
     }
@@ -277,6 +336,40 @@ impl Config {
         let _ = writeln!(out, "max_connections = {}", self.limits.max_connections);
         let _ = writeln!(out, "# Bytes queued for one slow client before it is disconnected.");
         let _ = writeln!(out, "max_queued_bytes_per_client = {}", self.limits.max_queued_bytes_per_client);
+        let c = &self.composite;
+        let _ = writeln!(out, "\n[composite]");
+        let _ = writeln!(
+            out,
+            "# Where a client's composite subscription is detected: \"network\" (where its parts'"
+        );
+        let _ = writeln!(
+            out,
+            "# publications meet) or \"subscriber\" (at its own broker, as PADRES 2.1; to compare)."
+        );
+        let detection = match c.detection {
+            Detection::Network => "network",
+            Detection::Subscriber => "subscriber",
+        };
+        let _ = writeln!(out, "detection = {}", value(detection));
+        let _ =
+            writeln!(out, "# Partial matches stored per composite subscription, and at this broker in all;");
+        let _ = writeln!(out, "# past either, the longest stored is evicted (counted in broker stats).");
+        let _ = writeln!(
+            out,
+            "max_partial_matches_per_subscription = {}",
+            c.max_partial_matches_per_subscription
+        );
+        let _ = writeln!(out, "max_partial_matches = {}", c.max_partial_matches);
+        let _ = writeln!(
+            out,
+            "# Most matches one publication forms at one operator (the rest are dropped, counted)."
+        );
+        let _ = writeln!(out, "max_pairs_per_publication = {}", c.max_pairs_per_publication);
+        let _ = writeln!(
+            out,
+            "# How late (ms after its stamp) a publication may arrive and still pair as in order."
+        );
+        let _ = writeln!(out, "lateness_ms = {}", c.lateness_ms);
         out
     }
 }
@@ -317,6 +410,27 @@ mod tests {
         assert!(err(Config { limits, ..Config::default() }).contains("limits.max_connections"));
         let unknown = toml::from_str::<Config>("nmae = 'x'").expect_err("unknown field").to_string();
         assert!(unknown.contains("nmae"), "{unknown}");
+    }
+
+    #[test]
+    fn the_composite_section_sets_detection_and_bounds() {
+        let config: Config = toml::from_str(
+            "[composite]\ndetection = \"subscriber\"\nmax_partial_matches = 500\nlateness_ms = 250\n",
+        )
+        .expect("parses");
+        let options = config.validate().expect("valid").router;
+        assert!(options.detect_at_subscriber);
+        assert_eq!((options.detector_bounds.per_broker, options.detector_bounds.lateness_ms), (500, 250));
+        assert_eq!(options.detector_bounds.per_detector, Bounds::DEFAULT.per_detector);
+        let zero = Config {
+            composite: CompositeConfig { max_partial_matches: 0, ..CompositeConfig::default() },
+            ..Config::default()
+        };
+        assert_eq!(
+            zero.validate().expect_err("invalid").to_string(),
+            "invalid configuration: composite.max_partial_matches must be at least 1"
+        );
+        assert!(toml::from_str::<Config>("[composite]\ndetection = \"everywhere\"\n").is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use padres_broker::config::{Config, CoveringMode};
+use padres_broker::config::{Config, CoveringMode, Detection};
 use padres_broker::net::cert;
 
 /// A padres-rs broker: routes publications by content between clients and neighbour
@@ -131,6 +131,22 @@ struct Overrides {
     /// Bytes queued for one slow client before it is disconnected.
     #[arg(long, value_name = "BYTES", global = true)]
     max_queued_bytes_per_client: Option<usize>,
+    /// Where clients' composite subscriptions are detected: in the network, where their
+    /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
+    #[arg(long, value_enum, value_name = "WHERE", global = true)]
+    composite_detection: Option<DetectionFlag>,
+    /// Most partial matches stored per composite subscription at this broker.
+    #[arg(long, value_name = "N", global = true)]
+    max_partial_matches_per_subscription: Option<usize>,
+    /// Most partial matches stored at this broker in all.
+    #[arg(long, value_name = "N", global = true)]
+    max_partial_matches: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DetectionFlag {
+    Network,
+    Subscriber,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -174,6 +190,21 @@ impl Overrides {
             };
         }
         config.cycles |= self.cycles;
+        if let Some(detection) = self.composite_detection {
+            config.composite.detection = match detection {
+                DetectionFlag::Network => Detection::Network,
+                DetectionFlag::Subscriber => Detection::Subscriber,
+            };
+        }
+        let composite = &mut config.composite;
+        for (flag, slot) in [
+            (self.max_partial_matches_per_subscription, &mut composite.max_partial_matches_per_subscription),
+            (self.max_partial_matches, &mut composite.max_partial_matches),
+        ] {
+            if let Some(value) = flag {
+                *slot = value;
+            }
+        }
         let limits = &mut config.limits;
         for (flag, slot) in [
             (self.max_frame_bytes, &mut limits.max_frame_bytes),
