@@ -19,6 +19,9 @@
 //! - [`detector`]: composite detection, sans-IO: the detectors of one broker, their stored
 //!   partial matches and bounds.
 //!
+//! - [`sim`]: a deterministic in-memory federation of routers in virtual time, for tests and
+//!   benchmarks.
+//!
 //! History is not built yet.
 
 pub mod config;
@@ -27,3 +30,4 @@ pub mod links;
 pub mod matching;
 pub mod net;
 pub mod router;
+pub mod sim;

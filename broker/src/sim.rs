@@ -1,0 +1,332 @@
+//! A deterministic overlay simulator: routers wired in memory, virtual time, FIFO links
+//! with latency (and optional jitter), link failures, restarts. Everything happens in one
+//! thread in a fixed order, so a run is a pure function of its inputs and seed. The
+//! routing tests and the composite traffic benchmark run on it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::router::{BrokerMessage, ClientId, Covering, Input, Options, Output, Router, Routes};
+use padres_lang::wire::ErrorCode;
+use padres_lang::{Message, MessageId, Name, Publication};
+
+/// A publication delivered to a client.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// The client.
+    pub client: ClientId,
+    /// Its subscriptions that matched.
+    pub subs: Vec<MessageId>,
+    /// The publication.
+    pub publication: Arc<Publication>,
+    /// When (virtual ms).
+    pub time: u64,
+}
+
+/// A composite match delivered to a client.
+#[derive(Clone, Debug)]
+pub struct CompositeDelivery {
+    /// The client.
+    pub client: ClientId,
+    /// The composite subscription.
+    pub sub: MessageId,
+    /// The publications used, by leaf.
+    pub pubs: Vec<(u32, Arc<Publication>)>,
+    /// When (virtual ms).
+    pub time: u64,
+}
+
+/// A request's answer.
+pub type Reply = Result<Option<MessageId>, (ErrorCode, String)>;
+
+/// A message in flight: deliver `input` to broker `to` at the key's time.
+#[derive(Debug)]
+struct Event {
+    to: usize,
+    input: Input,
+}
+
+/// The simulated federation.
+#[derive(Debug)]
+pub struct Sim {
+    /// The brokers' routers, B1 first.
+    pub routers: Vec<Router>,
+    names: Vec<Name>,
+    /// Latency of each directed link that is up.
+    links: HashMap<(usize, usize), u64>,
+    /// Arrival time of the last message on each directed link (FIFO).
+    last_arrival: HashMap<(usize, usize), u64>,
+    queue: BTreeMap<(u64, u64), Event>,
+    now: u64,
+    seq: u64,
+    clients: HashMap<ClientId, usize>,
+    next_req: u64,
+    /// Every answer, by client and request number.
+    pub replies: HashMap<(ClientId, u64), Reply>,
+    /// Every publication delivered to a client.
+    pub deliveries: Vec<Delivery>,
+    /// Every composite match delivered to a client.
+    pub composite_deliveries: Vec<CompositeDelivery>,
+    /// Extra delay of each message, up to this many ms (links stay FIFO).
+    jitter: u64,
+    rng: fastrand::Rng,
+    /// Messages sent on each directed link, by kind: (subscription traffic, others).
+    pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
+    options: Options,
+    adv_messages: u64,
+    restarts: u32,
+}
+
+impl Sim {
+    /// `n` brokers named B1..Bn with no links and covering off.
+    pub fn new(n: usize) -> Self {
+        Self::with_covering(n, Covering::Off)
+    }
+
+    /// `n` brokers named B1..Bn with no links, covering as given.
+    pub fn with_covering(n: usize, covering: Covering) -> Self {
+        Self::with_options(n, Options { covering, ..Options::default() })
+    }
+
+    /// `n` brokers named B1..Bn with no links, routing with `options`.
+    pub fn with_options(n: usize, options: Options) -> Self {
+        let names: Vec<Name> = (1..=n).map(|i| Name::new(&format!("B{i}")).expect("name")).collect();
+        Self {
+            routers: names.iter().cloned().map(|name| Router::with_options(name, options)).collect(),
+            names,
+            links: HashMap::new(),
+            last_arrival: HashMap::new(),
+            queue: BTreeMap::new(),
+            now: 0,
+            seq: 0,
+            clients: HashMap::new(),
+            next_req: 0,
+            replies: HashMap::new(),
+            deliveries: Vec::new(),
+            composite_deliveries: Vec::new(),
+            jitter: 0,
+            rng: fastrand::Rng::with_seed(0),
+            traffic: BTreeMap::new(),
+            options,
+            adv_messages: 0,
+            restarts: 0,
+        }
+    }
+
+    /// Brokers `a` and `b` (0-based) linked with `latency` ms each way.
+    pub fn link(&mut self, a: usize, b: usize, latency: u64) {
+        self.links.insert((a, b), latency);
+        self.links.insert((b, a), latency);
+        let (na, nb) = (self.names[a].clone(), self.names[b].clone());
+        self.input(a, Input::NeighbourUp(nb));
+        self.input(b, Input::NeighbourUp(na));
+    }
+
+    /// Every message from now on is delayed by up to `max` ms more (seeded), so messages
+    /// on different links overtake each other; each link stays FIFO.
+    pub fn set_jitter(&mut self, max: u64, seed: u64) {
+        self.jitter = max;
+        self.rng = fastrand::Rng::with_seed(seed);
+    }
+
+    /// Messages sent on all links so far.
+    pub fn link_messages(&self) -> u64 {
+        self.traffic.values().map(|(a, b)| a + b).sum()
+    }
+
+    /// The link between `a` and `b` fails: both ends are told, messages in flight are lost.
+    pub fn unlink(&mut self, a: usize, b: usize) {
+        self.links.remove(&(a, b));
+        self.links.remove(&(b, a));
+        let (na, nb) = (self.names[a].clone(), self.names[b].clone());
+        self.queue.retain(|_, e| {
+            let on_link = |to: usize, peer: &Name| {
+                e.to == to && matches!(&e.input, Input::Broker { from, .. } if from == peer)
+            };
+            !(on_link(a, &nb) || on_link(b, &na))
+        });
+        self.input(a, Input::NeighbourDown(nb));
+        self.input(b, Input::NeighbourDown(na));
+    }
+
+    /// Broker `broker` crashes and restarts with empty tables: its links drop (in-flight
+    /// messages are lost, its neighbours clean up), its clients are gone, then the links
+    /// come back.
+    pub fn restart(&mut self, broker: usize) {
+        let peers: Vec<(usize, u64)> =
+            self.links.iter().filter(|((a, _), _)| *a == broker).map(|((_, b), l)| (*b, *l)).collect();
+        for &(peer, _) in &peers {
+            self.unlink(broker, peer);
+        }
+        self.clients.retain(|_, b| *b != broker);
+        // A new life: ids from the old one must not come back.
+        self.restarts += 1;
+        let options = Options { incarnation: self.restarts, ..self.options };
+        self.routers[broker] = Router::with_options(self.names[broker].clone(), options);
+        for (peer, latency) in peers {
+            self.link(broker, peer, latency);
+        }
+    }
+
+    /// The virtual time, in milliseconds.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The name of broker `broker` (0-based).
+    pub fn name(&self, broker: usize) -> &Name {
+        &self.names[broker]
+    }
+
+    /// The index of the broker named `name`.
+    pub fn index_of(&self, name: &Name) -> usize {
+        self.names.iter().position(|n| n == name).expect("known broker")
+    }
+
+    /// Attaches client `client` to `broker`.
+    pub fn attach(&mut self, client: ClientId, broker: usize) {
+        self.clients.insert(client, broker);
+    }
+
+    /// Sends `text` (command form: `a …`, `s …`, `p …`, `unsub ID`, …) from `client`;
+    /// returns the request number.
+    pub fn send(&mut self, client: ClientId, text: &str) -> u64 {
+        let message: Message = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        self.next_req += 1;
+        let req = self.next_req;
+        let broker = self.clients[&client];
+        self.input(broker, Input::Client { client, req: Some(req), message });
+        req
+    }
+
+    /// Sends and runs until quiet; returns the reply.
+    pub fn call(&mut self, client: ClientId, text: &str) -> Reply {
+        let req = self.send(client, text);
+        self.run();
+        self.replies.get(&(client, req)).cloned().expect("every request is answered")
+    }
+
+    /// Sends and runs only until the reply arrives (messages may still be in flight);
+    /// returns the reply.
+    pub fn call_until_reply(&mut self, client: ClientId, text: &str) -> Reply {
+        let req = self.send(client, text);
+        while !self.replies.contains_key(&(client, req)) {
+            assert!(self.step(), "{text}: no reply and nothing in flight");
+        }
+        self.replies[&(client, req)].clone()
+    }
+
+    /// The id returned for a successful `a`/`s`, as soon as the reply arrives.
+    pub fn id_settled(&mut self, client: ClientId, text: &str) -> MessageId {
+        match self.call_until_reply(client, text) {
+            Ok(Some(id)) => id,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    /// Delivers the next message in flight; false if there is none.
+    pub fn step(&mut self) -> bool {
+        let Some(((at, _), event)) = self.queue.pop_first() else { return false };
+        self.now = self.now.max(at);
+        self.input(event.to, event.input);
+        true
+    }
+
+    /// Requests and forwarded messages waiting to settle at `broker`.
+    pub fn unsettled(&self, broker: usize) -> usize {
+        self.routers[broker].unsettled()
+    }
+
+    /// The id returned for a successful `a`/`s`.
+    pub fn id(&mut self, client: ClientId, text: &str) -> MessageId {
+        match self.call(client, text) {
+            Ok(Some(id)) => id,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    /// Client `client` goes away.
+    pub fn disconnect(&mut self, client: ClientId) {
+        let broker = self.clients.remove(&client).expect("attached");
+        self.input(broker, Input::ClientGone(client));
+    }
+
+    fn input(&mut self, broker: usize, input: Input) {
+        let mut out = Vec::new();
+        self.routers[broker].handle(self.now, input, &mut out);
+        for o in out {
+            match o {
+                Output::ToBroker { to, message } => {
+                    let target = self.index_of(&to);
+                    let Some(&latency) = self.links.get(&(broker, target)) else {
+                        panic!("{} sent to {} without a link", self.names[broker], to);
+                    };
+                    if matches!(message, BrokerMessage::Advertise { .. }) {
+                        self.adv_messages += 1;
+                    }
+                    let counts = self.traffic.entry((broker, target)).or_default();
+                    match message {
+                        BrokerMessage::Subscribe { .. }
+                        | BrokerMessage::Unsubscribe { .. }
+                        | BrokerMessage::TreeSubscribe { .. }
+                        | BrokerMessage::TreeUnsubscribe { .. } => counts.0 += 1,
+                        _ => counts.1 += 1,
+                    }
+                    let last = self.last_arrival.get(&(broker, target)).copied().unwrap_or(0);
+                    let jitter = if self.jitter > 0 { self.rng.u64(..=self.jitter) } else { 0 };
+                    let at = (self.now + latency + jitter).max(last);
+                    self.last_arrival.insert((broker, target), at);
+                    self.seq += 1;
+                    let from = self.names[broker].clone();
+                    self.queue
+                        .insert((at, self.seq), Event { to: target, input: Input::Broker { from, message } });
+                }
+                Output::Reply { client, req, result } => {
+                    let req = req.expect("the simulator numbers every request");
+                    self.replies.insert((client, req), result);
+                }
+                Output::Notify { client, subs, publication } => {
+                    self.deliveries.push(Delivery { client, subs, publication, time: self.now });
+                }
+                Output::CompositeNotify { client, sub, pubs } => {
+                    self.composite_deliveries.push(CompositeDelivery { client, sub, pubs, time: self.now });
+                }
+            }
+        }
+    }
+
+    /// Delivers messages in time order until none is in flight (at most a million
+    /// events: a federation that never goes quiet is a bug).
+    pub fn run(&mut self) {
+        assert!(
+            self.run_bounded(1_000_000),
+            "no quiet after a million events; {} in flight",
+            self.queue.len()
+        );
+    }
+
+    /// Like `run`, but gives up after `max` events; true if the federation went quiet.
+    pub fn run_bounded(&mut self, max: usize) -> bool {
+        for _ in 0..max {
+            if !self.step() {
+                return true;
+            }
+        }
+        self.queue.is_empty()
+    }
+
+    /// Advertisement messages sent on all links so far.
+    pub fn advertise_messages(&self) -> u64 {
+        self.adv_messages
+    }
+
+    /// Broker `broker`'s routing tables.
+    pub fn routes(&self, broker: usize) -> Routes {
+        self.routers[broker].routes()
+    }
+
+    /// Deliveries since `from` as `(client, publication text)`.
+    pub fn delivered_since(&self, from: usize) -> Vec<(ClientId, String)> {
+        self.deliveries[from..].iter().map(|d| (d.client, d.publication.to_string())).collect()
+    }
+}
