@@ -9,6 +9,7 @@
 //! cargo run --release -p padres-bench -- quic --quick
 //! ```
 
+mod composite;
 mod peers;
 mod quic;
 mod workload;
@@ -73,6 +74,21 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Composite subscriptions: link traffic in the simulator (in-network detection against
+    /// detection at the subscriber's broker and equivalent atomic subscriptions), detection
+    /// throughput at one broker with 10,000 patterns against the reference detector, and
+    /// bytes per stored partial match. The latency through a chain is `quic --only composite`.
+    Composite {
+        /// Smaller runs.
+        #[arg(long)]
+        quick: bool,
+        /// Seed for the workloads.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Throughput runs (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+    },
     /// The matching engine on workloads W1–W4 and the advertisement index.
     Matching {
         /// Smaller sizes (1/20 of the subscriptions) so the whole run takes under a minute.
@@ -116,6 +132,15 @@ enum Which {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
+        Command::Composite { quick, seed, repeat } if std::env::var_os("PROFILE_ONLY").is_some() => {
+            let _ = (quick, repeat);
+            composite::throughput_only(seed);
+        }
+        Command::Composite { quick, seed, repeat } => {
+            print_machine("one thread, the routers sans-IO");
+            composite::traffic(quick, seed);
+            composite::throughput(quick, seed, repeat);
+        }
         Command::Quic { quick, no_peers, only } => {
             print_machine("one process: brokers on one tokio runtime, clients on another");
             quic::run(quic::Sizes::new(quick), !no_peers, &only);

@@ -35,6 +35,9 @@ pub(crate) enum Scenario {
     Chain,
     /// 100 subscribers each selecting 1% of the publications.
     FanOut,
+    /// A 2-leaf composite subscription through a 3-broker chain, paced, next to an atomic
+    /// subscription's run on the same brokers.
+    Composite,
 }
 
 /// Run sizes.
@@ -273,6 +276,79 @@ async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (
         paced.push(quote_run(&publisher, &mut subscriber, paced_count, Some(sizes.rate)).await);
     }
     (Median::of(throughput), Median::of(paced))
+}
+
+/// A publisher at the first broker of a 3-broker chain, a subscriber at the last: runs of
+/// an atomic subscription (every quote) and of a 2-leaf composite one (a quote, then the
+/// confirmation of the same volume) alternate, paced at `sizes.rate` publications per
+/// second. A match's latency runs from its later publication.
+async fn padres_composite_chain(sizes: Sizes, root: &std::path::Path) -> (Median, Median) {
+    let mut addrs = Vec::new();
+    for i in 0..3 {
+        let addr = start_broker(&format!("K{i}"), root, addrs.last().copied()).await;
+        addrs.push(addr);
+    }
+    let publisher = connect(addrs[0], "pub").await;
+    for class in ["quote", "confirm"] {
+        publisher
+            .send(&format!(
+                "a [class,eq,'{class}'],[symbol,isPresent,''],[price,>=,0],[volume,>=,0],[t,>=,0]"
+            ))
+            .await
+            .expect("advertised");
+    }
+    let observer = connect(addrs[2], "observer").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while observer.stats().await.map(|s| s.advertisements).unwrap_or(0) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut atomic_sub = connect(addrs[2], "atomic").await;
+    atomic_sub.send("s [class,eq,'quote'],[symbol,eq,'BENCH']").await.expect("subscribed");
+    let mut composite_sub = connect(addrs[2], "composite").await;
+    composite_sub
+        .send(
+            "cs {[class,eq,'quote'],[symbol,eq,'PAIR'],[volume,=,$I$v]}&{[class,eq,'confirm'],[symbol,eq,'PAIR'],[volume,=,$I$v]} within 10s",
+        )
+        .await
+        .expect("subscribed");
+    let paced_count = usize::try_from(sizes.rate * sizes.paced.as_secs()).unwrap_or(10_000);
+    let mut atomic = Vec::new();
+    let mut composite = Vec::new();
+    for _ in 0..sizes.repeat {
+        atomic.push(quote_run(&publisher, &mut atomic_sub, paced_count, Some(sizes.rate)).await);
+        composite.push(pair_run(&publisher, &mut composite_sub, paced_count, sizes.rate).await);
+    }
+    (Median::of(atomic), Median::of(composite))
+}
+
+/// `count` publications paced at `rate`: quote `n`, then its confirmation, for each `n`;
+/// receives the composite matches.
+async fn pair_run(publisher: &Client, subscriber: &mut Client, count: usize, rate: u64) -> Outcome {
+    let epoch = Instant::now();
+    let pairs = count / 2;
+    let publish = async {
+        let mut pace = Pacer::new(Some(rate));
+        for n in 0..pairs * 2 {
+            pace.before(n).await;
+            let class = if n % 2 == 0 { "quote" } else { "confirm" };
+            let p = publication(class, "symbol", Value::str("PAIR"), n / 2, epoch);
+            publisher.publish(p).await.expect("published");
+        }
+    };
+    let receive = async {
+        let mut latencies = Vec::with_capacity(pairs);
+        while latencies.len() < pairs {
+            match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
+                Ok(Some(Notification::Composite { pubs, .. })) => {
+                    latencies.extend(pubs.iter().filter_map(|(_, p)| latency(epoch, p)).min());
+                }
+                _ => break,
+            }
+        }
+        (latencies, epoch.elapsed())
+    };
+    let ((), (latencies, elapsed)) = tokio::join!(publish, receive);
+    Outcome { delivered: latencies.len(), elapsed, latencies }
 }
 
 /// The run with the median rate of several, and the range of rates.
@@ -534,6 +610,21 @@ pub(crate) fn run(sizes: Sizes, with_peers: bool, only: &[Scenario]) {
                     println!("{}", theirs.line(&format!("{} (1 server), paced {}/s", kind.label(), sizes.rate)));
                 }
             }
+        }
+
+        if wanted(Scenario::Composite) {
+            let (atomic, composite) = padres_composite_chain(sizes, &root).await;
+            println!("{}", atomic.line(&format!("padres 3-broker chain, atomic, paced {}/s", sizes.rate)));
+            println!(
+                "{}",
+                composite.line(&format!("padres 3-broker chain, 2-leaf composite, paced {}/s", sizes.rate))
+            );
+            let (a50, _) = percentiles(atomic.run.latencies.clone());
+            let (c50, _) = percentiles(composite.run.latencies.clone());
+            println!(
+                "  composite / atomic p50 latency: {:.2} (matches counted from their later publication)",
+                c50.as_secs_f64() / a50.as_secs_f64().max(1e-12)
+            );
         }
 
         if !wanted(Scenario::FanOut) {

@@ -70,6 +70,8 @@ pub struct Sim {
     /// Extra delay of each message, up to this many ms (links stay FIFO).
     jitter: u64,
     rng: fastrand::Rng,
+    /// Messages sent on all links, by kind (`Publish`, `CompositeMatch`, …).
+    pub kinds: BTreeMap<&'static str, u64>,
     /// Messages sent on each directed link, by kind: (subscription traffic, others).
     pub traffic: BTreeMap<(usize, usize), (u64, u64)>,
     options: Options,
@@ -106,6 +108,7 @@ impl Sim {
             composite_deliveries: Vec::new(),
             jitter: 0,
             rng: fastrand::Rng::with_seed(0),
+            kinds: BTreeMap::new(),
             traffic: BTreeMap::new(),
             options,
             adv_messages: 0,
@@ -171,6 +174,11 @@ impl Sim {
     /// The virtual time, in milliseconds.
     pub fn now(&self) -> u64 {
         self.now
+    }
+
+    /// Lets `ms` of virtual time pass (messages in flight keep their arrival times).
+    pub fn advance(&mut self, ms: u64) {
+        self.now += ms;
     }
 
     /// The name of broker `broker` (0-based).
@@ -264,6 +272,7 @@ impl Sim {
                     if matches!(message, BrokerMessage::Advertise { .. }) {
                         self.adv_messages += 1;
                     }
+                    *self.kinds.entry(kind(&message)).or_default() += 1;
                     let counts = self.traffic.entry((broker, target)).or_default();
                     match message {
                         BrokerMessage::Subscribe { .. }
@@ -328,5 +337,23 @@ impl Sim {
     /// Deliveries since `from` as `(client, publication text)`.
     pub fn delivered_since(&self, from: usize) -> Vec<(ClientId, String)> {
         self.deliveries[from..].iter().map(|d| (d.client, d.publication.to_string())).collect()
+    }
+}
+
+/// The name of a broker message's kind.
+fn kind(message: &BrokerMessage) -> &'static str {
+    match message {
+        BrokerMessage::Advertise { .. } => "Advertise",
+        BrokerMessage::Unadvertise { .. } => "Unadvertise",
+        BrokerMessage::Subscribe { .. } => "Subscribe",
+        BrokerMessage::Unsubscribe { .. } => "Unsubscribe",
+        BrokerMessage::Publish { .. } => "Publish",
+        BrokerMessage::TreeSubscribe { .. } => "TreeSubscribe",
+        BrokerMessage::TreeUnsubscribe { .. } => "TreeUnsubscribe",
+        BrokerMessage::TreePublish { .. } => "TreePublish",
+        BrokerMessage::Settled { .. } => "Settled",
+        BrokerMessage::CompositeSubscribe { .. } => "CompositeSubscribe",
+        BrokerMessage::CompositeUnsubscribe { .. } => "CompositeUnsubscribe",
+        BrokerMessage::CompositeMatch { .. } => "CompositeMatch",
     }
 }

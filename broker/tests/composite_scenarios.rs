@@ -197,3 +197,40 @@ fn a_restarted_broker_gets_its_parts_back() {
     sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
     assert_eq!(sim.composite_deliveries.len(), 1);
 }
+
+#[test]
+fn an_identical_part_of_different_patterns_is_forwarded_once() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.attach(2, 0);
+    let or = sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    let seq = sim.id(2, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}};{[class,eq,'s3']}");
+    // B2 splits both and sends their common and-part to B4 once.
+    assert_eq!(sim.routes(3).composites.len(), 1, "{:?}", sim.routes(3).composites);
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+    sim.call(P3, "p [class,'s3'],[k,'c']").expect("published");
+    let mut subs: Vec<MessageId> = sim.composite_deliveries.iter().map(|d| d.sub.clone()).collect();
+    subs.sort();
+    assert_eq!(
+        subs,
+        [or.clone(), or.clone(), seq.clone()],
+        "the or twice (and-part, then s3), the sequence once"
+    );
+    assert_eq!(matches_at(&sim, 3), 1, "B4 detected the and once for both");
+
+    // B4 restarts: the shared part is sent to it again, once.
+    sim.restart(3);
+    sim.run();
+    assert_eq!(sim.routes(3).composites.len(), 1);
+    sim.call(P2, "p [class,'s2'],[k,'b2']").expect("published");
+    sim.call(P1, "p [class,'s1'],[k,'a2']").expect("published");
+    sim.call(P3, "p [class,'s3'],[k,'c2']").expect("published");
+    let mut after: Vec<MessageId> = sim.composite_deliveries[3..].iter().map(|d| d.sub.clone()).collect();
+    after.sort();
+    assert_eq!(after, [or.clone(), or, seq.clone()], "both patterns work after the restart");
+
+    // Withdrawing one pattern keeps the shared part for the other.
+    sim.call(2, &format!("unsub {seq}")).expect("unsubscribed");
+    assert_eq!(sim.routes(3).composites.len(), 1);
+}

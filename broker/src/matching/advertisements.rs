@@ -208,7 +208,7 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
             for p in predicates {
                 match placement(p) {
                     Placement::Presence => {}
-                    Placement::Exact => confirm = true,
+                    Placement::StrKind | Placement::Exact => confirm = true,
                     Placement::Num(halves) => {
                         bits::set(&mut columns.num_has, slot);
                         for (s, bound, strict) in halves {
@@ -286,7 +286,7 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
             for p in predicates {
                 match placement(p) {
                     Placement::Presence => {}
-                    Placement::Exact => confirm_all = true,
+                    Placement::StrKind | Placement::Exact => confirm_all = true,
                     Placement::Num(halves) => {
                         for (side, bound, strict) in halves {
                             num.add(side, bound, strict);

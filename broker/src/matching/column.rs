@@ -15,6 +15,11 @@
 //!
 //! Several predicates of one subscription on one attribute are simply several halves: a
 //! slot fails if any of its halves fails, which is the conjunction.
+//!
+//! A bound that many halves of a cell share (a job name, a status, a class-like value that
+//! thousands of subscriptions name with `eq`) cannot be split into cells of its own; its
+//! halves become **heavy**: one row per kind of half, so a probe compares the bound once
+//! and ORs the rows that fail, instead of checking every half.
 
 use std::cmp::Ordering;
 
@@ -24,6 +29,8 @@ use super::bits::{self, Layout};
 const HALVES_PER_CELL: usize = 32;
 /// Never more cells than this (memory is one bit per slot per cell).
 const MAX_CELLS: usize = 128;
+/// A bound shared by at least this many halves of a cell gets rows of its own.
+const HEAVY: usize = 64;
 
 /// Which side of its bound a half accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,18 +60,29 @@ pub(super) trait Probe<T> {
     }
 }
 
-/// The halves of one cell: bounds, and slots tagged with their kind, side by side.
+/// The halves of one cell: bounds, and slots tagged with their kind, side by side; and the
+/// heavy bounds with their rows.
 #[derive(Clone, Debug)]
 struct Halves<T> {
     bounds: Vec<T>,
     /// `slot << 2 | kind`.
     tags: Vec<u32>,
+    heavy: Vec<Heavy<T>>,
 }
 
 impl<T> Default for Halves<T> {
     fn default() -> Self {
-        Self { bounds: Vec::new(), tags: Vec::new() }
+        Self { bounds: Vec::new(), tags: Vec::new(), heavy: Vec::new() }
     }
+}
+
+/// A bound many halves share: their slots as one flat row (indexed by slot) per kind.
+#[derive(Clone, Debug)]
+struct Heavy<T> {
+    bound: T,
+    rows: [Vec<u64>; 4],
+    /// Halves per kind.
+    counts: [usize; 4],
 }
 
 /// The kind of a half, in the low two bits of its tag.
@@ -89,8 +107,13 @@ const FAILS: u32 = 0b0101_0001_1100_1000;
 /// The most slots a column can tag (two bits of the tag are the kind).
 pub(super) const MAX_SLOTS: u32 = 1 << 30;
 
-impl<T: PartialEq> Halves<T> {
+impl<T: Ord + Clone> Halves<T> {
     fn push(&mut self, bound: T, slot: u32, kind: u32) {
+        if let Some(heavy) = self.heavy.iter_mut().find(|h| h.bound == bound) {
+            bits::set(&mut heavy.rows[kind as usize], slot);
+            heavy.counts[kind as usize] += 1;
+            return;
+        }
         // Grow by an eighth rather than doubling: the lists are most of a column's memory
         // and are copied rarely enough that the extra copies do not show.
         if self.tags.len() == self.tags.capacity() {
@@ -102,8 +125,82 @@ impl<T: PartialEq> Halves<T> {
         self.tags.push(slot << 2 | kind);
     }
 
+    /// Moves every bound shared by at least [`HEAVY`] listed halves into rows of
+    /// `words` words.
+    fn promote(&mut self, words: usize) {
+        if self.tags.len() < HEAVY {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.bounds.len()).collect();
+        order.sort_unstable_by(|&a, &b| self.bounds[a].cmp(&self.bounds[b]));
+        let mut heavy_of = vec![usize::MAX; self.bounds.len()];
+        let mut start = 0;
+        while start < order.len() {
+            let mut end = start + 1;
+            while end < order.len() && self.bounds[order[end]] == self.bounds[order[start]] {
+                end += 1;
+            }
+            if end - start >= HEAVY {
+                let bound = self.bounds[order[start]].clone();
+                self.heavy.push(Heavy {
+                    bound,
+                    rows: std::array::from_fn(|_| vec![0; words]),
+                    counts: [0; 4],
+                });
+                for &i in &order[start..end] {
+                    heavy_of[i] = self.heavy.len() - 1;
+                }
+            }
+            start = end;
+        }
+        let (bounds, tags) = (std::mem::take(&mut self.bounds), std::mem::take(&mut self.tags));
+        for ((bound, tag), h) in bounds.into_iter().zip(tags).zip(heavy_of) {
+            match self.heavy.get_mut(h) {
+                Some(heavy) => {
+                    bits::set(&mut heavy.rows[(tag & 3) as usize], tag >> 2);
+                    heavy.counts[(tag & 3) as usize] += 1;
+                }
+                None => {
+                    self.bounds.push(bound);
+                    self.tags.push(tag);
+                }
+            }
+        }
+    }
+
+    /// Every half as `(bound, slot, kind)`, the heavy ones unrolled.
+    fn into_halves(self) -> Vec<(T, u32, u32)> {
+        let mut all: Vec<(T, u32, u32)> =
+            self.bounds.into_iter().zip(self.tags).map(|(b, t)| (b, t >> 2, t & 3)).collect();
+        for heavy in self.heavy {
+            for (kind, row) in (0_u32..).zip(&heavy.rows) {
+                for (w, &word) in row.iter().enumerate() {
+                    let mut word = word;
+                    while word != 0 {
+                        let bit = word.trailing_zeros();
+                        word &= word - 1;
+                        let slot = u32::try_from(w * 64).unwrap_or(u32::MAX) + bit;
+                        all.push((heavy.bound.clone(), slot, kind));
+                    }
+                }
+            }
+        }
+        all
+    }
+
     /// Drops the halves of the slots set in `dead`; returns how many.
     fn sweep(&mut self, dead: &[u64]) -> usize {
+        let mut removed = 0;
+        for heavy in &mut self.heavy {
+            for (row, count) in heavy.rows.iter_mut().zip(&mut heavy.counts) {
+                for (word, d) in row.iter_mut().zip(dead) {
+                    let gone = (*word & d).count_ones() as usize;
+                    *count -= gone;
+                    removed += gone;
+                    *word &= !d;
+                }
+            }
+        }
         let before = self.tags.len();
         let mut kept = 0;
         for i in 0..before {
@@ -117,11 +214,19 @@ impl<T: PartialEq> Halves<T> {
         self.bounds.truncate(kept);
         self.tags.shrink_to(kept + kept / 8);
         self.bounds.shrink_to(kept + kept / 8);
-        before - kept
+        removed + before - kept
     }
 
     /// Crosses out every slot whose half fails on `probe`.
     fn check<P: Probe<T> + ?Sized>(&self, mismatch: &mut [u64], probe: &P) {
+        for heavy in &self.heavy {
+            let order = probe.order_bits(&heavy.bound);
+            for (kind, (row, &count)) in (0_u32..).zip(heavy.rows.iter().zip(&heavy.counts)) {
+                if count > 0 && FAILS >> (kind * 4 + order) & 1 == 1 {
+                    bits::or_into(mismatch, row);
+                }
+            }
+        }
         for (bound, &tag) in self.bounds.iter().zip(&self.tags) {
             let fails = FAILS >> ((tag & 3) * 4 + probe.order_bits(bound)) & 1;
             let slot = tag >> 2;
@@ -219,6 +324,11 @@ impl<T: Ord + Clone> Column<T> {
     pub(super) fn grow(&mut self, old: Layout, new: Layout) {
         if old.block == new.block {
             self.rows.resize(new.words * self.cells.len(), 0);
+            for heavy in self.cells.iter_mut().flat_map(|c| &mut c.heavy) {
+                for row in &mut heavy.rows {
+                    row.resize(new.words, 0);
+                }
+            }
         } else {
             self.relayout(new);
         }
@@ -227,7 +337,15 @@ impl<T: Ord + Clone> Column<T> {
     /// Chooses cells for the current halves (quantiles of their bounds) and rebuilds.
     fn replan(&mut self, layout: Layout) {
         let target = (self.halves / HALVES_PER_CELL).clamp(1, MAX_CELLS);
-        let mut keys: Vec<&T> = self.cells.iter().flat_map(|h| &h.bounds).collect();
+        let mut keys: Vec<&T> = self
+            .cells
+            .iter()
+            .flat_map(|h| {
+                h.bounds
+                    .iter()
+                    .chain(h.heavy.iter().flat_map(|x| std::iter::repeat_n(&x.bound, x.counts.iter().sum())))
+            })
+            .collect();
         keys.sort_unstable();
         let mut bounds: Vec<T> = Vec::with_capacity(target);
         for i in 1..target {
@@ -249,11 +367,14 @@ impl<T: Ord + Clone> Column<T> {
         self.cells = vec![Default::default(); cells];
         self.rows = vec![0; layout.words * cells];
         for cell in old {
-            for (bound, tag) in cell.bounds.into_iter().zip(cell.tags) {
+            for (bound, slot, kind) in cell.into_halves() {
                 let c = self.cell_of(&bound);
-                self.mark(layout, side_of(tag), c, tag >> 2);
-                self.cells[c].push(bound, tag >> 2, tag & 3);
+                self.mark(layout, side_of(kind), c, slot);
+                self.cells[c].push(bound, slot, kind);
             }
+        }
+        for cell in &mut self.cells {
+            cell.promote(layout.words);
         }
     }
 }
@@ -272,6 +393,44 @@ mod tests {
         let mut mismatch = vec![0; layout.words];
         column.probe(layout, &value, &mut mismatch);
         (0..slots).filter(|&s| !bits::get(&mismatch, s)).collect()
+    }
+
+    #[test]
+    fn shared_bounds_become_heavy_and_still_agree() {
+        let layout = Layout::for_slots(6000);
+        let mut column = Column::new(layout);
+        // Slot s: `= s % 3` (2,000 halves on each of three bounds, both sides), and every
+        // tenth slot also `< 50 + s % 7`.
+        for s in 0..6000_u32 {
+            let v = i64::from(s % 3);
+            column.insert(layout, Side::Lower, s, v, false);
+            column.insert(layout, Side::Upper, s, v, false);
+            if s % 10 == 0 {
+                column.insert(layout, Side::Upper, s, 50 + i64::from(s % 7), true);
+            }
+        }
+        assert!(column.cells.iter().any(|c| !c.heavy.is_empty()), "the shared bounds are heavy");
+        for v in [-1, 0, 1, 2, 3, 55] {
+            let expected: Vec<u32> = (0..6000)
+                .filter(|&s| i64::from(s % 3) == v && (s % 10 != 0 || v < 50 + i64::from(s % 7)))
+                .collect();
+            assert_eq!(matching(&column, layout, v, 6000), expected, "v = {v}");
+        }
+        // Removal clears heavy rows too.
+        let mut dead = vec![0; layout.words];
+        for s in (0..6000_u32).filter(|s| s % 3 == 1) {
+            bits::set(&mut dead, s);
+        }
+        column.sweep(layout, &dead);
+        // A swept slot fails nothing any more: only they pass 1 now.
+        let swept: Vec<u32> = (0..6000).filter(|s| s % 3 == 1).collect();
+        assert_eq!(matching(&column, layout, 1, 6000), swept);
+        // A half inserted after the plan on a heavy bound joins its rows: slot 1, reused,
+        // is `= 2` now and fails 1.
+        column.insert(layout, Side::Lower, 1, 2, false);
+        column.insert(layout, Side::Upper, 1, 2, false);
+        assert_eq!(matching(&column, layout, 1, 6000), swept[1..]);
+        assert!(matching(&column, layout, 2, 6000).contains(&1));
     }
 
     #[test]

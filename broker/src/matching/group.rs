@@ -27,6 +27,8 @@ struct Columns {
     exact: Vec<(u32, u16)>,
     /// How many subscriptions constrain the attribute.
     users: usize,
+    /// How many `$S$` variables were filed (their slots are in `str_has` only).
+    str_kinds: usize,
 }
 
 impl Columns {
@@ -39,6 +41,7 @@ impl Columns {
             text: Column::new(layout),
             exact: Vec::new(),
             users: 0,
+            str_kinds: 0,
         }
     }
 
@@ -143,6 +146,10 @@ impl<K: Clone> Group<K> {
                             columns.text.insert(layout, side, slot, bound, strict);
                         }
                     }
+                    Placement::StrKind => {
+                        bits::set(&mut columns.str_has, slot);
+                        columns.str_kinds += 1;
+                    }
                     Placement::Exact => {
                         columns.exact.push((slot, u16::try_from(i).unwrap_or(u16::MAX)));
                     }
@@ -215,9 +222,12 @@ impl<K: Clone> Group<K> {
                     None => bits::or_into(mismatch, &columns.num_has),
                 }
             }
-            if !columns.text.is_empty() {
+            if !columns.text.is_empty() || columns.str_kinds > 0 {
                 match value.as_str() {
-                    Some(s) => columns.text.probe(layout, &TextProbe::new(s), mismatch),
+                    Some(s) if !columns.text.is_empty() => {
+                        columns.text.probe(layout, &TextProbe::new(s), mismatch);
+                    }
+                    Some(_) => {}
                     None => bits::or_into(mismatch, &columns.str_has),
                 }
             }

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use padres_lang::{Number, Op, Operand, Predicate, Value};
+use padres_lang::{Number, Op, Operand, Predicate, Value, VarKind};
 
 use super::column::{Probe, Side};
 
@@ -174,6 +174,9 @@ pub(super) enum Placement {
     Num(Vec<(Side, Num, bool)>),
     /// Halves on the string column.
     Text(Vec<(Side, Text, bool)>),
+    /// A `$S$` variable: the value must be a string (the string-kind bit only; which
+    /// string is the composite detector's business).
+    StrKind,
     /// Checked one by one.
     Exact,
 }
@@ -185,7 +188,12 @@ pub(super) fn placement(p: &Predicate) -> Placement {
     if op == Op::IsPresent {
         return Placement::Presence;
     }
-    let Operand::Value(value) = p.operand() else { return Placement::Exact };
+    let value = match p.operand() {
+        Operand::Value(value) => value,
+        Operand::Var(var) if var.kind == VarKind::Str => return Placement::StrKind,
+        // `$I$` stays exact: a timestamp is a number to the columns but not to `$I$`.
+        Operand::Var(_) | Operand::Regex(_) => return Placement::Exact,
+    };
     match value {
         Value::Str(s) => {
             let s = Text::new(s.clone());

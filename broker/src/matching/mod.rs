@@ -26,8 +26,9 @@
 //!   most predicates are broad). Rows are blocked by 4,096 slots (`bits.rs`) so an insert
 //!   touches one block.
 //! - **Exact list.** `neq`, `<>`, `str-postfix`, `str-contains`, `str-regex`, booleans,
-//!   variables (as type checks) and integers beyond 2^53 are checked one by one with the
-//!   reference semantics.
+//!   `$I$` variables (as type checks) and integers beyond 2^53 are checked one by one with
+//!   the reference semantics. A `$S$` variable only needs a string there: it is the string
+//!   kind bit below, nothing else (composite leaves joined on `$S$` are common).
 //! - **Presence and kind.** Per attribute, bitsets of the slots that constrain it at all,
 //!   numerically, or as a string: a publication without the attribute, or with a value of
 //!   another kind, crosses those out wholesale.

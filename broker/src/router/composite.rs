@@ -18,7 +18,9 @@
 //!   routed toward their advertisements like any other, covering and cycles included.
 //!   An `until` filter becomes one more such subscription.
 //! - Identical patterns from the same upstream (every local client counts as the same)
-//!   share one placement and one detector; each subscriber gets every match.
+//!   share one placement and one detector; each subscriber gets every match. Identical
+//!   parts bound for the same neighbour, from any patterns here, are forwarded once and
+//!   their matches fanned out here, so a part is detected once per neighbour it serves.
 //! - When the SRT changes, every pattern's destinations are computed again, and a pattern
 //!   whose placement changes is torn down and placed anew (its partial matches are lost;
 //!   matches of publications published after the change are not). The copies the new
@@ -97,14 +99,26 @@ struct Part {
     placement: Placement,
 }
 
+/// A part forwarded to a neighbour, shared by every pattern here that needs the same part
+/// from it: sent once, its matches fanned out here.
+#[derive(Debug)]
+struct Outgoing {
+    /// Its text and neighbour.
+    key: (String, Name),
+    /// The patterns (and their nodes) it stands for.
+    users: Vec<(PartKey, usize)>,
+}
+
 /// The composite state of one broker.
 #[derive(Debug, Default)]
 pub(super) struct Composites {
     parts: HashMap<PartKey, Part>,
     /// (subscriber, its id) → the part.
     subscribers: HashMap<(Hop, MessageId), PartKey>,
-    /// A part this broker forwarded, by the id it gave it → (its pattern, node, neighbour).
-    sent: HashMap<MessageId, (PartKey, usize, Name)>,
+    /// A part this broker forwarded, by the id it gave it.
+    sent: HashMap<MessageId, Outgoing>,
+    /// The id of the part forwarded with this text to this neighbour.
+    outgoing: HashMap<(String, Name), MessageId>,
     /// A detector subscription → (its pattern, role).
     subs: HashMap<MessageId, (PartKey, Role)>,
     pub(super) detectors: Detectors,
@@ -248,6 +262,10 @@ impl Router {
             .map(|(key, _)| key.clone())
             .collect();
         keys.sort();
+        // What was forwarded there is gone with its old life: forget it, so placing anew
+        // sends every part again instead of joining one that no longer exists.
+        self.composites.outgoing.retain(|(_, to), _| to != name);
+        self.composites.sent.retain(|_, outgoing| outgoing.key.1 != *name);
         for key in keys {
             self.place(&key, true, out);
         }
@@ -291,8 +309,7 @@ impl Router {
         let root = cs.root();
         let placement = match &dests[root] {
             Dest::Hop(to) if !at_subscriber && self.neighbours.contains(to) => {
-                let id = self.next_id();
-                self.send_part(key, &id, to, root, cs.clone(), out);
+                let id = self.send_part(key, to, root, cs.clone(), out);
                 Placement::Whole { to: to.clone(), id }
             }
             _ => {
@@ -309,8 +326,7 @@ impl Router {
                 for (node, remote) in frontier {
                     match remote {
                         Some(to) => {
-                            let id = self.next_id();
-                            self.send_part(key, &id, &to, node, Arc::new(cs.part(node)), out);
+                            let id = self.send_part(key, &to, node, Arc::new(cs.part(node)), out);
                             parts.push((id, to, node));
                         }
                         None => {
@@ -332,22 +348,53 @@ impl Router {
         }
     }
 
+    /// Forwards part `cs` (node `node` of pattern `key`) to `to`, or joins the identical
+    /// part already forwarded there; returns its id.
     fn send_part(
         &mut self,
         key: &PartKey,
-        id: &MessageId,
         to: &Name,
         node: usize,
         cs: Arc<CompositeSubscription>,
         out: &mut Vec<Output>,
-    ) {
-        self.composites.sent.insert(id.clone(), (key.clone(), node, to.clone()));
+    ) -> MessageId {
+        let text = (cs.to_string(), to.clone());
+        if let Some(id) = self.composites.outgoing.get(&text).cloned() {
+            if let Some(outgoing) = self.composites.sent.get_mut(&id) {
+                outgoing.users.push((key.clone(), node));
+            }
+            self.placed.push((Forwarded::Composite(id.clone()), to.clone()));
+            return id;
+        }
+        let id = self.next_id();
+        self.composites.outgoing.insert(text.clone(), id.clone());
+        self.composites.sent.insert(id.clone(), Outgoing { key: text, users: vec![(key.clone(), node)] });
         out.push(Output::ToBroker {
             to: to.clone(),
             message: BrokerMessage::CompositeSubscribe { id: id.clone(), cs },
         });
-        let what = Forwarded::Composite(id.clone());
-        self.placed.push((what, to.clone()));
+        self.placed.push((Forwarded::Composite(id.clone()), to.clone()));
+        id
+    }
+
+    /// Pattern `key` no longer needs forwarded part `id` for node `node`; the last user
+    /// withdraws it.
+    fn release_part(&mut self, id: &MessageId, key: &PartKey, node: usize, out: &mut Vec<Output>) {
+        let Some(outgoing) = self.composites.sent.get_mut(id) else { return };
+        if let Some(at) = outgoing.users.iter().position(|(k, n)| k == key && *n == node) {
+            outgoing.users.swap_remove(at);
+        }
+        if !outgoing.users.is_empty() {
+            return;
+        }
+        let Some(Outgoing { key: (text, to), .. }) = self.composites.sent.remove(id) else { return };
+        self.composites.outgoing.remove(&(text, to.clone()));
+        if self.neighbours.contains(&to) {
+            out.push(Output::ToBroker {
+                to,
+                message: BrokerMessage::CompositeUnsubscribe { id: id.clone() },
+            });
+        }
     }
 
     /// A subscription of the detector of pattern `key`, routed like a client's.
@@ -393,28 +440,18 @@ impl Router {
     fn tear_down(&mut self, key: &PartKey, out: &mut Vec<Output>) {
         let Some(part) = self.composites.parts.get_mut(key) else { return };
         let placement = std::mem::replace(&mut part.placement, Placement::Unplaced);
-        let withdraw = |id: MessageId, to: Name, out: &mut Vec<Output>| {
-            out.push(Output::ToBroker { to, message: BrokerMessage::CompositeUnsubscribe { id } });
-        };
+        let root = part.cs.root();
         match placement {
             Placement::Unplaced => {}
-            Placement::Whole { to, id } => {
-                self.composites.sent.remove(&id);
-                if self.neighbours.contains(&to) {
-                    withdraw(id, to, out);
-                }
-            }
+            Placement::Whole { id, .. } => self.release_part(&id, key, root, out),
             Placement::Split { detector, subs, parts } => {
                 self.composites.detectors.remove(detector);
                 for id in subs {
                     self.composites.subs.remove(&id);
                     self.remove_sub(&id, out);
                 }
-                for (id, to, _) in parts {
-                    self.composites.sent.remove(&id);
-                    if self.neighbours.contains(&to) {
-                        withdraw(id, to, out);
-                    }
+                for (id, _, node) in parts {
+                    self.release_part(&id, key, node, out);
                 }
             }
         }
@@ -460,31 +497,29 @@ impl Router {
         mut pubs: Vec<(u32, Arc<Stamped>)>,
         out: &mut Vec<Output>,
     ) {
-        let Some((key, node, to)) = self.composites.sent.get(id).cloned() else { return };
-        if to != *from {
+        let Some(outgoing) = self.composites.sent.get(id) else { return };
+        if outgoing.key.1 != *from {
             return;
         }
-        let Some(part) = self.composites.parts.get(&key) else { return };
-        match &part.placement {
-            Placement::Whole { .. } => {
-                pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
-                self.deliver(&key, Match { pubs }, out);
-            }
-            Placement::Split { detector, .. } => {
-                let detector = *detector;
-                let start = part.cs.subtree_start(node);
-                let offset = part.cs.leaf_numbers()[..start].iter().flatten().count();
-                let offset = u32::try_from(offset).expect("leaf numbers fit in u32");
-                for (leaf, _) in &mut pubs {
-                    *leaf += offset;
+        pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
+        for (key, node) in outgoing.users.clone() {
+            let Some(part) = self.composites.parts.get(&key) else { continue };
+            match &part.placement {
+                Placement::Whole { .. } => self.deliver(&key, Match { pubs: pubs.clone() }, out),
+                Placement::Split { detector, .. } => {
+                    let detector = *detector;
+                    let start = part.cs.subtree_start(node);
+                    let offset = part.cs.leaf_numbers()[..start].iter().flatten().count();
+                    let offset = u32::try_from(offset).expect("leaf numbers fit in u32");
+                    let shifted = pubs.iter().map(|(leaf, p)| (leaf + offset, p.clone())).collect();
+                    let mut matches = Vec::new();
+                    self.composites.detectors.part(self.now, detector, node, shifted, &mut matches);
+                    for m in matches {
+                        self.deliver(&key, m, out);
+                    }
                 }
-                let mut matches = Vec::new();
-                self.composites.detectors.part(self.now, detector, node, pubs, &mut matches);
-                for m in matches {
-                    self.deliver(&key, m, out);
-                }
+                Placement::Unplaced => {}
             }
-            Placement::Unplaced => {}
         }
     }
 
