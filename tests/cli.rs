@@ -172,13 +172,7 @@ fn sub_and_session_take_composite_subscriptions() {
     let broker = start_broker();
     let pattern = "{[class,eq,'ev'],[kind,eq,'a'],[k,eq,$S$k]}&{[class,eq,'ev'],[kind,eq,'b'],[k,eq,$S$k]}";
     let (mut sub, out) = subscribed(&broker, pattern, 1);
-    let mut session = padres(&broker, &["session"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("session runs");
-    let mut input = session.stdin.take().expect("stdin");
-    let output = Lines::of(session.stdout.take().expect("stdout"));
+    let (mut session, mut input, output) = session(&broker);
     writeln!(input, "cs {pattern} within 1h").expect("written");
     let reply = output.json();
     assert_eq!((reply["type"].as_str(), reply["op"].as_str()), (Some("reply"), Some("cs")), "{reply}");
@@ -206,6 +200,18 @@ fn sub_and_session_take_composite_subscriptions() {
     assert!(exit_status(&mut session).success(), "session ends");
 }
 
+/// `padres session` at `broker`: the process, its standard input, its output lines.
+fn session(broker: &Broker) -> (Child, std::process::ChildStdin, Lines) {
+    let mut session = padres(broker, &["session"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("session runs");
+    let input = session.stdin.take().expect("stdin");
+    let output = Lines::of(session.stdout.take().expect("stdout"));
+    (session, input, output)
+}
+
 fn padres_local(broker: &Broker, args: &[&str]) -> Command {
     let mut command = Command::new(padres_tests::binary("padres"));
     command.args(args).arg("--broker").arg(&broker.url);
@@ -216,13 +222,7 @@ fn padres_local(broker: &Broker, args: &[&str]) -> Command {
 fn a_session_scripts_a_client_and_the_broker_can_be_inspected() {
     use std::io::Write as _;
     let broker = start_broker();
-    let mut session = padres(&broker, &["session"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("session runs");
-    let mut input = session.stdin.take().expect("stdin");
-    let output = Lines::of(session.stdout.take().expect("stdout"));
+    let (mut session, mut input, output) = session(&broker);
 
     writeln!(input, "# subscribe first\ns [class,eq,'stock'],[price,>,100]").expect("written");
     let reply = output.json();

@@ -9,6 +9,7 @@
 //! A failure names its seed; `SIM_SEED=n cargo test -p padres-broker --test
 //! composite_random` replays it in every test.
 
+mod patterns;
 mod sim;
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,61 +18,11 @@ use padres_broker::detector::Bounds;
 use padres_broker::router::{Covering, Options};
 use padres_lang::semantics::composite::detect;
 use padres_lang::{CompositeSubscription, MessageId, Publication, Stamp};
+use patterns::Rng;
 use sim::Sim;
 
-struct Rng(fastrand::Rng);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.u64(..n)
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
-const CLASSES: [&str; 3] = ["a", "b", "c"];
-
-fn random_filter(rng: &mut Rng) -> String {
-    let mut text = format!("[class,eq,'{}']", rng.pick(&CLASSES));
-    match rng.below(4) {
-        0 | 1 => text += ",[k,eq,$S$k]",
-        2 => text += ",[k,eq,'x']",
-        _ => {}
-    }
-    if rng.below(4) == 0 {
-        text += ",[n,=,$I$n]";
-    }
-    if rng.below(4) == 0 {
-        text += ",[v,>,1]";
-    }
-    text
-}
-
-fn random_pattern(rng: &mut Rng, depth: u32, leaves: &mut u32) -> String {
-    if depth == 0 || *leaves >= 4 || rng.below(3) == 0 {
-        *leaves += 1;
-        if rng.below(6) == 0 {
-            let step = rng.pick(&["1", "-1", "0", "0.5"]);
-            return format!("Times({{{}}},{},v,{step})", random_filter(rng), 1 + rng.below(3));
-        }
-        return format!("{{{}}}", random_filter(rng));
-    }
-    let op = rng.pick(&["&", "||", ";"]);
-    let left = random_pattern(rng, depth - 1, leaves);
-    let right = random_pattern(rng, depth - 1, leaves);
-    format!("{{{left}{op}{right}}}")
-}
-
 fn random_publication(rng: &mut Rng, class: &str, serial: usize) -> String {
-    let mut text = format!("[class,'{class}'],[serial,{serial}],[k,'{}']", rng.pick(&["x", "y"]));
-    if rng.below(4) > 0 {
-        text += &format!(",[n,{}]", rng.pick(&["1", "2", "2.0"]));
-    }
-    if rng.below(5) > 0 {
-        text += &format!(",[v,{}]", rng.pick(&["0", "1", "2", "3", "1.5", "2.5"]));
-    }
-    text
+    format!("[class,'{class}'],[serial,{serial}]{}", patterns::attributes(rng))
 }
 
 /// One request of the set-up phase, issued in a random order.
@@ -81,7 +32,7 @@ enum Setup {
 }
 
 fn run(seed: u64, covering: Covering, cycles: bool) -> Result<(), String> {
-    let mut rng = Rng(fastrand::Rng::with_seed(seed));
+    let mut rng = Rng::new(seed);
     let n = 3 + rng.below(6) as usize;
     let bounds = Bounds { pairs_per_input: usize::MAX, ..Bounds::default() };
     let mut sim =
@@ -104,7 +55,7 @@ fn run(seed: u64, covering: Covering, cycles: bool) -> Result<(), String> {
     // Publishers 100.., each advertising some classes; every class has one or two.
     let mut setup = Vec::new();
     let mut publishers: Vec<(u64, usize, Vec<&'static str>)> = Vec::new();
-    for class in &CLASSES {
+    for class in &patterns::CLASSES {
         for _ in 0..1 + rng.below(2) {
             let client = 100 + (publishers.len() as u64);
             let broker = rng.below(n as u64) as usize;
@@ -118,7 +69,7 @@ fn run(seed: u64, covering: Covering, cycles: bool) -> Result<(), String> {
         subscribers.push((client, rng.below(n as u64) as usize));
         for _ in 0..1 + rng.below(2) {
             let mut leaves = 0;
-            let mut text = random_pattern(&mut rng, 3, &mut leaves);
+            let mut text = patterns::pattern(&mut rng, 3, &mut leaves);
             if rng.below(4) == 0 {
                 text += &format!(" within {}ms", 5 + rng.below(40));
             }

@@ -6,72 +6,26 @@
 //! A failure names its seed; `DETECT_SEED=n cargo test -p padres-broker --test
 //! detector_reference` replays it.
 
+mod patterns;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use padres_broker::detector::{Bounds, Detectors, Stamped};
 use padres_lang::semantics::composite::detect;
 use padres_lang::{CompositeSubscription, Name, Publication, Stamp, matches};
-
-struct Rng(fastrand::Rng);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0.u64(..n)
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
-
-fn random_filter(rng: &mut Rng) -> String {
-    let mut text = format!("[class,eq,'{}']", rng.pick(&["a", "b", "c"]));
-    match rng.below(4) {
-        0 | 1 => text += ",[k,eq,$S$k]",
-        2 => text += ",[k,eq,'x']",
-        _ => {}
-    }
-    if rng.below(3) == 0 {
-        text += ",[n,=,$I$n]";
-    }
-    if rng.below(4) == 0 {
-        text += ",[v,>,1]";
-    }
-    text
-}
-
-fn random_pattern(rng: &mut Rng, depth: u32, leaves: &mut u32) -> String {
-    if depth == 0 || *leaves >= 4 || rng.below(3) == 0 {
-        *leaves += 1;
-        if rng.below(5) == 0 {
-            let step = rng.pick(&["1", "-1", "2", "0", "0.5"]);
-            return format!("Times({{{}}},{},v,{step})", random_filter(rng), 1 + rng.below(3));
-        }
-        return format!("{{{}}}", random_filter(rng));
-    }
-    let op = rng.pick(&["&", "||", ";"]);
-    let left = random_pattern(rng, depth - 1, leaves);
-    let right = random_pattern(rng, depth - 1, leaves);
-    format!("{{{left}{op}{right}}}")
-}
+use patterns::Rng;
 
 fn random_publication(rng: &mut Rng) -> Publication {
     let class = rng.pick(&["a", "b", "c", "a", "b", "end"]);
-    let mut text = format!("[class,'{class}'],[k,'{}']", rng.pick(&["x", "y"]));
-    if rng.below(4) > 0 {
-        text += &format!(",[n,{}]", rng.pick(&["1", "2", "2.0"]));
-    }
-    if rng.below(5) > 0 {
-        text += &format!(",[v,{}]", rng.pick(&["0", "1", "2", "3", "4", "1.5", "2.5"]));
-    }
-    text.parse().expect("a publication")
+    format!("[class,'{class}']{}", patterns::attributes(rng)).parse().expect("a publication")
 }
 
 /// One run; returns an error message on a difference.
 fn run(seed: u64) -> Result<(), String> {
-    let mut rng = Rng(fastrand::Rng::with_seed(seed));
+    let mut rng = Rng::new(seed);
     let mut leaves = 0;
-    let mut text = random_pattern(&mut rng, 3, &mut leaves);
+    let mut text = patterns::pattern(&mut rng, 3, &mut leaves);
     if rng.below(3) == 0 {
         text += &format!(" within {}ms", 10 + rng.below(60));
     }
