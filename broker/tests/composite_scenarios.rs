@@ -234,3 +234,24 @@ fn an_identical_part_of_different_patterns_is_forwarded_once() {
     sim.call(2, &format!("unsub {seq}")).expect("unsubscribed");
     assert_eq!(sim.routes(3).composites.len(), 1);
 }
+
+#[test]
+fn a_link_that_goes_and_returns_takes_the_parts_away_and_back() {
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    // B2–B4 fails: B4 drops the and-part it held for B2; B2 no longer sees s1 and s2.
+    sim.unlink(1, 3);
+    sim.run();
+    assert!(sim.routes(3).composites.is_empty(), "B4: {:?}", sim.routes(3).composites);
+    sim.call(P3, "p [class,'s3'],[k,'c']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 1, "s3 still completes the or");
+    // It returns: the advertisements come back and the pattern is placed as before.
+    sim.link(1, 3, 2);
+    sim.run();
+    assert_eq!(sim.routes(3).composites.len(), 1);
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 2);
+    assert_eq!(matches_at(&sim, 3), 1, "detected at B4 again");
+}

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use padres_lang::composite::Expr;
 use padres_lang::wire::{BrokerMessage, Forwarded};
-use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription};
+use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription, overlaps};
 
 use super::{Hop, Output, Router};
 use crate::detector::{DetectorId, Detectors, Match};
@@ -238,9 +238,18 @@ impl Router {
         }
     }
 
-    /// The SRT changed: place again every pattern whose destinations changed.
+    /// The SRT changed: place again every pattern whose destinations changed (only
+    /// patterns with a leaf that overlaps a changed advertisement can have).
     pub(super) fn replace_composites(&mut self, out: &mut Vec<Output>) {
-        let mut keys: Vec<PartKey> = self.composites.parts.keys().cloned().collect();
+        let changed = std::mem::take(&mut self.srt_changed);
+        let touched = |part: &Part| part.cs.atoms().any(|sub| changed.iter().any(|adv| overlaps(sub, adv)));
+        let mut keys: Vec<PartKey> = self
+            .composites
+            .parts
+            .iter()
+            .filter(|(_, part)| touched(part))
+            .map(|(key, _)| key.clone())
+            .collect();
         keys.sort();
         for key in keys {
             self.place(&key, false, out);

@@ -263,8 +263,8 @@ pub struct Router {
     /// While the current input is handled: copies sent to place composite subscriptions,
     /// which the input waits for too.
     placed: Vec<(Forwarded, Name)>,
-    /// Set when the SRT changed during the current input.
-    srt_changed: bool,
+    /// The advertisements added, removed or moved during the current input.
+    srt_changed: Vec<Arc<Advertisement>>,
     /// The time of the current input.
     now: u64,
     /// The last stamp's time and counter.
@@ -325,7 +325,7 @@ impl Router {
             composites: Composites::new(options.detector_bounds),
             detect_at_subscriber: options.detect_at_subscriber,
             placed: Vec::new(),
-            srt_changed: false,
+            srt_changed: Vec::new(),
             now: 0,
             stamp_time: 0,
             stamp_seq: u64::from(options.incarnation) << 32,
@@ -345,7 +345,7 @@ impl Router {
         let start = out.len();
         self.awaited.clear();
         self.placed.clear();
-        self.srt_changed = false;
+        self.srt_changed.clear();
         match input {
             Input::Client { client, req, message } => self.client_request(client, req, message, out),
             Input::ClientGone(client) => self.client_gone(client, out),
@@ -353,7 +353,7 @@ impl Router {
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
         }
-        if self.srt_changed {
+        if !self.srt_changed.is_empty() {
             self.replace_composites(out);
         }
         for output in &out[start..] {
@@ -726,7 +726,7 @@ impl Router {
         }
         self.adv_index.insert(id.clone(), adv.clone());
         self.advs.insert(id.clone(), Entry::new(adv.clone(), last.clone(), hops));
-        self.srt_changed = true;
+        self.srt_changed.push(adv.clone());
         let flood: Vec<Name> =
             self.neighbours.iter().filter(|n| last != Hop::Broker((*n).clone())).cloned().collect();
         for n in &flood {
@@ -859,7 +859,7 @@ impl Router {
     /// shorter than its distance, so a tree never folds onto itself.
     fn shorter_path(&mut self, id: &MessageId, last: Hop, hops: u32, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get_mut(id) else { return };
-        self.srt_changed = true;
+        self.srt_changed.push(e.item.clone());
         e.last = last.clone();
         e.distance = hops;
         let adv = e.item.clone();
@@ -884,7 +884,7 @@ impl Router {
     /// it (a link went, another came). Follow the copy that came the current way.
     fn rehome_adv(&mut self, id: &MessageId, last: Hop, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get_mut(id) else { return };
-        self.srt_changed = true;
+        self.srt_changed.push(e.item.clone());
         let old = std::mem::replace(&mut e.last, last.clone());
         let adv = e.item.clone();
         if let Hop::Broker(b) = &last {
@@ -917,7 +917,7 @@ impl Router {
         let withdrawal = || BrokerMessage::Unadvertise { id: id.clone(), lost };
         let Some(e) = self.advs.remove(covering, id, withdrawal, out) else { return };
         self.adv_index.remove(id);
-        self.srt_changed = true;
+        self.srt_changed.push(e.item.clone());
         match &mut self.overlay {
             // Every broker drops the tree with the advertisement.
             Overlay::Cyclic(cycles) => cycles.drop_tree(id),
