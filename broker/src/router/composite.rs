@@ -30,10 +30,10 @@
 //!   with), a client's pattern is never forwarded: it is detected at the client's broker,
 //!   every leaf an ordinary subscription.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use padres_lang::composite::Expr;
+use padres_lang::composite::{CompositeOp, Expr, Node};
 use padres_lang::wire::{BrokerMessage, Forwarded};
 use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription, overlaps};
 
@@ -92,6 +92,11 @@ enum Placement {
 #[derive(Debug)]
 struct Part {
     cs: Arc<CompositeSubscription>,
+    /// The pattern as detected here: `cs` with its `&` and `||` chains regrouped by
+    /// destination, so the operands bound for one neighbour form one part.
+    detected: Arc<CompositeSubscription>,
+    /// Leaf `i` of `detected` is leaf `leaf_of[i]` of `cs`.
+    leaf_of: Vec<u32>,
     upstream: Option<Name>,
     /// Where its matches go, each with the id that subscriber knows it by.
     subscribers: BTreeSet<(Hop, MessageId)>,
@@ -196,6 +201,8 @@ impl Router {
             return;
         }
         let part = Part {
+            detected: cs.clone(),
+            leaf_of: (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect(),
             cs,
             upstream: upstream(&from),
             subscribers: BTreeSet::from([subscriber]),
@@ -316,12 +323,19 @@ impl Router {
         let at_subscriber = self.detect_at_subscriber && part.upstream.is_none();
         self.tear_down(key, out);
         let root = cs.root();
+        let mut detected = (cs.clone(), (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect());
         let placement = match &dests[root] {
             Dest::Hop(to) if !at_subscriber && self.neighbours.contains(to) => {
                 let id = self.send_part(key, to, root, cs.clone(), out);
                 Placement::Whole { to: to.clone(), id }
             }
             _ => {
+                if !at_subscriber {
+                    detected = regroup(&cs, &dests);
+                }
+                let cs = detected.0.clone();
+                let dests =
+                    self.destinations(&cs, self.composites.parts.get(key).and_then(|p| p.upstream.as_ref()));
                 let detector = self.composites.detectors.add(&cs);
                 let mut frontier = Vec::new();
                 if at_subscriber {
@@ -354,6 +368,7 @@ impl Router {
         if let Some(part) = self.composites.parts.get_mut(key) {
             part.dests = dests;
             part.placement = placement;
+            (part.detected, part.leaf_of) = detected;
         }
     }
 
@@ -517,8 +532,8 @@ impl Router {
                 Placement::Whole { .. } => self.deliver(&key, Match { pubs: pubs.clone() }, out),
                 Placement::Split { detector, .. } => {
                     let detector = *detector;
-                    let start = part.cs.subtree_start(node);
-                    let offset = part.cs.leaf_numbers()[..start].iter().flatten().count();
+                    let start = part.detected.subtree_start(node);
+                    let offset = part.detected.leaf_numbers()[..start].iter().flatten().count();
                     let offset = u32::try_from(offset).expect("leaf numbers fit in u32");
                     let shifted = pubs.iter().map(|(leaf, p)| (leaf + offset, p.clone())).collect();
                     let mut matches = Vec::new();
@@ -532,9 +547,16 @@ impl Router {
         }
     }
 
-    /// Sends match `m` of pattern `key` to each of its subscribers.
-    fn deliver(&self, key: &PartKey, m: Match, out: &mut Vec<Output>) {
+    /// Sends match `m` of pattern `key` (its leaves numbered as detected here) to each of
+    /// its subscribers, numbered as they subscribed.
+    fn deliver(&self, key: &PartKey, mut m: Match, out: &mut Vec<Output>) {
         let Some(part) = self.composites.parts.get(key) else { return };
+        if matches!(part.placement, Placement::Split { .. }) {
+            for (leaf, _) in &mut m.pubs {
+                *leaf = part.leaf_of.get(*leaf as usize).copied().unwrap_or(*leaf);
+            }
+            m.pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
+        }
         for (hop, id) in &part.subscribers {
             match hop {
                 Hop::Client(client) => out.push(Output::CompositeNotify {
@@ -550,6 +572,122 @@ impl Router {
             }
         }
     }
+}
+
+/// A tree of a pattern being regrouped: a leaf (its node in the original), or an operator
+/// over operands (`&` and `||` chains flattened).
+enum Tree {
+    Leaf(usize),
+    Op(CompositeOp, Vec<Tree>),
+}
+
+impl Tree {
+    /// `node`'s subtree, chains of one commutative operator flattened.
+    fn of(cs: &CompositeSubscription, node: usize) -> Self {
+        match cs.expr(node) {
+            Expr::Leaf(_) | Expr::Times(..) => Self::Leaf(node),
+            Expr::Binary(op, left, right) => {
+                let mut operands = Vec::new();
+                for child in [left, right] {
+                    match (op, Self::of(cs, child)) {
+                        (CompositeOp::And | CompositeOp::Or, Self::Op(inner, more)) if inner == op => {
+                            operands.extend(more)
+                        }
+                        (_, tree) => operands.push(tree),
+                    }
+                }
+                Self::Op(op, operands)
+            }
+        }
+    }
+
+    /// Where its publications come from.
+    fn dest(&self, dests: &[Dest]) -> Dest {
+        match self {
+            Self::Leaf(node) => dests[*node].clone(),
+            Self::Op(_, operands) => {
+                operands.iter().map(|t| t.dest(dests)).fold(Dest::Nowhere, Dest::combine)
+            }
+        }
+    }
+
+    /// Within `&` and `||` chains, the operands bound for one neighbour become one
+    /// operand (`&` and `||` are associative and commutative, so the matches are the
+    /// same); `;` keeps its order.
+    fn regroup(self, dests: &[Dest]) -> Self {
+        let Self::Op(op, operands) = self else { return self };
+        let operands: Vec<Self> = operands.into_iter().map(|t| t.regroup(dests)).collect();
+        if op == CompositeOp::Seq {
+            return Self::Op(op, operands);
+        }
+        let mut by_neighbour: BTreeMap<Name, Vec<Self>> = BTreeMap::new();
+        let mut rest = Vec::new();
+        for operand in operands {
+            match operand.dest(dests) {
+                Dest::Hop(to) => by_neighbour.entry(to).or_default().push(operand),
+                _ => rest.push(operand),
+            }
+        }
+        let mut grouped: Vec<Self> = by_neighbour
+            .into_values()
+            .map(|mut group| if group.len() == 1 { group.pop().expect("one") } else { Self::Op(op, group) })
+            .collect();
+        grouped.extend(rest);
+        if grouped.len() == 1 {
+            return grouped.pop().expect("one");
+        }
+        Self::Op(op, grouped)
+    }
+
+    /// Appends its nodes to `nodes` in post-order (chains balanced) and its leaves'
+    /// original numbers to `leaf_of`; returns its root's index.
+    fn emit(
+        self,
+        cs: &CompositeSubscription,
+        numbers: &[Option<usize>],
+        nodes: &mut Vec<Node>,
+        leaf_of: &mut Vec<u32>,
+    ) -> u32 {
+        let index = |nodes: &Vec<Node>| u32::try_from(nodes.len() - 1).expect("node indices fit in u32");
+        match self {
+            Self::Leaf(node) => {
+                nodes.push(cs.nodes()[node].clone());
+                leaf_of.push(u32::try_from(numbers[node].expect("a leaf")).expect("leaf numbers fit in u32"));
+                index(nodes)
+            }
+            // Balanced, so a long chain stays shallow; `;` keeps its order either way.
+            Self::Op(_, mut operands) if operands.len() == 1 => {
+                operands.pop().expect("one").emit(cs, numbers, nodes, leaf_of)
+            }
+            Self::Op(op, mut operands) => {
+                let right_half = operands.split_off(operands.len() / 2);
+                let left = Self::Op(op, operands).emit(cs, numbers, nodes, leaf_of);
+                let right = Self::Op(op, right_half).emit(cs, numbers, nodes, leaf_of);
+                nodes.push(Node::Binary { op, left, right });
+                index(nodes)
+            }
+        }
+    }
+}
+
+/// `cs` with its `&` and `||` chains regrouped by destination (see [`Tree::regroup`]), and
+/// the original number of each of its leaves. Falls back to `cs` itself should the
+/// regrouped pattern not be valid (it always is: the same leaves, no deeper).
+fn regroup(cs: &Arc<CompositeSubscription>, dests: &[Dest]) -> (Arc<CompositeSubscription>, Vec<u32>) {
+    let identity = || (cs.clone(), (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect());
+    let tree = Tree::of(cs, cs.root()).regroup(dests);
+    let (mut nodes, mut leaf_of) = (Vec::new(), Vec::new());
+    tree.emit(cs, &cs.leaf_numbers(), &mut nodes, &mut leaf_of);
+    let Ok(mut regrouped) = CompositeSubscription::new(nodes) else { return identity() };
+    if let Some(window) = cs.window() {
+        let Ok(within) = regrouped.within(window) else { return identity() };
+        regrouped = within;
+    }
+    if let Some(until) = cs.until_filter() {
+        let Ok(with_until) = regrouped.until(until.clone()) else { return identity() };
+        regrouped = with_until;
+    }
+    (Arc::new(regrouped), leaf_of)
 }
 
 /// The frontier of the split below `node`: local leaves (`None`) and subtrees bound for
