@@ -578,7 +578,7 @@ impl Router {
 /// over operands (`&` and `||` chains flattened).
 enum Tree {
     Leaf(usize),
-    Op(CompositeOp, Vec<Tree>),
+    Op(CompositeOp, Vec<Self>),
 }
 
 impl Tree {
@@ -591,7 +591,7 @@ impl Tree {
                 for child in [left, right] {
                     match (op, Self::of(cs, child)) {
                         (CompositeOp::And | CompositeOp::Or, Self::Op(inner, more)) if inner == op => {
-                            operands.extend(more)
+                            operands.extend(more);
                         }
                         (_, tree) => operands.push(tree),
                     }
