@@ -11,7 +11,9 @@
 //!
 //! - A pattern whose root goes to one neighbour is **forwarded whole** there, under an id
 //!   of this broker's; its matches come back under that id and go on to the subscribers.
-//! - Otherwise it is **split** and detected here (`crate::detector`): walking down from the
+//! - Otherwise its `&` and `||` chains are first regrouped so that the operands bound for
+//!   one neighbour form one subtree (`Tree::regroup`; the matches are the same, leaf
+//!   numbers are mapped back for the subscribers), and it is **split** and detected here (`crate::detector`): walking down from the
 //!   root, a child subtree bound for one neighbour is forwarded there as a part of its own
 //!   (detected there, one composite match coming back per match), and the leaves reached
 //!   become ordinary subscriptions of this broker's detectors (hop [`Hop::Detector`]),
