@@ -228,6 +228,11 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
     ("Query/Routes", "000000040902010a"),
+    ("Report/Stats", "0000001f0a0100024231010203010242320405060708090a0b0c0d0e0f101112131415"),
+    (
+        "Report/Routes",
+        "000000670a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b657220423201024233010102423103217b5b636c6173732c65712c2761275d7d267b5b636c6173732c65712c2762275d7d08636c69656e7420320102423401",
+    ),
     ("Error", "000000080401010003776879"),
     ("Error", "000000080401010103776879"),
     ("Error", "000000080401010203776879"),
@@ -303,7 +308,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 14 frame shapes (Request counted per message kind: 6) and 11 broker messages.
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 11;
+    // 15 frame shapes (Request counted per message kind: 6) and 15 broker messages
+    // (Settled counted per forwarded kind: 4).
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 15;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }
