@@ -316,33 +316,8 @@ pub(crate) fn throughput(quick: bool, seed: u64, repeat: usize) {
     // The detectors alone: each publication handed to its pattern's leaf (or end) directly,
     // as the matching engine would, to separate detection from matching.
     let origin = Name::new("B1").expect("name");
-    let mut detector_rates = Vec::new();
-    for _ in 0..repeat.max(1) {
-        let mut detectors = Detectors::new(Bounds::default());
-        let ids: Vec<_> = (0..apps).map(|i| detectors.add(&workflow_pattern(i))).collect();
-        let inputs: Vec<(usize, Option<usize>, Arc<Stamped>)> = stream
-            .iter()
-            .enumerate()
-            .map(|(n, p)| {
-                let text = |a: &str| p.get(a).and_then(Value::as_str).unwrap_or_default().to_owned();
-                let appl: usize = text("appl")[1..].parse().expect("A<i>");
-                let leaf = text("job").strip_prefix('J').map(|j| j.parse().expect("J<x>"));
-                let stamp = Stamp::new(n as u64, origin.clone(), n as u64);
-                (appl, leaf, Arc::new(Stamped { stamp, publication: Arc::new(p.clone()) }))
-            })
-            .collect();
-        let mut out = Vec::new();
-        let start = Instant::now();
-        for (n, (appl, leaf, p)) in inputs.iter().enumerate() {
-            match leaf {
-                Some(leaf) => detectors.publication(n as u64, ids[*appl], *leaf, p, &mut out),
-                None => detectors.end(n as u64, ids[*appl], p),
-            }
-        }
-        let elapsed = start.elapsed();
-        assert_eq!(out.len(), matched, "the detectors alone find what the router found");
-        detector_rates.push(stream.len() as f64 / elapsed.as_secs_f64());
-    }
+    let mut detector_rates: Vec<f64> =
+        (0..repeat.max(1)).map(|_| detectors_alone(apps, &stream, Some(matched))).collect();
     detector_rates.sort_by(f64::total_cmp);
     println!(
         "  detectors alone {:>8.0} publications/s  (median of {}; inputs handed over directly, no matching)",
@@ -399,11 +374,52 @@ pub(crate) fn throughput(quick: bool, seed: u64, repeat: usize) {
     );
 }
 
-/// Profiling aid: only the throughput run.
-pub(crate) fn throughput_only(seed: u64) {
+/// The detectors alone: each publication of `stream` handed to its pattern's leaf (or
+/// end) directly, as the matching engine would; publications per second. Checks the
+/// number of matches against `expected` if given.
+fn detectors_alone(apps: usize, stream: &[Publication], expected: Option<usize>) -> f64 {
+    let origin = Name::new("B1").expect("name");
+    let mut detectors = Detectors::new(Bounds::default());
+    let ids: Vec<_> = (0..apps).map(|i| detectors.add(&workflow_pattern(i))).collect();
+    let inputs: Vec<(usize, Option<usize>, Arc<Stamped>)> = stream
+        .iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let text = |a: &str| p.get(a).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let appl: usize = text("appl")[1..].parse().expect("A<i>");
+            let leaf = text("job").strip_prefix('J').map(|j| j.parse().expect("J<x>"));
+            let stamp = Stamp::new(n as u64, origin.clone(), n as u64);
+            (appl, leaf, Arc::new(Stamped { stamp, publication: Arc::new(p.clone()) }))
+        })
+        .collect();
+    let mut out = Vec::new();
+    let start = Instant::now();
+    for (n, (appl, leaf, p)) in inputs.iter().enumerate() {
+        match leaf {
+            Some(leaf) => detectors.publication(n as u64, ids[*appl], *leaf, p, &mut out),
+            None => detectors.end(n as u64, ids[*appl], p),
+        }
+    }
+    let elapsed = start.elapsed();
+    if let Some(expected) = expected {
+        assert_eq!(out.len(), expected, "the detectors alone find what the router found");
+    }
+    stream.len() as f64 / elapsed.as_secs_f64()
+}
+
+/// Profiling aid (`PROFILE_ONLY=router` or `=detectors`): one part of (b), larger.
+pub(crate) fn profile(what: &str, seed: u64) {
     let apps = 10_000;
-    let stream = workflow_stream(apps, 5_000, seed);
-    let mut router = workflow_router(apps);
-    let (matches, elapsed) = publish_all(&mut router, &stream);
-    println!("{matches} matches, {:.0}/s", stream.len() as f64 / elapsed.as_secs_f64());
+    match what {
+        "router" => {
+            let stream = workflow_stream(apps, 5_000, seed);
+            let mut router = workflow_router(apps);
+            let (matches, elapsed) = publish_all(&mut router, &stream);
+            println!("{matches} matches, {:.0}/s", stream.len() as f64 / elapsed.as_secs_f64());
+        }
+        _ => {
+            let stream = workflow_stream(apps, 1_000_000, seed);
+            println!("{:.0}/s", detectors_alone(apps, &stream, None));
+        }
+    }
 }

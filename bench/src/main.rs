@@ -132,9 +132,8 @@ enum Which {
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Command::Composite { quick, seed, repeat } if std::env::var_os("PROFILE_ONLY").is_some() => {
-            let _ = (quick, repeat);
-            composite::throughput_only(seed);
+        Command::Composite { seed, .. } if std::env::var_os("PROFILE_ONLY").is_some() => {
+            composite::profile(&std::env::var("PROFILE_ONLY").unwrap_or_default(), seed);
         }
         Command::Composite { quick, seed, repeat } => {
             print_machine("one thread, the routers sans-IO");

@@ -298,12 +298,16 @@ impl Detector {
             out.push(Match { pubs });
             return;
         };
-        let (seq, key_slots, shared) = match &self.pattern.nodes[parent].op {
+        let (seq, key, shared) = match &self.pattern.nodes[parent].op {
             Op::Or => return self.propagate(ctx, parent, partial, out),
-            Op::Join { seq, key, shared } => (*seq, key.clone(), shared.clone()),
+            Op::Join { seq, key, shared } => {
+                let key =
+                    partial.key(key.iter().copied()).expect("a child binds its parent's join variables");
+                // Usually empty: cloning it allocates nothing.
+                (*seq, key, shared.clone())
+            }
             Op::Leaf | Op::Times { .. } => unreachable!("a leaf has no children"),
         };
-        let key = partial.key(key_slots).expect("a child binds its parent's join variables");
         self.store(ctx, parent, side, key.clone(), partial.clone());
         // Nothing stores into the other side's bucket while its partners are paired (only
         // ancestors of `parent` store), so it can be taken out and put back.
@@ -533,8 +537,11 @@ impl Chain<'_> {
 #[derive(Debug, Default)]
 pub struct Detectors {
     bounds: Bounds,
-    detectors: HashMap<DetectorId, Detector>,
-    next_id: DetectorId,
+    /// By id (a slab key; a freed key may be reused, and queued references to the old
+    /// detector's entries are stale by their generation).
+    detectors: Slab<Detector>,
+    /// What one input stored, reused from input to input.
+    just_stored: Vec<(usize, u64, Option<u64>)>,
     next_generation: u64,
     /// Every stored partial match, in the order stored (stale references are skipped).
     order: VecDeque<Ref>,
@@ -552,14 +559,12 @@ impl Detectors {
 
     /// A detector for `cs`.
     pub fn add(&mut self, cs: &CompositeSubscription) -> DetectorId {
-        self.next_id += 1;
-        self.detectors.insert(self.next_id, Detector::new(cs));
-        self.next_id
+        self.detectors.insert(Detector::new(cs)) as DetectorId
     }
 
     /// Drops detector `id` and everything it stores; false if there was none.
     pub fn remove(&mut self, id: DetectorId) -> bool {
-        match self.detectors.remove(&id) {
+        match usize::try_from(id).ok().and_then(|key| self.detectors.try_remove(key)) {
             Some(detector) => {
                 self.stored -= detector.entries.len();
                 true
@@ -585,18 +590,20 @@ impl Detectors {
 
     /// Runs `input` on detector `id`, then applies the caps.
     fn input(&mut self, now: u64, id: DetectorId, input: impl FnOnce(&mut Detector, &mut Ctx<'_>)) {
-        let Some(detector) = self.detectors.get_mut(&id) else { return };
+        let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) else {
+            return;
+        };
         detector.forget_ends(now);
         detector.formed.fill(0);
         let mut ctx = Ctx {
             bounds: &self.bounds,
             counters: &mut self.counters,
             next_generation: &mut self.next_generation,
-            stored: Vec::new(),
+            stored: mem::take(&mut self.just_stored),
         };
         input(detector, &mut ctx);
-        let stored = mem::take(&mut ctx.stored);
-        for (entry, generation, expiry) in stored {
+        let mut stored = mem::take(&mut ctx.stored);
+        for (entry, generation, expiry) in stored.drain(..) {
             let r = Ref { detector: id, entry, generation };
             self.order.push_back(r);
             if let Some(at) = expiry {
@@ -604,6 +611,7 @@ impl Detectors {
             }
             self.stored += 1;
         }
+        self.just_stored = stored;
         while detector.entries.len() > self.bounds.per_detector && detector.evict_oldest() {
             self.counters.evicted += 1;
             self.stored -= 1;
@@ -615,7 +623,10 @@ impl Detectors {
     fn apply_broker_cap(&mut self) {
         while self.stored > self.bounds.per_broker {
             let Some(r) = self.order.pop_front() else { break };
-            let Some(detector) = self.detectors.get_mut(&r.detector) else { continue };
+            let Some(detector) = usize::try_from(r.detector).ok().and_then(|key| self.detectors.get_mut(key))
+            else {
+                continue;
+            };
             if detector.live(r.entry, r.generation) {
                 detector.remove_entry(r.entry);
                 self.counters.evicted += 1;
@@ -626,8 +637,11 @@ impl Detectors {
 
     /// Drops stale references once they outnumber the live ones.
     fn compact(&mut self) {
-        let live = |detectors: &HashMap<DetectorId, Detector>, r: &Ref| {
-            detectors.get(&r.detector).is_some_and(|d| d.live(r.entry, r.generation))
+        let live = |detectors: &Slab<Detector>, r: &Ref| {
+            usize::try_from(r.detector)
+                .ok()
+                .and_then(|key| detectors.get(key))
+                .is_some_and(|d| d.live(r.entry, r.generation))
         };
         if self.order.len() > 2 * self.stored + 1024 {
             let detectors = &self.detectors;
@@ -700,7 +714,10 @@ impl Detectors {
                 break;
             }
             self.expiry.pop();
-            let Some(detector) = self.detectors.get_mut(&r.detector) else { continue };
+            let Some(detector) = usize::try_from(r.detector).ok().and_then(|key| self.detectors.get_mut(key))
+            else {
+                continue;
+            };
             if detector.live(r.entry, r.generation) {
                 detector.remove_entry(r.entry);
                 self.counters.expired += 1;
