@@ -623,15 +623,22 @@ impl Detectors {
     fn apply_broker_cap(&mut self) {
         while self.stored > self.bounds.per_broker {
             let Some(r) = self.order.pop_front() else { break };
-            let Some(detector) = usize::try_from(r.detector).ok().and_then(|key| self.detectors.get_mut(key))
-            else {
-                continue;
-            };
-            if detector.live(r.entry, r.generation) {
-                detector.remove_entry(r.entry);
+            if self.drop_entry(r) {
                 self.counters.evicted += 1;
-                self.stored -= 1;
             }
+        }
+    }
+
+    /// Removes the partial match `r` refers to, if it is still stored.
+    fn drop_entry(&mut self, r: Ref) -> bool {
+        let detector = usize::try_from(r.detector).ok().and_then(|key| self.detectors.get_mut(key));
+        match detector {
+            Some(detector) if detector.live(r.entry, r.generation) => {
+                detector.remove_entry(r.entry);
+                self.stored -= 1;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -714,14 +721,8 @@ impl Detectors {
                 break;
             }
             self.expiry.pop();
-            let Some(detector) = usize::try_from(r.detector).ok().and_then(|key| self.detectors.get_mut(key))
-            else {
-                continue;
-            };
-            if detector.live(r.entry, r.generation) {
-                detector.remove_entry(r.entry);
+            if self.drop_entry(r) {
                 self.counters.expired += 1;
-                self.stored -= 1;
             }
         }
     }
