@@ -255,3 +255,35 @@ fn a_link_that_goes_and_returns_takes_the_parts_away_and_back() {
     assert_eq!(sim.composite_deliveries.len(), 2);
     assert_eq!(matches_at(&sim, 3), 1, "detected at B4 again");
 }
+
+#[test]
+fn a_neighbours_bad_match_is_ignored() {
+    use std::sync::Arc;
+
+    use padres_broker::router::{BrokerMessage, Input};
+    use padres_lang::{Stamp, Stamped};
+
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    // The id B2 gave the and-part it placed at B4.
+    let part = sim.routes(3).composites[0].0.clone();
+    let publication = Arc::new("[class,'s1'],[k,'a']".parse().expect("a publication"));
+    let stamped = Arc::new(Stamped { stamp: Stamp::new(1, sim.name(3).clone(), 1), publication });
+    let mut out = Vec::new();
+    let (now, b3, b4) = (sim.now(), sim.name(2).clone(), sim.name(3).clone());
+    for (id, pubs) in [
+        (part.clone(), vec![(u32::MAX, stamped.clone())]),
+        (part.clone(), vec![(7, stamped.clone())]),
+        (part.clone(), Vec::new()),
+        ("B9/1".parse().expect("an id"), vec![(0, stamped.clone())]),
+    ] {
+        let message = BrokerMessage::CompositeMatch { id, pubs };
+        sim.routers[1].handle(now, Input::Broker { from: b4.clone(), message }, &mut out);
+    }
+    assert!(out.is_empty(), "{out:?}");
+    // From a broker that is not where the part went, a good match is ignored too.
+    let message = BrokerMessage::CompositeMatch { id: part, pubs: vec![(0, stamped.clone()), (1, stamped)] };
+    sim.routers[1].handle(now, Input::Broker { from: b3, message }, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+}

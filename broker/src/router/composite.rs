@@ -537,7 +537,15 @@ impl Router {
                     let start = part.detected.subtree_start(node);
                     let offset = part.detected.leaf_numbers()[..start].iter().flatten().count();
                     let offset = u32::try_from(offset).expect("leaf numbers fit in u32");
-                    let shifted = pubs.iter().map(|(leaf, p)| (leaf + offset, p.clone())).collect();
+                    // A leaf number past the part's is refused by the detector; one that
+                    // would overflow here is refused now.
+                    let Some(shifted) = pubs
+                        .iter()
+                        .map(|(leaf, p)| leaf.checked_add(offset).map(|l| (l, p.clone())))
+                        .collect()
+                    else {
+                        continue;
+                    };
                     let mut matches = Vec::new();
                     self.composites.detectors.part(self.now, detector, node, shifted, &mut matches);
                     for m in matches {
