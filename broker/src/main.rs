@@ -141,6 +141,11 @@ struct Overrides {
     /// Most partial matches stored at this broker in all.
     #[arg(long, value_name = "N", global = true)]
     max_partial_matches: Option<usize>,
+    /// How late (milliseconds after its stamp) a publication may reach a composite
+    /// detector and still pair as if it had come in order; `within` windows and bindings
+    /// ended by `until` keep their partial matches this much longer [default: 10000].
+    #[arg(long, value_name = "MS", global = true)]
+    lateness_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -197,6 +202,9 @@ impl Overrides {
             };
         }
         let composite = &mut config.composite;
+        if let Some(lateness) = self.lateness_ms {
+            composite.lateness_ms = lateness;
+        }
         for (flag, slot) in [
             (self.max_partial_matches_per_subscription, &mut composite.max_partial_matches_per_subscription),
             (self.max_partial_matches, &mut composite.max_partial_matches),

@@ -287,3 +287,46 @@ fn a_neighbours_bad_match_is_ignored() {
     sim.routers[1].handle(now, Input::Broker { from: b3, message }, &mut out);
     assert!(out.is_empty(), "{out:?}");
 }
+
+#[test]
+fn an_incomplete_match_from_a_neighbour_is_dropped_not_half_used() {
+    use std::sync::Arc;
+
+    use padres_broker::router::{BrokerMessage, Input};
+    use padres_lang::{Stamp, Stamped};
+
+    let mut sim = fig5(Options::default());
+    sim.attach(SUBSCRIBER, 0);
+    sim.attach(P1, 4);
+    sim.attach(P2, 5);
+    sim.attach(P3, 2);
+    sim.id(P1, "a [class,eq,'s1'],[x,isPresent,'']");
+    sim.id(P2, "a [class,eq,'s2'],[y,isPresent,'']");
+    sim.id(P3, "a [class,eq,'s3'],[x,isPresent,''],[y,isPresent,'']");
+    // B2 joins B4's (s1 & s2) part with s3 on both x and y.
+    sim.id(
+        SUBSCRIBER,
+        "cs {{[class,eq,'s1'],[x,eq,$S$x]}&{[class,eq,'s2'],[y,eq,$S$y]}}&{[class,eq,'s3'],[x,eq,$S$x],[y,eq,$S$y]}",
+    );
+    let part = sim.routes(3).composites[0].0.clone();
+    let (now, b4) = (sim.now(), sim.name(3).clone());
+    let stamped = |seq: u64, text: &str| {
+        let publication = Arc::new(text.parse().expect("a publication"));
+        Arc::new(Stamped { stamp: Stamp::new(seq, b4.clone(), seq), publication })
+    };
+    let s1 = stamped(1, "[class,'s1'],[x,'a']");
+    let mut out = Vec::new();
+    // Only the s1 of a two-leaf part: y unbound; and s1 twice.
+    for pubs in [vec![(0, s1.clone())], vec![(0, s1.clone()), (0, stamped(2, "[class,'s1'],[x,'a']"))]] {
+        let message = BrokerMessage::CompositeMatch { id: part.clone(), pubs };
+        sim.routers[1].handle(now, Input::Broker { from: b4.clone(), message }, &mut out);
+    }
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(sim.routers[1].composite_counters().0.stored, 0, "nothing stored of a malformed part");
+    // The pattern still works.
+    sim.call(P1, "p [class,'s1'],[x,'a']").expect("published");
+    sim.call(P2, "p [class,'s2'],[y,'b']").expect("published");
+    sim.call(P3, "p [class,'s3'],[x,'a'],[y,'b']").expect("published");
+    sim.run();
+    assert_eq!(sim.composite_deliveries.len(), 1);
+}

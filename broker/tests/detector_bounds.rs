@@ -25,7 +25,18 @@ impl Feed {
     /// Publishes `text` at `time` to detector `id` of pattern `cs`; the matches completed.
     fn publish(
         &mut self,
+        pattern: &(DetectorId, CompositeSubscription),
+        time: u64,
+        text: &str,
+    ) -> Vec<Match> {
+        self.publish_stamped(pattern, time, time, text)
+    }
+
+    /// As [`Self::publish`], arriving at `now` with a stamp of `time`.
+    fn publish_stamped(
+        &mut self,
         (id, cs): &(DetectorId, CompositeSubscription),
+        now: u64,
         time: u64,
         text: &str,
     ) -> Vec<Match> {
@@ -35,6 +46,7 @@ impl Feed {
             stamp: Stamp::new(time, Name::new("B").expect("name"), self.seq),
             publication: Arc::new(publication),
         });
+        let time = now;
         self.detectors.handle_timeout(time);
         let mut out = Vec::new();
         for (leaf, sub) in cs.atoms().enumerate() {
@@ -124,13 +136,65 @@ fn a_generation_end_leaves_no_partial_match_behind() {
             .len();
     }
     assert_eq!(fired, 100);
+    // The ends are remembered for the lateness allowance, then what they ended is dropped.
+    let lateness = Bounds::default().lateness_ms;
+    assert_eq!(feed.detectors.poll_timeout(), Some(2 + lateness), "the first end's");
+    feed.detectors.handle_timeout(299 + lateness);
     let c = feed.counters();
     assert_eq!((c.stored, c.ended), (0, 200), "{c:?}");
-    // A late success of an ended generation pairs with nothing.
-    assert!(
-        feed.publish(&p, 301, "[class,'job_status'],[appl,'w'],[gid,'g7'],[job,'A'],[status,'SUCCESS']")
-            .is_empty()
+    assert_eq!(feed.detectors.poll_timeout(), None);
+}
+
+#[test]
+fn a_partial_match_before_an_end_still_pairs_with_a_late_publication_before_it() {
+    let mut feed = Feed::new(Bounds { lateness_ms: 100, ..Bounds::default() });
+    let p = feed.add(
+        "{[class,eq,'a'],[k,eq,$S$k]};{[class,eq,'b'],[k,eq,$S$k]} until {[class,eq,'end'],[k,eq,$S$k]}",
     );
+    assert!(feed.publish(&p, 10, "[class,'a'],[k,'x']").is_empty());
+    assert!(feed.publish(&p, 30, "[class,'end'],[k,'x']").is_empty());
+    // A b stamped at 20 (before the end) arrives after it: the reference pairs it with a.
+    assert_eq!(feed.publish_stamped(&p, 35, 20, "[class,'b'],[k,'x']").len(), 1);
+    // A b stamped after the end does not: the match would straddle it.
+    assert!(feed.publish(&p, 40, "[class,'b'],[k,'x']").is_empty());
+    // Once the end is forgotten, what began before it is gone, and the binding starts anew.
+    feed.detectors.handle_timeout(130);
+    assert_eq!(feed.counters().stored, 1, "the b stamped at 40 is kept; a and the late b are not");
+    assert_eq!(feed.counters().ended, 2);
+    assert!(feed.publish(&p, 140, "[class,'b'],[k,'x']").is_empty(), "a is gone");
+    assert!(feed.publish(&p, 150, "[class,'a'],[k,'x']").is_empty());
+    assert_eq!(feed.publish(&p, 160, "[class,'b'],[k,'x']").len(), 1);
+}
+
+#[test]
+fn times_keeps_the_most_recent_chains_and_counts_what_it_drops() {
+    let mut feed = Feed::new(Bounds { pairs_per_input: 3, ..Bounds::default() });
+    // Step 0: every earlier publication with the same value extends a chain.
+    let p = feed.add("Times({[class,eq,'t'],[v,isPresent,0]},3,v,0)");
+    let mut last = Vec::new();
+    for t in 0..10 {
+        last = feed.publish(&p, t, &format!("[class,'t'],[v,5],[n,{t}]"));
+    }
+    let chains: Vec<Vec<String>> = last
+        .iter()
+        .map(|m| m.pubs.iter().map(|(_, p)| p.publication.get("n").expect("n").to_string()).collect())
+        .collect();
+    assert_eq!(chains, [["7", "8", "9"], ["6", "8", "9"], ["5", "8", "9"]], "nearest first");
+    assert!(feed.counters().pairs_dropped > 0);
+}
+
+#[test]
+fn a_long_repetition_of_equal_values_is_searched_within_a_bound() {
+    // C(1499, 999) chains end at the last publication; the search examines a bounded number
+    // of candidates per input instead of enumerating them.
+    let mut feed = Feed::new(Bounds::default());
+    let p = feed.add("Times({[class,eq,'t'],[v,isPresent,0]},1000,v,0)");
+    let mut fired = 0;
+    for t in 0..1_500 {
+        fired += feed.publish(&p, t, "[class,'t'],[v,5]").len();
+    }
+    assert!(fired > 0);
+    assert!(feed.counters().pairs_dropped > 0, "cut searches are counted");
 }
 
 #[test]

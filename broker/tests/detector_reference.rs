@@ -1,7 +1,8 @@
 //! The broker's composite detector against the reference detection stream
 //! (`padres_lang::semantics::composite::detect`): random patterns (`&`, `||`, `;`, `Times`,
 //! nesting, `$S$`/`$I$` variables, `within`, `until`) over random stamped streams, fed to
-//! the detector in a random arrival order. The matches must be exactly the reference's.
+//! the detector in a random arrival order (an `until` publication before anything stamped
+//! after it). The matches must be exactly the reference's.
 //!
 //! A failure names its seed; `DETECT_SEED=n cargo test -p padres-broker --test
 //! detector_reference` replays it.
@@ -55,11 +56,22 @@ fn run(seed: u64) -> Result<(), String> {
         return Ok(()); // too many to enumerate quickly; another seed covers the shape
     }
 
-    // Arrival order: any order without `until` (the answer must not depend on it); stamp
-    // order with it (an end is exact only if it arrives before what it ends).
-    let mut arrival: Vec<usize> = (0..stream.len()).collect();
-    if cs.until_filter().is_none() {
-        rng.0.shuffle(&mut arrival);
+    // Arrival order: any order, except that an `until` publication arrives before every
+    // publication stamped after it (a match it ends must not have fired already; what is
+    // stamped before it may arrive later and still pair).
+    let ends: Vec<usize> = (0..stream.len())
+        .filter(|&i| cs.until_filter().is_some_and(|until| matches(until, &stream[i].1)))
+        .collect();
+    let mut shuffled: Vec<usize> = (0..stream.len()).collect();
+    rng.0.shuffle(&mut shuffled);
+    let mut arrival = Vec::with_capacity(stream.len());
+    while arrival.len() < stream.len() {
+        let ready = |i: usize, arrival: &[usize]| ends.iter().all(|&e| e >= i || arrival.contains(&e));
+        let next = *shuffled
+            .iter()
+            .find(|&&i| !arrival.contains(&i) && ready(i, &arrival))
+            .expect("the earliest end not yet arrived is always ready");
+        arrival.push(next);
     }
     let bounds = Bounds { pairs_per_input: usize::MAX, lateness_ms: 1_000_000, ..Bounds::default() };
     let mut detectors = Detectors::new(bounds);

@@ -217,6 +217,12 @@ impl CompositeSubscription {
                     if *count == 0 || !numeric_step || !step.is_valid() {
                         return Err(InvalidMessage::BadRepetition);
                     }
+                    if *count as usize > limits.max_repetitions {
+                        return Err(InvalidMessage::TooLarge {
+                            what: "count of a repetition",
+                            limit: limits.max_repetitions,
+                        });
+                    }
                     1
                 }
                 Node::Binary { left, right, .. } => {

@@ -16,6 +16,8 @@ pub struct Limits {
     pub max_composite_nodes: usize,
     /// Deepest nesting of a composite subscription.
     pub max_composite_depth: usize,
+    /// Largest count of a `Times` repetition (a match of it carries that many publications).
+    pub max_repetitions: usize,
     /// Largest compiled size of one `str-regex` pattern, in bytes (the `regex` crate's
     /// size limit).
     pub regex_size_limit: usize,
@@ -32,6 +34,7 @@ impl Limits {
             max_predicates: self.max_predicates.min(ceiling.max_predicates),
             max_composite_nodes: self.max_composite_nodes.min(ceiling.max_composite_nodes),
             max_composite_depth: self.max_composite_depth.min(ceiling.max_composite_depth),
+            max_repetitions: self.max_repetitions.min(ceiling.max_repetitions),
             regex_size_limit: self.regex_size_limit.min(ceiling.regex_size_limit),
             regex_nest_limit: self.regex_nest_limit.min(ceiling.regex_nest_limit),
         }
@@ -45,6 +48,7 @@ impl Default for Limits {
             max_predicates: 1024,
             max_composite_nodes: 4096,
             max_composite_depth: 256,
+            max_repetitions: 1000,
             regex_size_limit: 256 * 1024,
             regex_nest_limit: 64,
         }

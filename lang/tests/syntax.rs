@@ -248,6 +248,11 @@ fn rejects_bad_publications_advertisements_and_composites() {
         "expected a repetition count of at least 1 at column 22"
     );
     assert_eq!(
+        cs_error("Times({[class,eq,a]},1001,v,1)"),
+        "count of a repetition exceeds the limit of 1000 at column 1"
+    );
+    assert!("Times({[class,eq,a]},1000,v,1)".parse::<CompositeSubscription>().is_ok());
+    assert_eq!(
         cs_error("{[class,eq,a],[k,eq,$S$x]}&{[class,eq,b],[k,=,$I$x]}"),
         "variable 'x' is used both as $S$ (string) and as $I$ (number) at column 1"
     );

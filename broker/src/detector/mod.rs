@@ -25,18 +25,25 @@
 //! - Caps: at most `per_detector` stored partial matches per detector and `per_broker` in
 //!   all; past a cap the longest-stored is evicted ([`Counters::evicted`]). A pattern
 //!   without `within` keeps its partial matches until evicted or ended.
-//! - `until`: a publication matching the filter drops the stored partial matches of its
-//!   binding stamped before it ([`Counters::ended`]) and is remembered for `lateness_ms`, so
-//!   that a late publication stamped before it does not pair across it.
+//! - `until`: a publication matching the filter is remembered for `lateness_ms`; while it
+//!   is, no match straddling it forms. When it is forgotten, the stored partial matches of
+//!   its binding that began before it are dropped ([`Counters::ended`]); until then they
+//!   may still pair with publications stamped before it that arrive late, as the reference
+//!   says. Partial matches that do not bind every variable of the filter are not ended.
 //! - One input forms at most `pairs_per_input` matches at each node: the partners stored
 //!   most recently are tried first; the rest are dropped ([`Counters::pairs_dropped`]).
-//!   This is the bound on the notifications one publication causes.
+//!   This is the bound on the notifications one publication causes. A `Times` input also
+//!   examines at most [`TIMES_STEPS`] stored publications (chains nearest in stamp order
+//!   first); a search cut short counts one dropped pair.
+//! - A part's match from another broker is checked for shape before it is used
+//!   (`Detector::well_formed`); a malformed one is dropped.
 //!
 //! Evictions, expiry by this broker's clock, and the pair limit are where an answer can
 //! depart from the reference; each is counted.
 
 mod pattern;
 
+use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::mem;
@@ -235,15 +242,63 @@ impl Detector {
         false
     }
 
-    fn forget_ends(&mut self, now: u64) {
+    /// Forgets the ends remembered until `now` or earlier, and drops the stored partial
+    /// matches of their bindings that began before them: from now on nothing stamped
+    /// before such an end is expected to arrive, so they can no longer complete a match
+    /// that does not straddle it. Returns how many were dropped.
+    fn forget_ends(&mut self, now: u64) -> usize {
+        // The latest forgotten end of each binding.
+        let mut due: HashMap<Key, Stamp> = HashMap::new();
         while self.ends_order.front().is_some_and(|(at, _)| *at <= now) {
             let (_, key) = self.ends_order.pop_front().expect("checked");
             if let Some(stamps) = self.ends.get_mut(&key) {
-                stamps.remove(0);
+                let stamp = stamps.remove(0);
                 if stamps.is_empty() {
                     self.ends.remove(&key);
                 }
+                let latest = due.entry(key).or_insert_with(|| stamp.clone());
+                if *latest < stamp {
+                    *latest = stamp;
+                }
             }
+        }
+        if due.is_empty() {
+            return 0;
+        }
+        let doomed = self.ended_by(|key, partial| due.get(key).is_some_and(|e| partial.first() < e));
+        for &entry in &doomed {
+            self.remove_entry(entry);
+        }
+        doomed.len()
+    }
+
+    /// The stored partial matches that bind the `until` filter's variables and for which
+    /// `doomed(binding, partial)` holds.
+    fn ended_by(&self, doomed: impl Fn(&Key, &Partial) -> bool) -> Vec<usize> {
+        let slots: Vec<usize> = self.pattern.until_vars.iter().map(|&(_, s)| s).collect();
+        let mut entries = Vec::new();
+        for sides in &self.stores {
+            for store in sides {
+                for stored in store.values().flatten() {
+                    if let Some(key) = stored.partial.key(slots.iter().copied()) {
+                        if doomed(&key, &stored.partial) {
+                            entries.push(stored.entry);
+                        }
+                    }
+                }
+            }
+        }
+        entries
+    }
+
+    /// Drops stale references from `order` once they outnumber the live ones (entries also
+    /// go by expiry, `until` and the broker cap, which do not pop `order`).
+    fn compact_order(&mut self) {
+        if self.order.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.order.retain(|&(entry, generation)| {
+                entries.get(entry).is_some_and(|l| l.generation == generation)
+            });
         }
     }
 
@@ -301,8 +356,9 @@ impl Detector {
         let (seq, key, shared) = match &self.pattern.nodes[parent].op {
             Op::Or => return self.propagate(ctx, parent, partial, out),
             Op::Join { seq, key, shared } => {
-                let key =
-                    partial.key(key.iter().copied()).expect("a child binds its parent's join variables");
+                // A child's match binds its parent's join variables (parts from elsewhere are
+                // checked by `well_formed` first); if one did not, it could pair with nothing.
+                let Some(key) = partial.key(key.iter().copied()) else { return };
                 // Usually empty: cloning it allocates nothing.
                 (*seq, key, shared.clone())
             }
@@ -393,20 +449,24 @@ impl Detector {
         let bindings = single.bindings.clone();
         self.store(ctx, node, 0, key.clone(), single);
         let Some(bucket) = self.stores[node][0].get_mut(&key).map(mem::take) else { return };
-        let chain = Chain { bucket: &bucket, attr, step, limit: ctx.bounds.pairs_per_input };
+        let limit = ctx.bounds.pairs_per_input;
+        let mut pubs: Vec<&Arc<Stamped>> = bucket.iter().map(|s| &s.partial.pubs[0].1).collect();
+        pubs.sort_by(|a, b| a.stamp.cmp(&b.stamp));
+        let at = pubs.partition_point(|p| p.stamp < publication.stamp);
+        let chain = Chain { pubs, attr, step, limit, budget: Cell::new(TIMES_STEPS), cut: Cell::new(false) };
         let mut found = Vec::new();
         let mut dropped = 0;
         for before in 0..count {
-            let mut lefts = Vec::new();
-            chain.walk(&publication, before, false, &mut Vec::new(), &mut lefts);
-            if lefts.is_empty() {
+            let mut rights = Vec::new();
+            chain.walk(at, count - 1 - before, true, &mut Vec::new(), &mut rights);
+            if rights.is_empty() {
                 continue;
             }
-            let mut rights = Vec::new();
-            chain.walk(&publication, count - 1 - before, true, &mut Vec::new(), &mut rights);
+            let mut lefts = Vec::new();
+            chain.walk(at, before, false, &mut Vec::new(), &mut lefts);
             for left in &lefts {
                 for right in &rights {
-                    if found.len() >= chain.limit {
+                    if found.len() >= limit {
                         dropped += 1;
                         continue;
                     }
@@ -417,7 +477,8 @@ impl Detector {
                 }
             }
         }
-        ctx.counters.pairs_dropped += dropped;
+        // A search cut short may have missed chains: counted once.
+        ctx.counters.pairs_dropped += dropped + u64::from(chain.cut.get());
         #[allow(clippy::cast_possible_truncation)]
         let leaf = leaf as u32;
         for pubs in found {
@@ -438,18 +499,22 @@ impl Detector {
         }
     }
 
-    fn part(&mut self, ctx: &mut Ctx<'_>, node: usize, pubs: Vec<(u32, Arc<Stamped>)>, out: &mut Vec<Match>) {
-        let (lo, hi) = self.pattern.nodes[node].leaves;
+    fn part(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        node: usize,
+        mut pubs: Vec<(u32, Arc<Stamped>)>,
+        out: &mut Vec<Match>,
+    ) {
+        pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
+        if !self.well_formed(node, &pubs) {
+            return;
+        }
         let mut bindings = vec![None; self.pattern.slots].into_boxed_slice();
         for (leaf, publication) in &pubs {
-            let leaf = *leaf as usize;
-            if !(lo..hi).contains(&leaf) || self.bind(leaf, &publication.publication, &mut bindings).is_none()
-            {
+            if self.bind(*leaf as usize, &publication.publication, &mut bindings).is_none() {
                 return;
             }
-        }
-        if pubs.is_empty() {
-            return;
         }
         let partial = Partial::from_pubs(pubs, bindings);
         if self.admissible(&partial) {
@@ -457,50 +522,97 @@ impl Detector {
         }
     }
 
-    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Stamped) {
-        let mut values = Vec::with_capacity(self.pattern.until_vars.len());
-        for (attr, _) in &self.pattern.until_vars {
-            let Some(value) = publication.publication.get(attr) else { return };
-            values.push(KeyPart::of(value));
+    /// True if `pubs` (sorted by leaf, then stamp) has the shape of a match of `node`: one
+    /// publication for each leaf below an `&` or `;` (the left side's all stamped before the
+    /// right side's for `;`), the publications of one side of an `||`, and a whole chain for
+    /// a `Times`. A part detected elsewhere is checked with this before it is used, so that
+    /// a neighbour's malformed match is dropped rather than half-used.
+    fn well_formed(&self, node: usize, pubs: &[(u32, Arc<Stamped>)]) -> bool {
+        let n = &self.pattern.nodes[node];
+        let (lo, hi) = n.leaves;
+        if pubs.is_empty() || !pubs.iter().all(|(leaf, _)| (lo..hi).contains(&(*leaf as usize))) {
+            return false;
         }
-        let key: Key = values.into();
-        let slots: Vec<usize> = self.pattern.until_vars.iter().map(|&(_, s)| s).collect();
-        let stamp = &publication.stamp;
-        let mut doomed = Vec::new();
-        for sides in &self.stores {
-            for store in sides {
-                for stored in store.values().flatten() {
-                    if stored.partial.first() < stamp
-                        && stored.partial.key(slots.iter().copied()).as_ref() == Some(&key)
-                    {
-                        doomed.push(stored.entry);
+        match &n.op {
+            Op::Leaf => pubs.len() == 1,
+            Op::Times { count, attr, step } => {
+                pubs.len() == *count
+                    && pubs.windows(2).all(|w| {
+                        let (a, b) = (&w[0].1, &w[1].1);
+                        let wanted = a.publication.get(attr).and_then(|v| stepped(v, step));
+                        let got = b.publication.get(attr).and_then(Value::as_number);
+                        a.stamp < b.stamp && wanted.zip(got).is_some_and(|(w, g)| g.cmp_exact(w).is_eq())
+                    })
+                    && pubs[0].1.publication.get(attr).and_then(Value::as_number).is_some()
+            }
+            Op::Or | Op::Join { .. } => {
+                let (left, right) = n.children.expect("an operator has children");
+                let split =
+                    pubs.partition_point(|(leaf, _)| (*leaf as usize) < self.pattern.nodes[right].leaves.0);
+                let (l, r) = pubs.split_at(split);
+                match &n.op {
+                    Op::Or => {
+                        (r.is_empty() && self.well_formed(left, l))
+                            || (l.is_empty() && self.well_formed(right, r))
                     }
+                    Op::Join { seq, .. } => {
+                        let ordered = || {
+                            let l_last = l.iter().map(|p| &p.1.stamp).max();
+                            let r_first = r.iter().map(|p| &p.1.stamp).min();
+                            l_last.zip(r_first).is_some_and(|(a, b)| a < b)
+                        };
+                        self.well_formed(left, l) && self.well_formed(right, r) && (!seq || ordered())
+                    }
+                    Op::Leaf | Op::Times { .. } => unreachable!("matched above"),
                 }
             }
         }
-        ctx.counters.ended += doomed.len() as u64;
-        for entry in doomed {
-            self.remove_entry(entry);
+    }
+
+    /// An `until` publication: remembered for `lateness_ms`, so that no match straddling
+    /// it forms (`admissible`); when it is forgotten, its binding's stored partial matches
+    /// that began before it are dropped ([`Self::forget_ends`]). Until then they may still
+    /// pair with publications stamped before it that arrive late. Returns when it is
+    /// forgotten, or `None` if it ends nothing (an attribute of a variable is missing).
+    fn end(&mut self, ctx: &Ctx<'_>, now: u64, publication: &Stamped) -> Option<u64> {
+        let mut values = Vec::with_capacity(self.pattern.until_vars.len());
+        for (attr, _) in &self.pattern.until_vars {
+            values.push(KeyPart::of(publication.publication.get(attr)?));
         }
-        self.ends.entry(key.clone()).or_default().push(stamp.clone());
-        self.ends_order.push_back((now.saturating_add(ctx.bounds.lateness_ms), key));
+        let key: Key = values.into();
+        let forget_at = now.saturating_add(ctx.bounds.lateness_ms);
+        self.ends.entry(key.clone()).or_default().push(publication.stamp.clone());
+        self.ends_order.push_back((forget_at, key));
+        Some(forget_at)
     }
 }
 
+/// How many stored publications one `Times` input may examine in all while it looks for
+/// the chains it completes: with a step of 0 (equal values) the chains through one binding
+/// are exponentially many, and the search, not only its results, must be bounded.
+pub const TIMES_STEPS: usize = 1 << 16;
+
 /// Walks `Times` chains through one binding's stored publications.
 struct Chain<'a> {
-    bucket: &'a [Stored],
+    /// The binding's stored publications, in stamp order.
+    pubs: Vec<&'a Arc<Stamped>>,
     attr: &'a str,
     step: &'a Value,
     limit: usize,
+    /// Candidates left to examine.
+    budget: Cell<usize>,
+    /// Set when the search stopped with candidates unexamined.
+    cut: Cell<bool>,
 }
 
 impl Chain<'_> {
-    /// Every chain of `len` more publications from `from`, after it (`forward`) or before
-    /// it, nearest first; at most `limit`.
+    /// Every chain of `len` more publications from `pubs[at]`, stamped after it (`forward`)
+    /// or before it, the nearest in stamp order tried first; at most `limit`, and no more
+    /// candidates examined than the budget allows (`cut` says when either stopped the
+    /// search).
     fn walk(
         &self,
-        from: &Arc<Stamped>,
+        at: usize,
         len: usize,
         forward: bool,
         path: &mut Vec<Arc<Stamped>>,
@@ -510,23 +622,29 @@ impl Chain<'_> {
             out.push(path.clone());
             return;
         }
-        let value = |p: &Stamped| p.publication.get(self.attr).cloned();
-        let Some(from_value) = value(from) else { return };
-        for stored in self.bucket {
-            if out.len() >= self.limit {
+        // Too few publications on that side for a chain this long.
+        if (forward && self.pubs.len() - at - 1 < len) || (!forward && at < len) {
+            return;
+        }
+        let value = |i: usize| self.pubs[i].publication.get(self.attr);
+        let Some(from_value) = value(at) else { return };
+        let candidates: Box<dyn Iterator<Item = usize>> =
+            if forward { Box::new(at + 1..self.pubs.len()) } else { Box::new((0..at).rev()) };
+        for i in candidates {
+            if out.len() >= self.limit || self.budget.get() == 0 {
+                self.cut.set(true);
                 return;
             }
-            let candidate = &stored.partial.pubs[0].1;
-            let Some(candidate_value) = value(candidate) else { continue };
+            self.budget.set(self.budget.get() - 1);
+            let Some(candidate_value) = value(i) else { continue };
             let (earlier, later) =
-                if forward { (&from_value, &candidate_value) } else { (&candidate_value, &from_value) };
-            let ordered = if forward { candidate.stamp > from.stamp } else { candidate.stamp < from.stamp };
+                if forward { (from_value, candidate_value) } else { (candidate_value, from_value) };
             let steps = stepped(earlier, self.step)
                 .zip(later.as_number())
                 .is_some_and(|(wanted, got)| got.cmp_exact(wanted).is_eq());
-            if ordered && steps {
-                path.push(candidate.clone());
-                self.walk(candidate, len - 1, forward, path, out);
+            if steps {
+                path.push(self.pubs[i].clone());
+                self.walk(i, len - 1, forward, path, out);
                 path.pop();
             }
         }
@@ -547,6 +665,8 @@ pub struct Detectors {
     order: VecDeque<Ref>,
     /// When partial matches with a window expire.
     expiry: BinaryHeap<Reverse<(u64, Ref)>>,
+    /// When a detector forgets an `until` publication (and drops what began before it).
+    ends_due: BinaryHeap<Reverse<(u64, DetectorId)>>,
     stored: usize,
     counters: Counters,
 }
@@ -593,7 +713,9 @@ impl Detectors {
         let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) else {
             return;
         };
-        detector.forget_ends(now);
+        let forgotten = detector.forget_ends(now);
+        self.counters.ended += forgotten as u64;
+        self.stored -= forgotten;
         detector.formed.fill(0);
         let mut ctx = Ctx {
             bounds: &self.bounds,
@@ -616,6 +738,7 @@ impl Detectors {
             self.counters.evicted += 1;
             self.stored -= 1;
         }
+        detector.compact_order();
         self.apply_broker_cap();
         self.compact();
     }
@@ -698,23 +821,26 @@ impl Detectors {
     /// `publication` matched detector `id`'s `until` filter: its binding's partial matches
     /// stamped before it end.
     pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
-        let mut removed = 0;
+        let mut forget_at = None;
         self.input(now, id, |detector, ctx| {
             if detector.pattern.has_until {
-                let before = detector.entries.len();
-                detector.end(ctx, now, publication);
-                removed = before - detector.entries.len();
+                forget_at = detector.end(ctx, now, publication);
             }
         });
-        self.stored -= removed;
+        if let Some(at) = forget_at {
+            self.ends_due.push(Reverse((at, id)));
+        }
     }
 
     /// When [`Self::handle_timeout`] has something to do.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.expiry.peek().map(|Reverse((at, _))| *at)
+        let expiry = self.expiry.peek().map(|Reverse((at, _))| *at);
+        let ends = self.ends_due.peek().map(|Reverse((at, _))| *at);
+        expiry.into_iter().chain(ends).min()
     }
 
-    /// Drops the partial matches whose window has passed at `now`.
+    /// Drops the partial matches whose window has passed at `now`, and forgets the `until`
+    /// publications remembered long enough (dropping the partial matches they ended).
     pub fn handle_timeout(&mut self, now: u64) {
         while let Some(Reverse((at, r))) = self.expiry.peek().copied() {
             if at > now {
@@ -725,5 +851,46 @@ impl Detectors {
                 self.counters.expired += 1;
             }
         }
+        while let Some(Reverse((at, id))) = self.ends_due.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.ends_due.pop();
+            // A detector removed since (or its reused slot) forgets only what is due.
+            if let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) {
+                let forgotten = detector.forget_ends(now);
+                self.counters.ended += forgotten as u64;
+                self.stored -= forgotten;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use padres_lang::Name;
+
+    #[test]
+    fn a_detectors_order_queue_does_not_keep_what_expired() {
+        let mut detectors = Detectors::new(Bounds { lateness_ms: 0, ..Bounds::default() });
+        let cs: CompositeSubscription =
+            "{[class,eq,'a'],[k,=,$I$k]};{[class,eq,'b'],[k,=,$I$k]} within 10ms".parse().expect("pattern");
+        let id = detectors.add(&cs);
+        let origin = Name::new("B").expect("name");
+        let mut out = Vec::new();
+        for i in 0..100_000_u64 {
+            let publication: Publication = format!("[class,'a'],[k,{i}]").parse().expect("publication");
+            let stamped = Arc::new(Stamped {
+                stamp: Stamp::new(i, origin.clone(), i),
+                publication: Arc::new(publication),
+            });
+            detectors.handle_timeout(i);
+            detectors.publication(i, id, 0, &stamped, &mut out);
+        }
+        let detector = &detectors.detectors[0];
+        assert!(detector.entries.len() <= 12, "{}", detector.entries.len());
+        assert!(detector.order.len() <= 2 * detector.entries.len() + 65, "{} queued", detector.order.len());
+        assert!(detectors.order.len() <= 2 * detectors.stored + 1025);
     }
 }

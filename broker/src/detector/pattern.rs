@@ -32,6 +32,8 @@ pub(super) struct Node {
     pub(super) op: Op,
     /// The parent and which side of it this node is (0 left, 1 right).
     pub(super) parent: Option<(usize, usize)>,
+    /// The left and right children of an operator.
+    pub(super) children: Option<(usize, usize)>,
     /// The slots a match of this node always binds.
     certain: BTreeSet<usize>,
     /// The slots a match of this node may bind.
@@ -130,6 +132,7 @@ impl Pattern {
                     Node {
                         op: Op::Leaf,
                         parent: None,
+                        children: None,
                         certain: slots.clone(),
                         possible: slots,
                         leaves: (n - 1, n),
@@ -140,7 +143,8 @@ impl Pattern {
                     leaf_node.push(index);
                     let n = leaf_node.len();
                     let op = Op::Times { count: count as usize, attr: attr.clone(), step: step.clone() };
-                    Node { op, parent: None, certain: slots.clone(), possible: slots, leaves: (n - 1, n) }
+                    let certain = slots.clone();
+                    Node { op, parent: None, children: None, certain, possible: slots, leaves: (n - 1, n) }
                 }
                 Expr::Binary(op, left, right) => {
                     nodes[left].parent = Some((index, 0));
@@ -148,10 +152,11 @@ impl Pattern {
                     let (l, r) = (&nodes[left], &nodes[right]);
                     let possible: BTreeSet<usize> = l.possible.union(&r.possible).copied().collect();
                     let leaves = (l.leaves.0, r.leaves.1);
+                    let children = Some((left, right));
                     match op {
                         CompositeOp::Or => {
                             let certain = l.certain.intersection(&r.certain).copied().collect();
-                            Node { op: Op::Or, parent: None, certain, possible, leaves }
+                            Node { op: Op::Or, parent: None, children, certain, possible, leaves }
                         }
                         CompositeOp::And | CompositeOp::Seq => {
                             let key: Vec<usize> = l.certain.intersection(&r.certain).copied().collect();
@@ -163,7 +168,7 @@ impl Pattern {
                                 .collect();
                             let certain = l.certain.union(&r.certain).copied().collect();
                             let op = Op::Join { seq: op == CompositeOp::Seq, key, shared };
-                            Node { op, parent: None, certain, possible, leaves }
+                            Node { op, parent: None, children, certain, possible, leaves }
                         }
                     }
                 }
