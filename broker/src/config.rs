@@ -44,7 +44,7 @@ impl From<CoveringMode> for Covering {
 pub struct LimitsConfig {
     /// Largest frame accepted from a peer, in bytes.
     pub max_frame_bytes: usize,
-    /// Most subscriptions one client may hold.
+    /// Most subscriptions one client may hold (a composite one counts one per atomic part).
     pub max_subscriptions_per_client: usize,
     /// Most simultaneous connections (clients and brokers).
     pub max_connections: usize,
@@ -330,7 +330,10 @@ impl Config {
         let _ = writeln!(out, "[limits]");
         let _ = writeln!(out, "# Largest frame accepted from a peer, in bytes (1024 to 64 MiB).");
         let _ = writeln!(out, "max_frame_bytes = {}", self.limits.max_frame_bytes);
-        let _ = writeln!(out, "# Most subscriptions one client may hold.");
+        let _ = writeln!(
+            out,
+            "# Most subscriptions one client may hold (a composite one counts one per atomic part)."
+        );
         let _ = writeln!(out, "max_subscriptions_per_client = {}", self.limits.max_subscriptions_per_client);
         let _ = writeln!(out, "# Most simultaneous connections, clients and brokers together.");
         let _ = writeln!(out, "max_connections = {}", self.limits.max_connections);

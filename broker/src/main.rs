@@ -122,7 +122,7 @@ struct Overrides {
     /// Largest frame accepted from a peer, in bytes.
     #[arg(long, value_name = "BYTES", global = true)]
     max_frame_bytes: Option<usize>,
-    /// Most subscriptions one client may hold.
+    /// Most subscriptions one client may hold (a composite one counts one per atomic part).
     #[arg(long, value_name = "N", global = true)]
     max_subscriptions_per_client: Option<usize>,
     /// Most simultaneous connections.

@@ -330,3 +330,21 @@ fn an_incomplete_match_from_a_neighbour_is_dropped_not_half_used() {
     sim.run();
     assert_eq!(sim.composite_deliveries.len(), 1);
 }
+
+#[test]
+fn a_composite_subscription_counts_its_atomic_parts_against_the_client_limit() {
+    let mut sim = fig5(Options { max_subscriptions_per_client: Some(4), ..Options::default() });
+    fig5_publishers(&mut sim);
+    // Three atomic parts: two leaves and the until filter.
+    let cs = sim.id(SUBSCRIBER, "cs {[class,eq,'s1']}&{[class,eq,'s2']} until {[class,eq,'s3']}");
+    sim.id(SUBSCRIBER, "s [class,eq,'s3']");
+    let refused = sim.call(SUBSCRIBER, "s [class,eq,'s1']").expect_err("over the limit");
+    assert!(refused.1.contains("the most this broker allows"), "{refused:?}");
+    let refused =
+        sim.call(SUBSCRIBER, "cs {[class,eq,'s1']}||{[class,eq,'s2']}").expect_err("over the limit");
+    assert!(refused.1.contains("has 2 atomic parts and this client holds 4"), "{refused:?}");
+    // Unsubscribing the composite frees its three.
+    sim.call(SUBSCRIBER, &format!("unsub {cs}")).expect("unsubscribed");
+    sim.id(SUBSCRIBER, "cs {[class,eq,'s1']}||{[class,eq,'s2']}");
+    sim.id(SUBSCRIBER, "s [class,eq,'s1']");
+}

@@ -85,6 +85,22 @@ struct Heavy<T> {
     counts: [usize; 4],
 }
 
+impl<T> Heavy<T> {
+    /// Sets `slot` in the row of `kind`. A slot with two equal halves (a predicate
+    /// repeated in one subscription) is one bit, counted once, so that `sweep` brings the
+    /// count back to zero.
+    /// False if it was set already.
+    fn add(&mut self, slot: u32, kind: u32) -> bool {
+        let row = &mut self.rows[kind as usize];
+        if bits::get(row, slot) {
+            return false;
+        }
+        bits::set(row, slot);
+        self.counts[kind as usize] += 1;
+        true
+    }
+}
+
 /// The kind of a half, in the low two bits of its tag.
 fn kind(side: Side, strict: bool) -> u32 {
     match (side, strict) {
@@ -108,11 +124,10 @@ const FAILS: u32 = 0b0101_0001_1100_1000;
 pub(super) const MAX_SLOTS: u32 = 1 << 30;
 
 impl<T: Ord + Clone> Halves<T> {
-    fn push(&mut self, bound: T, slot: u32, kind: u32) {
+    /// Adds a half; false if an equal half of the same slot was there (a heavy bound's).
+    fn push(&mut self, bound: T, slot: u32, kind: u32) -> bool {
         if let Some(heavy) = self.heavy.iter_mut().find(|h| h.bound == bound) {
-            bits::set(&mut heavy.rows[kind as usize], slot);
-            heavy.counts[kind as usize] += 1;
-            return;
+            return heavy.add(slot, kind);
         }
         // Grow by an eighth rather than doubling: the lists are most of a column's memory
         // and are copied rarely enough that the extra copies do not show.
@@ -123,13 +138,15 @@ impl<T: Ord + Clone> Halves<T> {
         }
         self.bounds.push(bound);
         self.tags.push(slot << 2 | kind);
+        true
     }
 
     /// Moves every bound shared by at least [`HEAVY`] listed halves into rows of
-    /// `words` words.
-    fn promote(&mut self, words: usize) {
+    /// `words` words; returns how many halves were equal to another of their slot and
+    /// merged with it.
+    fn promote(&mut self, words: usize) -> usize {
         if self.tags.len() < HEAVY {
-            return;
+            return 0;
         }
         let mut order: Vec<usize> = (0..self.bounds.len()).collect();
         order.sort_unstable_by(|&a, &b| self.bounds[a].cmp(&self.bounds[b]));
@@ -154,18 +171,17 @@ impl<T: Ord + Clone> Halves<T> {
             start = end;
         }
         let (bounds, tags) = (std::mem::take(&mut self.bounds), std::mem::take(&mut self.tags));
+        let mut merged = 0;
         for ((bound, tag), h) in bounds.into_iter().zip(tags).zip(heavy_of) {
             match self.heavy.get_mut(h) {
-                Some(heavy) => {
-                    bits::set(&mut heavy.rows[(tag & 3) as usize], tag >> 2);
-                    heavy.counts[(tag & 3) as usize] += 1;
-                }
+                Some(heavy) => merged += usize::from(!heavy.add(tag >> 2, tag & 3)),
                 None => {
                     self.bounds.push(bound);
                     self.tags.push(tag);
                 }
             }
         }
+        merged
     }
 
     /// Every half as `(bound, slot, kind)`, the heavy ones unrolled.
@@ -282,8 +298,9 @@ impl<T: Ord + Clone> Column<T> {
     pub(super) fn insert(&mut self, layout: Layout, side: Side, slot: u32, bound: T, strict: bool) {
         let cell = self.cell_of(&bound);
         self.mark(layout, side, cell, slot);
-        self.cells[cell].push(bound, slot, kind(side, strict));
-        self.halves += 1;
+        if self.cells[cell].push(bound, slot, kind(side, strict)) {
+            self.halves += 1;
+        }
         if self.halves >= 2 * self.planned_for.max(HALVES_PER_CELL / 2) {
             self.replan(layout);
         }
@@ -370,11 +387,13 @@ impl<T: Ord + Clone> Column<T> {
             for (bound, slot, kind) in cell.into_halves() {
                 let c = self.cell_of(&bound);
                 self.mark(layout, side_of(kind), c, slot);
-                self.cells[c].push(bound, slot, kind);
+                if !self.cells[c].push(bound, slot, kind) {
+                    self.halves -= 1;
+                }
             }
         }
         for cell in &mut self.cells {
-            cell.promote(layout.words);
+            self.halves -= cell.promote(layout.words);
         }
     }
 }
@@ -431,6 +450,29 @@ mod tests {
         column.insert(layout, Side::Upper, 1, 2, false);
         assert_eq!(matching(&column, layout, 1, 6000), swept[1..]);
         assert!(matching(&column, layout, 2, 6000).contains(&1));
+    }
+
+    #[test]
+    fn a_repeated_half_on_a_heavy_bound_is_counted_once_and_swept_to_nothing() {
+        let layout = Layout::for_slots(4096);
+        let mut column = Column::new(layout);
+        // Every slot `>= 7`, and slot 0 says it twice (a predicate repeated).
+        column.insert(layout, Side::Lower, 0, 7, false);
+        for s in 0..4000_u32 {
+            column.insert(layout, Side::Lower, s, 7, false);
+        }
+        column.insert(layout, Side::Lower, 1, 7, false);
+        assert!(column.cells.iter().any(|c| !c.heavy.is_empty()), "7 is heavy");
+        assert_eq!(column.halves, 4000);
+        assert_eq!(matching(&column, layout, 6, 4000), Vec::<u32>::new());
+        let mut dead = vec![0; layout.words];
+        for s in 0..4000_u32 {
+            bits::set(&mut dead, s);
+        }
+        column.sweep(layout, &dead);
+        assert!(column.is_empty(), "{} halves left", column.halves);
+        let counts: usize = column.cells.iter().flat_map(|c| &c.heavy).flat_map(|h| h.counts).sum();
+        assert_eq!(counts, 0);
     }
 
     #[test]

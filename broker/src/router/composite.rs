@@ -682,7 +682,8 @@ impl Tree {
 
 /// `cs` with its `&` and `||` chains regrouped by destination (see [`Tree::regroup`]), and
 /// the original number of each of its leaves. Falls back to `cs` itself should the
-/// regrouped pattern not be valid (it always is: the same leaves, no deeper).
+/// regrouped pattern not pass the limits again (it has the same leaves and its chains
+/// are balanced, but its depth is not proven to stay within the original's).
 fn regroup(cs: &Arc<CompositeSubscription>, dests: &[Dest]) -> (Arc<CompositeSubscription>, Vec<u32>) {
     let identity = || (cs.clone(), (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect());
     let tree = Tree::of(cs, cs.root()).regroup(dests);

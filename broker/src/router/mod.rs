@@ -66,7 +66,7 @@
 //!
 //! Not yet here: the history store hop.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -193,7 +193,8 @@ pub struct Options {
     /// Which life of this broker this is (e.g. its start time): the high half of every
     /// id it assigns, so ids of an earlier life never come back.
     pub incarnation: u32,
-    /// Most subscriptions one client may hold (`None`: no limit); one more is refused
+    /// Most subscriptions one client may hold, a composite one counting one per atomic part
+    /// (`None`: no limit); one more is refused
     /// with [`ErrorCode::LimitExceeded`].
     pub max_subscriptions_per_client: Option<usize>,
     /// Detect a client's composite subscription at its own broker, every leaf an ordinary
@@ -212,11 +213,27 @@ enum Overlay {
     Cyclic(Cycles),
 }
 
+/// The atomic parts of `cs`: its leaves and its `until` filter.
+fn composite_atoms(cs: &padres_lang::CompositeSubscription) -> usize {
+    cs.atoms().count() + usize::from(cs.until_filter().is_some())
+}
+
 #[derive(Debug, Default)]
 struct ClientState {
     advs: BTreeSet<MessageId>,
     subs: BTreeSet<MessageId>,
-    composites: BTreeSet<MessageId>,
+    /// Composite subscriptions, with their number of atomic parts (leaves and `until`).
+    composites: BTreeMap<MessageId, usize>,
+    /// The atomic parts of all of them.
+    composite_atoms: usize,
+}
+
+impl ClientState {
+    /// What counts against `max_subscriptions_per_client`: each subscription, and each
+    /// atomic part of a composite one (each may become a routing table entry).
+    fn held(&self) -> usize {
+        self.subs.len() + self.composite_atoms
+    }
 }
 
 /// A snapshot of a router's tables, for `broker routes` and for tests.
@@ -480,12 +497,30 @@ impl Router {
                 return;
             }
             Message::Subscribe(_)
-                if self.clients.get(&client).is_some_and(|c| c.subs.len() >= self.max_subs_per_client) =>
+                if self.clients.get(&client).is_some_and(|c| c.held() >= self.max_subs_per_client) =>
             {
                 Err((
                     ErrorCode::LimitExceeded,
                     format!(
-                        "this client holds {} subscriptions, the most this broker allows: unsubscribe first",
+                        "this client holds {} subscriptions (a composite one counts one per atomic part), \
+                         the most this broker allows: unsubscribe first",
+                        self.max_subs_per_client
+                    ),
+                ))
+            }
+            Message::CompositeSubscribe(cs)
+                if self.clients.get(&client).is_some_and(|c| {
+                    c.held().saturating_add(composite_atoms(&cs)) > self.max_subs_per_client
+                }) =>
+            {
+                let held = self.clients.get(&client).map_or(0, ClientState::held);
+                Err((
+                    ErrorCode::LimitExceeded,
+                    format!(
+                        "this composite subscription has {} atomic parts and this client holds {held} \
+                         subscriptions (a composite one counts one per atomic part); this broker allows {}: \
+                         unsubscribe first",
+                        composite_atoms(&cs),
                         self.max_subs_per_client
                     ),
                 ))
@@ -505,7 +540,10 @@ impl Router {
             }
             Message::CompositeSubscribe(cs) => {
                 let id = self.next_id();
-                self.clients.entry(client).or_default().composites.insert(id.clone());
+                let state = self.clients.entry(client).or_default();
+                let atoms = composite_atoms(&cs);
+                state.composites.insert(id.clone(), atoms);
+                state.composite_atoms += atoms;
                 self.composite_subscribe(Hop::Client(client), id.clone(), Arc::new(cs), out);
                 self.settling = Some((Copies::Nothing, Waiter::Client { client, req, id }));
                 return;
@@ -515,7 +553,12 @@ impl Router {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
                     self.remove_sub(&id, out);
                     Ok(None)
-                } else if self.clients.get_mut(&client).is_some_and(|c| c.composites.remove(&id)) {
+                } else if let Some(atoms) =
+                    self.clients.get_mut(&client).and_then(|c| c.composites.remove(&id))
+                {
+                    if let Some(c) = self.clients.get_mut(&client) {
+                        c.composite_atoms -= atoms;
+                    }
                     self.composite_unsubscribe(&Hop::Client(client), &id, out);
                     Ok(None)
                 } else {
