@@ -348,3 +348,21 @@ fn a_composite_subscription_counts_its_atomic_parts_against_the_client_limit() {
     sim.id(SUBSCRIBER, "cs {[class,eq,'s1']}||{[class,eq,'s2']}");
     sim.id(SUBSCRIBER, "s [class,eq,'s1']");
 }
+
+#[test]
+fn with_cycles_a_pattern_placed_while_a_link_was_down_moves_there_when_it_returns() {
+    let mut sim = fig5(Options { cycles: true, ..Options::default() });
+    fig5_publishers(&mut sim);
+    // B2–B4 fails; with cycles B2 keeps the advertisements of s1 and s2, waiting for a path.
+    sim.unlink(1, 3);
+    sim.run();
+    sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    assert!(sim.routes(3).composites.is_empty());
+    sim.link(1, 3, 2);
+    sim.run();
+    assert_eq!(sim.routes(3).composites.len(), 1, "the and-part went to B4 when the link returned");
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 1);
+    assert_eq!(matches_at(&sim, 3), 1, "detected at B4");
+}

@@ -266,16 +266,21 @@ impl Router {
     }
 
     /// Link to `name` up again: patterns with parts there are placed anew (the neighbour
-    /// may have restarted and lost them).
+    /// may have restarted and lost them), and so are patterns with a destination there
+    /// (with cycles, advertisements stay while their link is down, and a pattern placed
+    /// meanwhile could send that neighbour nothing).
     pub(super) fn replace_composites_at(&mut self, name: &Name, out: &mut Vec<Output>) {
         let mut keys: Vec<PartKey> = self
             .composites
             .parts
             .iter()
-            .filter(|(_, part)| match &part.placement {
-                Placement::Whole { to, .. } => to == name,
-                Placement::Split { parts, .. } => parts.iter().any(|(_, n, _)| n == name),
-                Placement::Unplaced => false,
+            .filter(|(_, part)| {
+                let placed_there = match &part.placement {
+                    Placement::Whole { to, .. } => to == name,
+                    Placement::Split { parts, .. } => parts.iter().any(|(_, n, _)| n == name),
+                    Placement::Unplaced => false,
+                };
+                placed_there || part.dests.iter().any(|d| matches!(d, Dest::Hop(to) if to == name))
             })
             .map(|(key, _)| key.clone())
             .collect();

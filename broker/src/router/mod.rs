@@ -706,7 +706,8 @@ impl Router {
             let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
             cycles.neighbour_up(ctx, out);
         }
-        // Composite parts placed there are placed again: it may have lost them.
+        // Composite parts placed there are placed again (it may have lost them), and so
+        // are patterns with a destination there placed while it was away.
         self.replace_composites_at(&name, out);
     }
 
