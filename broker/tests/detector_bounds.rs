@@ -243,3 +243,30 @@ fn unfinished_patterns_stay_under_the_caps_over_five_million_publications() {
     assert!(peak <= 50_000 && c.stored <= 50_000, "{c:?}, peak {peak}");
     assert_eq!(c.evicted, 5_000_000 - c.stored, "every partial match not stored was evicted and counted");
 }
+
+#[test]
+fn an_end_drops_what_began_before_it_whatever_the_stores_are_keyed_by() {
+    let lateness = 100;
+    let mut feed = Feed::new(Bounds { lateness_ms: lateness, ..Bounds::default() });
+    // Joined on k, ended by g: the join's store is scanned for g's partial matches.
+    let joined = feed.add(
+        "{[class,eq,'a'],[k,eq,$S$k],[g,eq,$S$g]}&{[class,eq,'b'],[k,eq,$S$k]} until {[class,eq,'end'],[g,eq,$S$g]}",
+    );
+    feed.publish(&joined, 10, "[class,'a'],[k,'1'],[g,'x']");
+    feed.publish(&joined, 11, "[class,'a'],[k,'1'],[g,'y']");
+    feed.publish(&joined, 12, "[class,'b'],[k,'2']");
+    feed.publish(&joined, 20, "[class,'end'],[g,'x']");
+    // A Times keyed by g, the filter's variable: its store is looked up by key.
+    let times = feed.add("Times({[class,eq,'t'],[g,eq,$S$g]},3,v,1) until {[class,eq,'end'],[g,eq,$S$g]}");
+    feed.publish(&times, 30, "[class,'t'],[g,'x'],[v,1]");
+    feed.publish(&times, 31, "[class,'t'],[g,'x'],[v,2]");
+    feed.publish(&times, 32, "[class,'t'],[g,'y'],[v,1]");
+    feed.publish(&times, 40, "[class,'end'],[g,'x']");
+    assert_eq!(feed.counters().stored, 6);
+    feed.detectors.handle_timeout(40 + lateness);
+    let c = feed.counters();
+    // Gone: a of x, and the two t's of x. Kept: a of y, b (binds no g), t of y.
+    assert_eq!((c.stored, c.ended), (3, 3), "{c:?}");
+    assert_eq!(feed.publish(&joined, 50, "[class,'b'],[k,'1']").len(), 1, "only y's a is left to pair");
+    assert!(feed.publish(&times, 51, "[class,'t'],[g,'x'],[v,3]").is_empty(), "x's chain is gone");
+}

@@ -54,12 +54,18 @@ struct Shape {
     intervals: usize,
     /// Percent of changes that insert (the rest remove).
     inserts: usize,
+    /// If not 0: most subscriptions also say `[key,eq,'vN']` with N below this, and most
+    /// publications carry such a key (many distinct values: groups by value).
+    keys: usize,
 }
 
-const MIXED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60 };
+const MIXED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 0 };
 /// Everything on one attribute and mostly intervals: one big group whose columns split
 /// into many cells and whose slots span several blocks.
-const DENSE: Shape = Shape { attrs: &["x"], intervals: 90, inserts: 90 };
+const DENSE: Shape = Shape { attrs: &["x"], intervals: 90, inserts: 90, keys: 0 };
+/// A key with many values on most subscriptions, as workflow leaves have (enough for the
+/// index to file them by value).
+const KEYED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 1500 };
 
 fn predicate(rng: &mut Rng, allow_vars: bool, shape: Shape) -> String {
     let attr = rng.pick(shape.attrs);
@@ -105,6 +111,9 @@ fn predicate(rng: &mut Rng, allow_vars: bool, shape: Shape) -> String {
 fn subscription(rng: &mut Rng, shape: Shape) -> Subscription {
     let class = rng.pick(&["a", "b"]);
     let mut text = format!("[class,eq,'{class}']");
+    if shape.keys > 0 && rng.chance(85) {
+        text.push_str(&format!(",[key,eq,'v{}']", rng.below(shape.keys)));
+    }
     for _ in 0..rng.below(5) {
         text.push(',');
         text.push_str(&predicate(rng, true, shape));
@@ -115,6 +124,14 @@ fn subscription(rng: &mut Rng, shape: Shape) -> Subscription {
 fn advertisement(rng: &mut Rng, shape: Shape) -> Advertisement {
     let class = rng.pick(&["a", "b"]);
     let mut text = format!("[class,eq,'{class}']");
+    if shape.keys > 0 && rng.chance(70) {
+        let key = match rng.below(3) {
+            0 => "isPresent,''".to_owned(),
+            1 => format!("eq,'v{}'", rng.below(shape.keys)),
+            _ => format!("str-prefix,'v{}'", rng.below(10)),
+        };
+        text.push_str(&format!(",[key,{key}]"));
+    }
     for _ in 0..rng.below(5) {
         text.push(',');
         text.push_str(&predicate(rng, false, shape));
@@ -122,9 +139,14 @@ fn advertisement(rng: &mut Rng, shape: Shape) -> Advertisement {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
-fn publication(rng: &mut Rng) -> Publication {
+fn publication(rng: &mut Rng, shape: Shape) -> Publication {
     let class = rng.pick(&["a", "b", "c"]);
     let mut text = format!("[class,'{class}']");
+    if shape.keys > 0 && rng.chance(90) {
+        // Now and then a number: a key of another kind.
+        let key = if rng.chance(5) { "7".to_owned() } else { format!("'v{}'", rng.below(shape.keys)) };
+        text.push_str(&format!(",[key,{key}]"));
+    }
     for attr in ATTRS {
         if rng.chance(80) {
             let value = match rng.below(10) {
@@ -193,7 +215,7 @@ fn run(seed: u64, shape: Shape, rounds: usize, grow_to: usize, per_round: usize)
         assert_eq!(index.len(), live.len());
         largest = largest.max(live.len());
         for _ in 0..per_round {
-            check(seed, &index, &live, &publication(&mut rng), &mut scratch);
+            check(seed, &index, &live, &publication(&mut rng, shape), &mut scratch);
             checked += 1;
         }
     }
@@ -219,12 +241,16 @@ fn index_agrees_with_reference_semantics() {
     for seed in 2000..2002 {
         checked += run(seed, DENSE, 5, 20_000, 1000);
     }
+    // ...and keyed ones, filed by the value of their key, grown and shrunk.
+    for seed in 3000..3003 {
+        checked += run(seed, KEYED, 12, 6000, 1000);
+    }
     assert!(checked >= 100_000, "{checked}");
 }
 
 /// Mostly intervals on four attributes: the advertisement index answers these from its
 /// bitsets alone, without confirming with the reference.
-const INTERVALS: Shape = Shape { attrs: &ATTRS, intervals: 90, inserts: 60 };
+const INTERVALS: Shape = Shape { attrs: &ATTRS, intervals: 90, inserts: 60, keys: 0 };
 
 fn overlaps_agree(seed: u64, shape: Shape, n: usize) -> usize {
     let mut rng = Rng(fastrand::Rng::with_seed(seed));
@@ -277,4 +303,5 @@ fn advertisement_overlaps_agree_with_reference_semantics() {
     for seed in 0..3 {
         assert!(overlaps_agree(seed, INTERVALS, 1500) > 1000);
     }
+    assert!(overlaps_agree(7, KEYED, 3000) > 1000);
 }

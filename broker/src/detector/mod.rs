@@ -262,33 +262,44 @@ impl Detector {
                 }
             }
         }
-        if due.is_empty() {
-            return 0;
+        let mut doomed = Vec::new();
+        for (key, e) in &due {
+            self.ended_by(key, e, &mut doomed);
         }
-        let doomed = self.ended_by(|key, partial| due.get(key).is_some_and(|e| partial.first() < e));
         for &entry in &doomed {
             self.remove_entry(entry);
         }
         doomed.len()
     }
 
-    /// The stored partial matches that bind the `until` filter's variables and for which
-    /// `doomed(binding, partial)` holds.
-    fn ended_by(&self, doomed: impl Fn(&Key, &Partial) -> bool) -> Vec<usize> {
+    /// Appends to `doomed` the stored partial matches of `until` binding `key` that began
+    /// before `e`: looked up by key in the stores keyed by exactly the filter's variables,
+    /// found by a scan in the others.
+    fn ended_by(&self, key: &Key, e: &Stamp, doomed: &mut Vec<usize>) {
         let slots: Vec<usize> = self.pattern.until_vars.iter().map(|&(_, s)| s).collect();
-        let mut entries = Vec::new();
-        for sides in &self.stores {
-            for store in sides {
-                for stored in store.values().flatten() {
-                    if let Some(key) = stored.partial.key(slots.iter().copied()) {
-                        if doomed(&key, &stored.partial) {
-                            entries.push(stored.entry);
+        for (node, sides) in self.stores.iter().enumerate() {
+            if !self.pattern.stores(node) {
+                continue;
+            }
+            match &self.pattern.until_keys[node] {
+                Some(order) => {
+                    let store_key: Key = order.iter().map(|&i| key[i].clone()).collect();
+                    for store in sides {
+                        let bucket = store.get(&store_key).map(Vec::as_slice).unwrap_or_default();
+                        doomed.extend(bucket.iter().filter(|s| s.partial.first() < e).map(|s| s.entry));
+                    }
+                }
+                None => {
+                    for stored in sides.iter().flat_map(HashMap::values).flatten() {
+                        let ends = stored.partial.first() < e
+                            && stored.partial.key(slots.iter().copied()).as_ref() == Some(key);
+                        if ends {
+                            doomed.push(stored.entry);
                         }
                     }
                 }
             }
         }
-        entries
     }
 
     /// Drops stale references from `order` once they outnumber the live ones (entries also

@@ -56,6 +56,11 @@ pub(super) struct Pattern {
     /// The `until` filter's variables as (attribute, slot).
     pub(super) until_vars: Vec<(Name, usize)>,
     pub(super) has_until: bool,
+    /// Per node that stores partial matches (`&`, `;`, `Times`): how to make its store's
+    /// key from an `until` binding (the index in `until_vars` of each key slot), when its
+    /// key slots are exactly the filter's variables; `None` where the store must be
+    /// scanned instead.
+    pub(super) until_keys: Vec<Option<Vec<usize>>>,
 }
 
 /// One value of an index key: numbers by numeric value, so `3` and `3.0` meet.
@@ -179,7 +184,42 @@ impl Pattern {
             Some(until) => (vars_of(until, &mut names), true),
             None => (Vec::new(), false),
         };
-        Self { nodes, leaf_node, leaf_vars, slots: names.len(), window: cs.window(), until_vars, has_until }
+        let until_slots: Vec<usize> = until_vars.iter().map(|&(_, s)| s).collect();
+        let until_keys = nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| {
+                let key_slots: Vec<usize> = match &node.op {
+                    Op::Join { key, .. } => key.clone(),
+                    Op::Times { .. } => {
+                        let leaf = leaf_node.iter().position(|&n| n == index)?;
+                        leaf_vars[leaf].iter().map(|&(_, s)| s).collect()
+                    }
+                    Op::Leaf | Op::Or => return None,
+                };
+                // A slot twice in the key or the filter: scan.
+                let distinct = |v: &[usize]| v.iter().collect::<BTreeSet<_>>().len() == v.len();
+                if key_slots.len() != until_slots.len() || !distinct(&key_slots) || !distinct(&until_slots) {
+                    return None;
+                }
+                key_slots.iter().map(|k| until_slots.iter().position(|u| u == k)).collect()
+            })
+            .collect();
+        Self {
+            nodes,
+            leaf_node,
+            leaf_vars,
+            slots: names.len(),
+            window: cs.window(),
+            until_vars,
+            has_until,
+            until_keys,
+        }
+    }
+
+    /// True if `node` stores partial matches.
+    pub(super) fn stores(&self, node: usize) -> bool {
+        matches!(self.nodes[node].op, Op::Join { .. } | Op::Times { .. })
     }
 
     /// The number of leaves.

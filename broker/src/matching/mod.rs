@@ -16,6 +16,12 @@
 //!   every subscription needs all of its attributes present, so sparse, high-dimensional
 //!   workloads touch a few small groups. Subscriptions whose attributes are all common
 //!   share one group: splitting them would only multiply the per-group work.
+//! - **Value pivots.** Where an attribute has more distinct `eq` string values in a class
+//!   than cells can separate (512 or more: workflow leaves on `appl` or a job id), a
+//!   subscription may be filed under one of its `eq` values instead, when that value is
+//!   rarer than its rarest attribute: a publication visits the group of its own value
+//!   only, found by one hash lookup. Without this, 10,000 workflows' leaves of one class
+//!   shared one group whose `appl` cells each held hundreds of halves to compare.
 //! - **Interval columns with cells** (`column.rs`). Numeric comparisons and the string
 //!   operators that select an interval of the string order (`eq`, `str-lt/le/gt/ge`,
 //!   `str-prefix`) are split into lower and upper halves, bucketed into cells at quantiles of
@@ -63,10 +69,12 @@ mod keys;
 mod slots;
 
 use std::collections::HashMap;
+
+use rustc_hash::FxHashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use padres_lang::{Advertisement, Name, Publication, Subscription, Value};
+use padres_lang::{Advertisement, Name, Op, Publication, Subscription, Value};
 
 pub use advertisements::AdvertisementIndex;
 use group::Group;
@@ -82,9 +90,18 @@ struct Location {
     slot: u32,
 }
 
-/// A group's pivot attribute, or [`NO_PIVOT`] for subscriptions on `class` alone.
-type Pivot = AttrId;
-const NO_PIVOT: Pivot = AttrId::MAX;
+/// A group's pivot: an attribute id (below [`VALUE_PIVOTS`]), a value pivot's number
+/// (from [`VALUE_PIVOTS`] up), or [`NO_PIVOT`] for subscriptions with no rare attribute or
+/// value.
+type Pivot = u32;
+const NO_PIVOT: Pivot = u32::MAX;
+/// Value pivots are numbered from here; attribute ids stay below.
+const VALUE_PIVOTS: Pivot = 1 << 31;
+/// An attribute's `eq` values become pivots once the class has this many distinct ones:
+/// beyond what a column's cells (at most 128) can tell apart, each probe would check
+/// many halves one by one. Fewer values are better served by the columns (a value group
+/// has a fixed cost per visit, which the bitsets of a shared group do not).
+const VALUE_PIVOT_AFTER: usize = 512;
 /// An attribute is rare, and worth a group of its own, if at most 1/`RARE` of its class's
 /// subscriptions use it...
 const RARE: usize = 16;
@@ -97,8 +114,85 @@ struct Partition<K> {
     groups: HashMap<Pivot, Group<K>>,
     /// How many subscriptions of the class constrain each attribute (for pivot choice).
     uses: HashMap<AttrId, usize>,
+    /// How many subscriptions of the class have each `eq` string literal, by attribute.
+    values: HashMap<AttrId, HashMap<Arc<str>, usize>>,
+    /// The value pivots with a group: by attribute id, value → pivot (a fast hash: the
+    /// values of a publication's attributes are looked up on every match); and back.
+    value_pivots: Vec<FxHashMap<Arc<str>, Pivot>>,
+    /// Attributes with value pivots.
+    value_attrs: usize,
+    pivot_values: HashMap<Pivot, (AttrId, Arc<str>)>,
+    /// Value pivots free for reuse, and the next never used.
+    free_pivots: Vec<Pivot>,
+    next_pivot: Pivot,
     /// How many subscriptions the class has.
     len: usize,
+}
+
+impl<K> Partition<K> {
+    fn new() -> Self {
+        Self {
+            groups: HashMap::new(),
+            uses: HashMap::new(),
+            values: HashMap::new(),
+            value_pivots: Vec::new(),
+            value_attrs: 0,
+            pivot_values: HashMap::new(),
+            free_pivots: Vec::new(),
+            next_pivot: VALUE_PIVOTS,
+            len: 0,
+        }
+    }
+
+    /// The pivot of `(attr, value)`, made if there is none (`None` if every number is in
+    /// use).
+    fn value_pivot(&mut self, attr: AttrId, value: &Arc<str>) -> Option<Pivot> {
+        if let Some(&pivot) = self.value_pivots.get(attr as usize).and_then(|m| m.get(value)) {
+            return Some(pivot);
+        }
+        let pivot = match self.free_pivots.pop() {
+            Some(pivot) => pivot,
+            None if self.next_pivot < NO_PIVOT => {
+                self.next_pivot += 1;
+                self.next_pivot - 1
+            }
+            None => return None,
+        };
+        if self.value_pivots.len() <= attr as usize {
+            self.value_pivots.resize_with(attr as usize + 1, FxHashMap::default);
+        }
+        let by_value = &mut self.value_pivots[attr as usize];
+        self.value_attrs += usize::from(by_value.is_empty());
+        by_value.insert(value.clone(), pivot);
+        self.pivot_values.insert(pivot, (attr, value.clone()));
+        Some(pivot)
+    }
+
+    /// Forgets the (now empty) group of `pivot`.
+    fn drop_group(&mut self, pivot: Pivot) {
+        self.groups.remove(&pivot);
+        if let Some((attr, value)) = self.pivot_values.remove(&pivot) {
+            if let Some(m) = self.value_pivots.get_mut(attr as usize) {
+                m.remove(&value);
+                self.value_attrs -= usize::from(m.is_empty());
+            }
+            self.free_pivots.push(pivot);
+        }
+    }
+}
+
+/// The `eq` string literals of `sub` other than `class`'s, as (attribute, value).
+fn eq_literals<'s>(
+    sub: &'s Subscription,
+    names: &'s HashMap<Name, AttrId>,
+) -> impl Iterator<Item = (AttrId, &'s Arc<str>)> + 's {
+    sub.predicates().iter().filter_map(move |p| {
+        if p.op() != Op::Eq || p.attr() == "class" {
+            return None;
+        }
+        let Some(Value::Str(s)) = p.literal() else { return None };
+        Some((*names.get(p.attr().as_str())?, s))
+    })
 }
 
 /// Reusable buffers for matching, so that a match allocates nothing in steady state.
@@ -161,19 +255,43 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             None => {
                 let id = u32::try_from(self.partitions.len()).unwrap_or(u32::MAX);
                 self.class_ids.insert(Arc::from(sub.class()), id);
-                self.partitions.push(Partition { groups: HashMap::new(), uses: HashMap::new(), len: 0 });
+                self.partitions.push(Partition::new());
                 id
             }
         };
         let partition = &mut self.partitions[class as usize];
-        let rarest = attrs.iter().map(|a| (partition.uses.get(a).copied().unwrap_or(0), *a)).min();
-        let pivot = match rarest {
-            Some((uses, a)) if partition.len >= PIVOT_AFTER && uses * RARE <= partition.len => a,
+        // The rarest attribute, and the rarest `eq` value: a value's group is visited only
+        // by publications with that value, so it wins a tie.
+        let rarest = attrs
+            .iter()
+            .filter(|&&a| a < VALUE_PIVOTS)
+            .map(|a| (partition.uses.get(a).copied().unwrap_or(0), *a))
+            .min();
+        let rarest_value = eq_literals(&sub, &self.names)
+            .filter_map(|(a, v)| {
+                let values = partition.values.get(&a).filter(|m| m.len() >= VALUE_PIVOT_AFTER)?;
+                Some((values.get(v).copied().unwrap_or(0), a, v))
+            })
+            .min_by_key(|&(count, ..)| count);
+        let len = partition.len;
+        let rare = |uses: usize| len >= PIVOT_AFTER && uses * RARE <= len;
+        let pivot = match (rarest, rarest_value) {
+            (_, Some((count, a, v))) if rare(count) && rarest.is_none_or(|(uses, _)| count <= uses) => {
+                let v = v.clone();
+                match partition.value_pivot(a, &v) {
+                    Some(pivot) => pivot,
+                    None => rarest.filter(|&(uses, _)| rare(uses)).map_or(NO_PIVOT, |(_, a)| a),
+                }
+            }
+            (Some((uses, a)), _) if rare(uses) => a,
             _ => NO_PIVOT,
         };
         partition.len += 1;
         for a in &attrs {
             *partition.uses.entry(*a).or_default() += 1;
+        }
+        for (a, v) in eq_literals(&sub, &self.names) {
+            *partition.values.entry(a).or_default().entry(v.clone()).or_default() += 1;
         }
         let group = partition.groups.entry(pivot).or_insert_with(Group::new);
         let names = &self.names;
@@ -189,9 +307,22 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         let names = &self.names;
         let sub = group.remove(location.slot, |name| names.get(name).copied())?;
         if group.is_empty() {
-            partition.groups.remove(&location.pivot);
+            partition.drop_group(location.pivot);
         }
         partition.len -= 1;
+        for (a, v) in eq_literals(&sub, &self.names) {
+            if let Some(m) = partition.values.get_mut(&a) {
+                if let Some(n) = m.get_mut(v) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(v);
+                    }
+                }
+                if m.is_empty() {
+                    partition.values.remove(&a);
+                }
+            }
+        }
         let mut seen: Vec<AttrId> = Vec::new();
         for p in sub.predicates().iter().filter(|p| p.attr() != "class") {
             let Some(&id) = self.names.get(p.attr().as_str()) else { continue };
@@ -237,7 +368,16 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         }
         scratch.attrs.sort_unstable();
         let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
-        let pivots: Vec<Pivot> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
+        let mut pivots: Vec<Pivot> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
+        if partition.value_attrs > 0 {
+            for &(id, i) in &scratch.attrs {
+                let Some(by_value) = partition.value_pivots.get(id as usize).filter(|m| !m.is_empty()) else {
+                    continue;
+                };
+                let Some(s) = publication.attrs()[i].1.as_str() else { continue };
+                pivots.extend(by_value.get(s));
+            }
+        }
         for pivot in pivots {
             if let Some(group) = partition.groups.get(&pivot) {
                 group.candidates(publication, &scratch.attrs, &mut scratch.mismatch, &mut visit);
@@ -294,6 +434,13 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         }
         advertised.sort_unstable();
         advertised.dedup();
+        // Value groups of the advertised attributes too.
+        let values: Vec<Pivot> = advertised
+            .iter()
+            .filter_map(|&a| partition.value_pivots.get(a as usize))
+            .flat_map(|by_value| by_value.values().copied())
+            .collect();
+        advertised.extend(values);
         let mut out = Vec::new();
         // A subscription's pivot is one of its attributes, which an overlapping
         // advertisement must advertise: only those groups can hold overlaps.
@@ -314,4 +461,47 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
 fn value_of<'p>(publication: &'p Publication, attrs: &[(AttrId, usize)], id: AttrId) -> Option<&'p Value> {
     let i = attrs.binary_search_by_key(&id, |&(a, _)| a).ok()?;
     publication.attrs().get(attrs[i].1).map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscriptions_on_a_key_with_many_values_are_filed_by_value() {
+        let mut index = SubscriptionIndex::new();
+        for i in 0..4000_u32 {
+            let sub: Subscription = format!("[class,eq,'job'],[appl,eq,'A{}'],[job,eq,'J{}']", i / 4, i % 4)
+                .parse()
+                .expect("sub");
+            index.insert(i, Arc::new(sub));
+        }
+        let partition = &index.partitions[0];
+        // Until appl has VALUE_PIVOT_AFTER distinct values (the first of the last one's
+        // four brings it there) they share one group; the rest are filed by their appl.
+        let shared = 4 * (VALUE_PIVOT_AFTER - 1) + 1;
+        let groups = 1000 - (VALUE_PIVOT_AFTER - 1);
+        let filed = |g: &Group<u32>| {
+            let mut n = 0;
+            g.for_each(|_, _| n += 1);
+            n
+        };
+        assert_eq!(filed(&partition.groups[&NO_PIVOT]), shared);
+        assert_eq!(partition.pivot_values.len(), groups);
+        for (text, key) in
+            [("[class,'job'],[appl,'A900'],[job,'J2']", 3602), ("[class,'job'],[appl,'A3'],[job,'J1']", 13)]
+        {
+            let p: Publication = text.parse().expect("publication");
+            assert_eq!(index.matches(&p), [key]);
+        }
+        // Emptied groups give their pivots back.
+        for i in 0..4000 {
+            index.remove(&i).expect("indexed");
+        }
+        let partition = &index.partitions[0];
+        assert!(
+            partition.groups.is_empty() && partition.pivot_values.is_empty() && partition.values.is_empty()
+        );
+        assert_eq!(partition.free_pivots.len(), groups);
+    }
 }
