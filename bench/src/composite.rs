@@ -416,7 +416,7 @@ pub(crate) fn profile(what: &str, seed: u64) {
     let apps = 10_000;
     match what {
         "router" => {
-            let stream = workflow_stream(apps, 5_000, seed);
+            let stream = workflow_stream(apps, 100_000, seed);
             let mut router = workflow_router(apps);
             let (matches, elapsed) = publish_all(&mut router, &stream);
             println!("{matches} matches, {:.0}/s", stream.len() as f64 / elapsed.as_secs_f64());

@@ -262,44 +262,57 @@ impl Detector {
                 }
             }
         }
-        let mut doomed = Vec::new();
+        let mut removed = 0;
         for (key, e) in &due {
-            self.ended_by(key, e, &mut doomed);
+            removed += self.drop_ended(key, e);
         }
-        for &entry in &doomed {
-            self.remove_entry(entry);
-        }
-        doomed.len()
+        removed
     }
 
-    /// Appends to `doomed` the stored partial matches of `until` binding `key` that began
-    /// before `e`: looked up by key in the stores keyed by exactly the filter's variables,
-    /// found by a scan in the others.
-    fn ended_by(&self, key: &Key, e: &Stamp, doomed: &mut Vec<usize>) {
+    /// Drops the stored partial matches of `until` binding `key` that began before `e`:
+    /// looked up by key in the stores keyed by exactly the filter's variables (a bucket at
+    /// a time), found by a scan in the others. Returns how many.
+    fn drop_ended(&mut self, key: &Key, e: &Stamp) -> usize {
         let slots: Vec<usize> = self.pattern.until_vars.iter().map(|&(_, s)| s).collect();
-        for (node, sides) in self.stores.iter().enumerate() {
+        let mut removed = 0;
+        let mut scanned = Vec::new();
+        for node in 0..self.stores.len() {
             if !self.pattern.stores(node) {
                 continue;
             }
             match &self.pattern.until_keys[node] {
                 Some(order) => {
                     let store_key: Key = order.iter().map(|&i| key[i].clone()).collect();
-                    for store in sides {
-                        let bucket = store.get(&store_key).map(Vec::as_slice).unwrap_or_default();
-                        doomed.extend(bucket.iter().filter(|s| s.partial.first() < e).map(|s| s.entry));
+                    for store in &mut self.stores[node] {
+                        let Some(bucket) = store.get_mut(&store_key) else { continue };
+                        bucket.retain(|stored| {
+                            let ended = stored.partial.first() < e;
+                            if ended {
+                                self.entries.remove(stored.entry);
+                                removed += 1;
+                            }
+                            !ended
+                        });
+                        if bucket.is_empty() {
+                            store.remove(&store_key);
+                        }
                     }
                 }
                 None => {
-                    for stored in sides.iter().flat_map(HashMap::values).flatten() {
-                        let ends = stored.partial.first() < e
+                    for stored in self.stores[node].iter().flat_map(HashMap::values).flatten() {
+                        let ended = stored.partial.first() < e
                             && stored.partial.key(slots.iter().copied()).as_ref() == Some(key);
-                        if ends {
-                            doomed.push(stored.entry);
+                        if ended {
+                            scanned.push(stored.entry);
                         }
                     }
                 }
             }
         }
+        for &entry in &scanned {
+            self.remove_entry(entry);
+        }
+        removed + scanned.len()
     }
 
     /// Drops stale references from `order` once they outnumber the live ones (entries also

@@ -256,4 +256,11 @@ impl<K: Clone> Group<K> {
             f(key, sub);
         }
     }
+
+    /// Calls `f` with every subscription of the group, shared.
+    pub(super) fn for_each_shared(&self, mut f: impl FnMut(&K, &Arc<Subscription>)) {
+        for (_, key, sub) in self.slots.iter() {
+            f(key, sub);
+        }
+    }
 }

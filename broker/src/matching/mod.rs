@@ -122,6 +122,9 @@ struct Partition<K> {
     /// Attributes with value pivots.
     value_attrs: usize,
     pivot_values: HashMap<Pivot, (AttrId, Arc<str>)>,
+    /// Attributes whose subscriptions were filed again when they reached
+    /// [`VALUE_PIVOT_AFTER`] values (once each).
+    refiled: Vec<AttrId>,
     /// Value pivots free for reuse, and the next never used.
     free_pivots: Vec<Pivot>,
     next_pivot: Pivot,
@@ -137,6 +140,7 @@ impl<K> Partition<K> {
             values: HashMap::new(),
             value_pivots: Vec::new(),
             value_attrs: 0,
+            refiled: Vec::new(),
             pivot_values: HashMap::new(),
             free_pivots: Vec::new(),
             next_pivot: VALUE_PIVOTS,
@@ -269,7 +273,11 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             .min();
         let rarest_value = eq_literals(&sub, &self.names)
             .filter_map(|(a, v)| {
-                let values = partition.values.get(&a).filter(|m| m.len() >= VALUE_PIVOT_AFTER)?;
+                // Distinct values with this one's.
+                let values = partition
+                    .values
+                    .get(&a)
+                    .filter(|m| m.len() + usize::from(!m.contains_key(v)) >= VALUE_PIVOT_AFTER)?;
                 Some((values.get(v).copied().unwrap_or(0), a, v))
             })
             .min_by_key(|&(count, ..)| count);
@@ -290,13 +298,44 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         for a in &attrs {
             *partition.uses.entry(*a).or_default() += 1;
         }
+        let mut crossed = Vec::new();
         for (a, v) in eq_literals(&sub, &self.names) {
-            *partition.values.entry(a).or_default().entry(v.clone()).or_default() += 1;
+            let values = partition.values.entry(a).or_default();
+            *values.entry(v.clone()).or_default() += 1;
+            if values.len() >= VALUE_PIVOT_AFTER && !partition.refiled.contains(&a) {
+                partition.refiled.push(a);
+                crossed.push(a);
+            }
         }
         let group = partition.groups.entry(pivot).or_insert_with(Group::new);
         let names = &self.names;
         let slot = group.insert(key.clone(), sub, |name| names.get(name).copied());
         self.locations.insert(key, Location { class, pivot, slot });
+        for a in crossed {
+            self.refile(class, a);
+        }
+    }
+
+    /// Attribute `a` of class `class` has just reached [`VALUE_PIVOT_AFTER`] values: the
+    /// subscriptions filed before, in shared or attribute groups, with an `eq` value of
+    /// `a`, are filed again (by value, where it is rarer than their rarest attribute), so
+    /// that the first subscriptions of a class do not stay in the shared group for good.
+    fn refile(&mut self, class: u32, a: AttrId) {
+        let Some(partition) = self.partitions.get(class as usize) else { return };
+        let mut moving: Vec<(K, Arc<Subscription>)> = Vec::new();
+        for (&pivot, group) in &partition.groups {
+            if pivot >= VALUE_PIVOTS && pivot != NO_PIVOT {
+                continue;
+            }
+            group.for_each_shared(|key, sub| {
+                if eq_literals(sub, &self.names).any(|(attr, _)| attr == a) {
+                    moving.push((key.clone(), sub.clone()));
+                }
+            });
+        }
+        for (key, sub) in moving {
+            self.insert(key, sub);
+        }
     }
 
     /// Removes the subscription under `key`, returning it.
@@ -476,17 +515,11 @@ mod tests {
                 .expect("sub");
             index.insert(i, Arc::new(sub));
         }
+        // Until appl has VALUE_PIVOT_AFTER distinct values they share one group; then
+        // they are filed again by their appl, as is every later one.
+        let groups = 1000;
         let partition = &index.partitions[0];
-        // Until appl has VALUE_PIVOT_AFTER distinct values (the first of the last one's
-        // four brings it there) they share one group; the rest are filed by their appl.
-        let shared = 4 * (VALUE_PIVOT_AFTER - 1) + 1;
-        let groups = 1000 - (VALUE_PIVOT_AFTER - 1);
-        let filed = |g: &Group<u32>| {
-            let mut n = 0;
-            g.for_each(|_, _| n += 1);
-            n
-        };
-        assert_eq!(filed(&partition.groups[&NO_PIVOT]), shared);
+        assert!(!partition.groups.contains_key(&NO_PIVOT));
         assert_eq!(partition.pivot_values.len(), groups);
         for (text, key) in
             [("[class,'job'],[appl,'A900'],[job,'J2']", 3602), ("[class,'job'],[appl,'A3'],[job,'J1']", 13)]
