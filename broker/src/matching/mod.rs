@@ -70,7 +70,7 @@ mod slots;
 
 use std::collections::HashMap;
 
-use rustc_hash::FxHashMap;
+use foldhash::HashMap as FastMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -116,9 +116,10 @@ struct Partition<K> {
     uses: HashMap<AttrId, usize>,
     /// How many subscriptions of the class have each `eq` string literal, by attribute.
     values: HashMap<AttrId, HashMap<Arc<str>, usize>>,
-    /// The value pivots with a group: by attribute id, value → pivot (a fast hash: the
-    /// values of a publication's attributes are looked up on every match); and back.
-    value_pivots: Vec<FxHashMap<Arc<str>, Pivot>>,
+    /// The value pivots with a group: by attribute id, value → pivot (foldhash: the values
+    /// of a publication's attributes are looked up on every match, and SipHash cost W4
+    /// 8%; it is seeded per process, so clients cannot choose colliding values); and back.
+    value_pivots: Vec<FastMap<Arc<str>, Pivot>>,
     /// Attributes with value pivots.
     value_attrs: usize,
     pivot_values: HashMap<Pivot, (AttrId, Arc<str>)>,
@@ -163,7 +164,7 @@ impl<K> Partition<K> {
             None => return None,
         };
         if self.value_pivots.len() <= attr as usize {
-            self.value_pivots.resize_with(attr as usize + 1, FxHashMap::default);
+            self.value_pivots.resize_with(attr as usize + 1, FastMap::default);
         }
         let by_value = &mut self.value_pivots[attr as usize];
         self.value_attrs += usize::from(by_value.is_empty());
