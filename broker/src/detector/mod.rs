@@ -14,7 +14,8 @@
 //! side's too, so that a left match stamped earlier but arriving later still pairs), keyed
 //! by the values of the **join variables**: the variables both children always bind. A new
 //! match looks up only the partners with its own key, never a scan of all state; the other
-//! shared variables are compared pair by pair. A `Times` node stores the publications of its
+//! shared variables are compared pair by pair. Nodes joined on the same variables share
+//! one map, a binding's lists for all of them in one bucket (`stores.rs`). A `Times` node stores the publications of its
 //! subscription keyed by all their variables, and chains them by the stepping attribute
 //! (a scan of that one binding's publications). `||` and leaves store nothing.
 //!
@@ -42,6 +43,7 @@
 //! depart from the reference; each is counted.
 
 mod pattern;
+mod stores;
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -55,6 +57,7 @@ use padres_lang::{CompositeSubscription, Publication, Stamp, Value};
 use slab::Slab;
 
 use pattern::{Key, KeyPart, Op, Pattern};
+use stores::Stores;
 
 /// A completed match: the publications used, with the leaf (numbered left to right from 0)
 /// each was used for, sorted by leaf, then stamp.
@@ -186,15 +189,15 @@ struct Ctx<'a> {
 #[derive(Debug)]
 struct Detector {
     pattern: Pattern,
-    /// Per node, the stored matches of its left (0) and right (1) child, by key.
-    stores: Vec<[HashMap<Key, Vec<Stored>>; 2]>,
+    /// Per storing node, the stored matches of its left (0) and right (1) child, by key.
+    stores: Stores,
     entries: Slab<Loc>,
     /// Entries in the order stored (stale ones are skipped).
     order: VecDeque<(usize, u64)>,
     /// `until` publications remembered: binding → stamps.
     ends: HashMap<Key, Vec<Stamp>>,
     /// When each remembered end is forgotten.
-    ends_order: VecDeque<(u64, Key)>,
+    ends_order: VecDeque<(u64, Key, Stamp)>,
     /// Matches formed at each node during the current input.
     formed: Vec<usize>,
 }
@@ -204,8 +207,8 @@ impl Detector {
         let pattern = Pattern::compile(cs);
         let n = pattern.nodes.len();
         Self {
+            stores: Stores::new(&pattern),
             pattern,
-            stores: (0..n).map(|_| [HashMap::new(), HashMap::new()]).collect(),
             entries: Slab::new(),
             order: VecDeque::new(),
             ends: HashMap::new(),
@@ -220,15 +223,7 @@ impl Detector {
 
     fn remove_entry(&mut self, entry: usize) {
         let loc = self.entries.remove(entry);
-        let store = &mut self.stores[loc.node][loc.side];
-        if let Some(bucket) = store.get_mut(&loc.key) {
-            if let Some(at) = bucket.iter().position(|s| s.entry == entry) {
-                bucket.remove(at);
-            }
-            if bucket.is_empty() {
-                store.remove(&loc.key);
-            }
-        }
+        self.stores.remove(loc.node, loc.side, &loc.key, entry);
     }
 
     /// Evicts the longest-stored partial match; false if there is none.
@@ -247,61 +242,53 @@ impl Detector {
     /// before such an end is expected to arrive, so they can no longer complete a match
     /// that does not straddle it. Returns how many were dropped.
     fn forget_ends(&mut self, now: u64) -> usize {
-        // The latest forgotten end of each binding.
-        let mut due: HashMap<Key, Stamp> = HashMap::new();
-        while self.ends_order.front().is_some_and(|(at, _)| *at <= now) {
-            let (_, key) = self.ends_order.pop_front().expect("checked");
+        let mut removed = 0;
+        while self.ends_order.front().is_some_and(|(at, ..)| *at <= now) {
+            let (_, key, e) = self.ends_order.pop_front().expect("checked");
             if let Some(stamps) = self.ends.get_mut(&key) {
-                let stamp = stamps.remove(0);
+                // Remembered in the order they are forgotten.
+                stamps.remove(0);
                 if stamps.is_empty() {
                     self.ends.remove(&key);
                 }
-                let latest = due.entry(key).or_insert_with(|| stamp.clone());
-                if *latest < stamp {
-                    *latest = stamp;
-                }
             }
-        }
-        let mut removed = 0;
-        for (key, e) in &due {
-            removed += self.drop_ended(key, e);
+            removed += self.drop_ended(&key, &e);
         }
         removed
     }
 
     /// Drops the stored partial matches of `until` binding `key` that began before `e`:
-    /// looked up by key in the stores keyed by exactly the filter's variables (a bucket at
-    /// a time), found by a scan in the others. Returns how many.
+    /// looked up by key where a store is keyed by exactly the filter's variables (one
+    /// bucket for all its nodes), found by a scan in the others. Returns how many.
     fn drop_ended(&mut self, key: &Key, e: &Stamp) -> usize {
-        let slots: Vec<usize> = self.pattern.until_vars.iter().map(|&(_, s)| s).collect();
         let mut removed = 0;
         let mut scanned = Vec::new();
-        for node in 0..self.stores.len() {
-            if !self.pattern.stores(node) {
-                continue;
-            }
-            match &self.pattern.until_keys[node] {
+        for class in 0..self.stores.classes() {
+            match &self.pattern.until_keys[class] {
                 Some(order) => {
-                    let store_key: Key = order.iter().map(|&i| key[i].clone()).collect();
-                    for store in &mut self.stores[node] {
-                        let Some(bucket) = store.get_mut(&store_key) else { continue };
-                        bucket.retain(|stored| {
-                            let ended = stored.partial.first() < e;
-                            if ended {
-                                self.entries.remove(stored.entry);
-                                removed += 1;
-                            }
-                            !ended
-                        });
-                        if bucket.is_empty() {
-                            store.remove(&store_key);
+                    let identity = order.iter().enumerate().all(|(at, &i)| at == i);
+                    let permuted: Key;
+                    let store_key = if identity {
+                        key
+                    } else {
+                        permuted = order.iter().map(|&i| key[i].clone()).collect();
+                        &permuted
+                    };
+                    let entries = &mut self.entries;
+                    self.stores.drop_where(class, store_key, |stored| {
+                        let ended = stored.partial.first() < e;
+                        if ended {
+                            entries.remove(stored.entry);
+                            removed += 1;
                         }
-                    }
+                        ended
+                    });
                 }
                 None => {
-                    for stored in self.stores[node].iter().flat_map(HashMap::values).flatten() {
+                    let slots = self.pattern.until_vars.iter().map(|&(_, s)| s);
+                    for stored in self.stores.class(class) {
                         let ended = stored.partial.first() < e
-                            && stored.partial.key(slots.iter().copied()).as_ref() == Some(key);
+                            && stored.partial.key(slots.clone()).as_ref() == Some(key);
                         if ended {
                             scanned.push(stored.entry);
                         }
@@ -348,7 +335,7 @@ impl Detector {
             .window
             .map(|w| partial.first().time.saturating_add(w).saturating_add(ctx.bounds.lateness_ms));
         let entry = self.entries.insert(Loc { node, side, key: key.clone(), generation });
-        self.stores[node][side].entry(key).or_default().push(Stored { entry, partial });
+        self.stores.push(node, side, key, Stored { entry, partial });
         self.order.push_back((entry, generation));
         ctx.stored.push((entry, generation, expiry));
     }
@@ -391,7 +378,7 @@ impl Detector {
         self.store(ctx, parent, side, key.clone(), partial.clone());
         // Nothing stores into the other side's bucket while its partners are paired (only
         // ancestors of `parent` store), so it can be taken out and put back.
-        let Some(partners) = self.stores[parent][1 - side].get_mut(&key).map(mem::take) else { return };
+        let Some(partners) = self.stores.take(parent, 1 - side, &key) else { return };
         for stored in partners.iter().rev() {
             let (left, right) =
                 if side == 0 { (&partial, &stored.partial) } else { (&stored.partial, &partial) };
@@ -424,9 +411,7 @@ impl Detector {
             self.formed[parent] += 1;
             self.propagate(ctx, parent, Arc::new(combined), out);
         }
-        if let Some(bucket) = self.stores[parent][1 - side].get_mut(&key) {
-            *bucket = partners;
-        }
+        self.stores.put_back(parent, 1 - side, &key, partners);
     }
 
     fn leaf(&mut self, ctx: &mut Ctx<'_>, leaf: usize, publication: &Arc<Stamped>, out: &mut Vec<Match>) {
@@ -472,7 +457,7 @@ impl Detector {
             .expect("a leaf binds its variables");
         let bindings = single.bindings.clone();
         self.store(ctx, node, 0, key.clone(), single);
-        let Some(bucket) = self.stores[node][0].get_mut(&key).map(mem::take) else { return };
+        let Some(bucket) = self.stores.take(node, 0, &key) else { return };
         let limit = ctx.bounds.pairs_per_input;
         let mut pubs: Vec<&Arc<Stamped>> = bucket.iter().map(|s| &s.partial.pubs[0].1).collect();
         pubs.sort_by(|a, b| a.stamp.cmp(&b.stamp));
@@ -518,9 +503,7 @@ impl Detector {
                 self.propagate(ctx, node, Arc::new(partial), out);
             }
         }
-        if let Some(stored) = self.stores[node][0].get_mut(&key) {
-            *stored = bucket;
-        }
+        self.stores.put_back(node, 0, &key, bucket);
     }
 
     fn part(
@@ -606,7 +589,7 @@ impl Detector {
         let key: Key = values.into();
         let forget_at = now.saturating_add(ctx.bounds.lateness_ms);
         self.ends.entry(key.clone()).or_default().push(publication.stamp.clone());
-        self.ends_order.push_back((forget_at, key));
+        self.ends_order.push_back((forget_at, key, publication.stamp.clone()));
         Some(forget_at)
     }
 }

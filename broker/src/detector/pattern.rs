@@ -56,10 +56,14 @@ pub(super) struct Pattern {
     /// The `until` filter's variables as (attribute, slot).
     pub(super) until_vars: Vec<(Name, usize)>,
     pub(super) has_until: bool,
-    /// Per node that stores partial matches (`&`, `;`, `Times`): how to make its store's
-    /// key from an `until` binding (the index in `until_vars` of each key slot), when its
-    /// key slots are exactly the filter's variables; `None` where the store must be
-    /// scanned instead.
+    /// The distinct key slot lists of the nodes that store partial matches (`&`, `;`,
+    /// `Times`): nodes keyed by the same variables share one store.
+    pub(super) key_classes: Vec<Vec<usize>>,
+    /// Per node: its key class and its place among that class's nodes, if it stores.
+    pub(super) key_class_of: Vec<Option<(usize, usize)>>,
+    /// Per key class: how to make its key from an `until` binding (the index in
+    /// `until_vars` of each key slot), when its slots are exactly the filter's variables;
+    /// `None` where the class must be scanned instead.
     pub(super) until_keys: Vec<Option<Vec<usize>>>,
 }
 
@@ -184,12 +188,13 @@ impl Pattern {
             Some(until) => (vars_of(until, &mut names), true),
             None => (Vec::new(), false),
         };
-        let until_slots: Vec<usize> = until_vars.iter().map(|&(_, s)| s).collect();
-        let until_keys = nodes
+        let mut key_classes: Vec<Vec<usize>> = Vec::new();
+        let mut widths: Vec<usize> = Vec::new();
+        let key_class_of = nodes
             .iter()
             .enumerate()
             .map(|(index, node)| {
-                let key_slots: Vec<usize> = match &node.op {
+                let slots: Vec<usize> = match &node.op {
                     Op::Join { key, .. } => key.clone(),
                     Op::Times { .. } => {
                         let leaf = leaf_node.iter().position(|&n| n == index)?;
@@ -197,12 +202,28 @@ impl Pattern {
                     }
                     Op::Leaf | Op::Or => return None,
                 };
-                // A slot twice in the key or the filter: scan.
-                let distinct = |v: &[usize]| v.iter().collect::<BTreeSet<_>>().len() == v.len();
-                if key_slots.len() != until_slots.len() || !distinct(&key_slots) || !distinct(&until_slots) {
+                let class = match key_classes.iter().position(|c| *c == slots) {
+                    Some(class) => class,
+                    None => {
+                        key_classes.push(slots);
+                        widths.push(0);
+                        key_classes.len() - 1
+                    }
+                };
+                widths[class] += 1;
+                Some((class, widths[class] - 1))
+            })
+            .collect();
+        let until_slots: Vec<usize> = until_vars.iter().map(|&(_, s)| s).collect();
+        // A slot twice in the key or the filter: scan.
+        let distinct = |v: &[usize]| v.iter().collect::<BTreeSet<_>>().len() == v.len();
+        let until_keys = key_classes
+            .iter()
+            .map(|slots| {
+                if slots.len() != until_slots.len() || !distinct(slots) || !distinct(&until_slots) {
                     return None;
                 }
-                key_slots.iter().map(|k| until_slots.iter().position(|u| u == k)).collect()
+                slots.iter().map(|k| until_slots.iter().position(|u| u == k)).collect()
             })
             .collect();
         Self {
@@ -213,13 +234,10 @@ impl Pattern {
             window: cs.window(),
             until_vars,
             has_until,
+            key_classes,
+            key_class_of,
             until_keys,
         }
-    }
-
-    /// True if `node` stores partial matches.
-    pub(super) fn stores(&self, node: usize) -> bool {
-        matches!(self.nodes[node].op, Op::Join { .. } | Op::Times { .. })
     }
 
     /// The number of leaves.
