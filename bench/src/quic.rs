@@ -213,8 +213,13 @@ impl Pacer {
         Self { per_ms, tick: tokio::time::interval(Duration::from_millis(1)) }
     }
 
-    /// Waits, if publication `n` starts a new millisecond's burst.
+    /// Waits, if publication `n` starts a new millisecond's burst. The clock starts at
+    /// the first publication: ticks missed while the run was being set up would otherwise
+    /// be sent at once (a run paced for 1 s once took 0.5 s).
     async fn before(&mut self, n: usize) {
+        if n == 0 {
+            self.tick.reset();
+        }
         if self.per_ms.is_some_and(|per_ms| n % per_ms == 0) {
             self.tick.tick().await;
         }
