@@ -366,3 +366,26 @@ fn with_cycles_a_pattern_placed_while_a_link_was_down_moves_there_when_it_return
     assert_eq!(sim.composite_deliveries.len(), 1);
     assert_eq!(matches_at(&sim, 3), 1, "detected at B4");
 }
+
+#[test]
+fn with_cycles_a_link_that_returns_keeps_the_partial_matches_of_patterns_detected_here() {
+    // B1–B2; the subscriber's pattern is detected at B1 (one leaf's publisher is local),
+    // its other leaf a subscription toward B2. The link going and returning moves nothing,
+    // so the partial match stored before stays.
+    let mut sim = Sim::with_options(2, Options { cycles: true, ..Options::default() });
+    sim.link(0, 1, 2);
+    sim.run();
+    sim.attach(SUBSCRIBER, 0);
+    sim.attach(P1, 1);
+    sim.attach(P2, 0);
+    sim.id(P1, "a [class,eq,'s1'],[k,isPresent,'']");
+    sim.id(P2, "a [class,eq,'s2'],[k,isPresent,'']");
+    sim.id(SUBSCRIBER, "cs {[class,eq,'s1']};{[class,eq,'s2']}");
+    sim.call(P1, "p [class,'s1'],[k,'a']").expect("published");
+    sim.unlink(0, 1);
+    sim.run();
+    sim.link(0, 1, 2);
+    sim.run();
+    sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
+    assert_eq!(sim.composite_deliveries.len(), 1, "s1 before the bounce, s2 after");
+}

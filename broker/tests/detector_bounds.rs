@@ -270,3 +270,26 @@ fn an_end_drops_what_began_before_it_whatever_the_stores_are_keyed_by() {
     assert_eq!(feed.publish(&joined, 50, "[class,'b'],[k,'1']").len(), 1, "only y's a is left to pair");
     assert!(feed.publish(&times, 51, "[class,'t'],[g,'x'],[v,3]").is_empty(), "x's chain is gone");
 }
+
+#[test]
+fn a_repeated_stamp_does_not_stand_in_for_the_publication_that_carries_it() {
+    // A neighbour that repeats a stamp: the second publication must be walked from its own
+    // value, not from the first one's.
+    let mut detectors = Detectors::new(Bounds::default());
+    let cs: CompositeSubscription = "Times({[class,eq,'t']},2,v,1)".parse().expect("pattern");
+    let id = detectors.add(&cs);
+    let at = |time: u64, seq: u64, text: &str| {
+        let publication: Publication = text.parse().expect("publication");
+        Arc::new(Stamped {
+            stamp: Stamp::new(time, Name::new("B").expect("name"), seq),
+            publication: Arc::new(publication),
+        })
+    };
+    let mut out = Vec::new();
+    detectors.publication(10, id, 0, &at(10, 1, "[class,'t'],[v,1]"), &mut out);
+    detectors.publication(20, id, 0, &at(20, 2, "[class,'t'],[v,2]"), &mut out);
+    assert_eq!(out.len(), 1, "1 then 2");
+    out.clear();
+    detectors.publication(30, id, 0, &at(10, 1, "[class,'t'],[v,7]"), &mut out);
+    assert!(out.is_empty(), "7 is not followed by 2: {out:?}");
+}

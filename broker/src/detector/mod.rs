@@ -461,7 +461,11 @@ impl Detector {
         let limit = ctx.bounds.pairs_per_input;
         let mut pubs: Vec<&Arc<Stamped>> = bucket.iter().map(|s| &s.partial.pubs[0].1).collect();
         pubs.sort_by(|a, b| a.stamp.cmp(&b.stamp));
-        let at = pubs.partition_point(|p| p.stamp < publication.stamp);
+        // This publication's own place (another stored one may carry an equal stamp: a
+        // neighbour's duplicate; the walks skip equal stamps).
+        let first_equal = pubs.partition_point(|p| p.stamp < publication.stamp);
+        let at =
+            (first_equal..pubs.len()).find(|&i| Arc::ptr_eq(pubs[i], &publication)).unwrap_or(first_equal);
         let chain = Chain { pubs, attr, step, limit, budget: Cell::new(TIMES_STEPS), cut: Cell::new(false) };
         let mut found = Vec::new();
         let mut dropped = 0;
@@ -643,6 +647,9 @@ impl Chain<'_> {
                 return;
             }
             self.budget.set(self.budget.get() - 1);
+            if self.pubs[i].stamp == self.pubs[at].stamp {
+                continue;
+            }
             let Some(candidate_value) = value(i) else { continue };
             let (earlier, later) =
                 if forward { (from_value, candidate_value) } else { (candidate_value, from_value) };

@@ -116,12 +116,11 @@ struct Partition<K> {
     uses: HashMap<AttrId, usize>,
     /// How many subscriptions of the class have each `eq` string literal, by attribute.
     values: HashMap<AttrId, HashMap<Arc<str>, usize>>,
-    /// The value pivots with a group: by attribute id, value → pivot (foldhash: the values
-    /// of a publication's attributes are looked up on every match, and SipHash cost W4
-    /// 8%; it is seeded per process, so clients cannot choose colliding values); and back.
-    value_pivots: Vec<FastMap<Arc<str>, Pivot>>,
-    /// Attributes with value pivots.
-    value_attrs: usize,
+    /// The value pivots with a group: per attribute that has some (a few at most, sorted by
+    /// id), value → pivot (foldhash: the values of a publication's attributes are looked
+    /// up on every match, and SipHash cost W4 8%; it is seeded per process, so clients
+    /// cannot choose colliding values); and back.
+    value_pivots: Vec<(AttrId, FastMap<Arc<str>, Pivot>)>,
     pivot_values: HashMap<Pivot, (AttrId, Arc<str>)>,
     /// Attributes whose subscriptions were filed again when they reached
     /// [`VALUE_PIVOT_AFTER`] values (once each).
@@ -140,7 +139,6 @@ impl<K> Partition<K> {
             uses: HashMap::new(),
             values: HashMap::new(),
             value_pivots: Vec::new(),
-            value_attrs: 0,
             refiled: Vec::new(),
             pivot_values: HashMap::new(),
             free_pivots: Vec::new(),
@@ -152,7 +150,7 @@ impl<K> Partition<K> {
     /// The pivot of `(attr, value)`, made if there is none (`None` if every number is in
     /// use).
     fn value_pivot(&mut self, attr: AttrId, value: &Arc<str>) -> Option<Pivot> {
-        if let Some(&pivot) = self.value_pivots.get(attr as usize).and_then(|m| m.get(value)) {
+        if let Some(&pivot) = self.values_of(attr).and_then(|m| m.get(value)) {
             return Some(pivot);
         }
         let pivot = match self.free_pivots.pop() {
@@ -163,23 +161,33 @@ impl<K> Partition<K> {
             }
             None => return None,
         };
-        if self.value_pivots.len() <= attr as usize {
-            self.value_pivots.resize_with(attr as usize + 1, FastMap::default);
-        }
-        let by_value = &mut self.value_pivots[attr as usize];
-        self.value_attrs += usize::from(by_value.is_empty());
-        by_value.insert(value.clone(), pivot);
+        let at = match self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a) {
+            Ok(at) => at,
+            Err(at) => {
+                self.value_pivots.insert(at, (attr, FastMap::default()));
+                at
+            }
+        };
+        self.value_pivots[at].1.insert(value.clone(), pivot);
         self.pivot_values.insert(pivot, (attr, value.clone()));
         Some(pivot)
+    }
+
+    /// The value pivots of attribute `attr`, if it has some.
+    fn values_of(&self, attr: AttrId) -> Option<&FastMap<Arc<str>, Pivot>> {
+        let at = self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a).ok()?;
+        Some(&self.value_pivots[at].1)
     }
 
     /// Forgets the (now empty) group of `pivot`.
     fn drop_group(&mut self, pivot: Pivot) {
         self.groups.remove(&pivot);
         if let Some((attr, value)) = self.pivot_values.remove(&pivot) {
-            if let Some(m) = self.value_pivots.get_mut(attr as usize) {
-                m.remove(&value);
-                self.value_attrs -= usize::from(m.is_empty());
+            if let Ok(at) = self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a) {
+                self.value_pivots[at].1.remove(&value);
+                if self.value_pivots[at].1.is_empty() {
+                    self.value_pivots.remove(at);
+                }
             }
             self.free_pivots.push(pivot);
         }
@@ -409,14 +417,10 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         scratch.attrs.sort_unstable();
         let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
         let mut pivots: Vec<Pivot> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
-        if partition.value_attrs > 0 {
-            for &(id, i) in &scratch.attrs {
-                let Some(by_value) = partition.value_pivots.get(id as usize).filter(|m| !m.is_empty()) else {
-                    continue;
-                };
-                let Some(s) = publication.attrs()[i].1.as_str() else { continue };
-                pivots.extend(by_value.get(s));
-            }
+        for (attr, by_value) in &partition.value_pivots {
+            let Ok(at) = scratch.attrs.binary_search_by_key(attr, |&(id, _)| id) else { continue };
+            let Some(s) = publication.attrs()[scratch.attrs[at].1].1.as_str() else { continue };
+            pivots.extend(by_value.get(s));
         }
         for pivot in pivots {
             if let Some(group) = partition.groups.get(&pivot) {
@@ -477,7 +481,7 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         // Value groups of the advertised attributes too.
         let values: Vec<Pivot> = advertised
             .iter()
-            .filter_map(|&a| partition.value_pivots.get(a as usize))
+            .filter_map(|&a| partition.values_of(a))
             .flat_map(|by_value| by_value.values().copied())
             .collect();
         advertised.extend(values);

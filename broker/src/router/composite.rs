@@ -280,7 +280,14 @@ impl Router {
                     Placement::Split { parts, .. } => parts.iter().any(|(_, n, _)| n == name),
                     Placement::Unplaced => false,
                 };
-                placed_there || part.dests.iter().any(|d| matches!(d, Dest::Hop(to) if to == name))
+                // Placing it now would send `name` a part: the whole pattern, or an
+                // operator bound there (leaves always stay here, as subscriptions, which
+                // the overlay restores by itself).
+                let cs = &part.cs;
+                let would_send = part.dests.iter().enumerate().any(|(node, d)| {
+                    matches!(d, Dest::Hop(to) if to == name) && (node == cs.root() || !is_leaf(cs, node))
+                });
+                placed_there || would_send
             })
             .map(|(key, _)| key.clone())
             .collect();
