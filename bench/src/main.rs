@@ -14,12 +14,13 @@ mod peers;
 mod quic;
 mod workload;
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use mimalloc::MiMalloc;
 use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 use padres_lang::{Subscription, matches, overlaps};
 use workload::{Generator, Workload};
@@ -33,7 +34,8 @@ static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// would contend for `LIVE` on every allocation, and that cost would be measured too.
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
-// SAFETY: forwards every call unchanged to the system allocator; only counts sizes.
+// SAFETY: forwards every call unchanged to mimalloc (the broker binary's allocator, so
+// that the figures are the broker's); only counts sizes.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -41,14 +43,14 @@ unsafe impl GlobalAlloc for Counting {
             LIVE.fetch_add(layout.size(), Ordering::Relaxed);
         }
         // SAFETY: same layout, forwarded.
-        unsafe { System.alloc(layout) }
+        unsafe { MiMalloc.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
         }
         // SAFETY: the pointer came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
+        unsafe { MiMalloc.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
@@ -56,7 +58,7 @@ unsafe impl GlobalAlloc for Counting {
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
         }
         // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        unsafe { MiMalloc.realloc(ptr, layout, new_size) }
     }
 }
 
