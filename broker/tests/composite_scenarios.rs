@@ -23,12 +23,17 @@ const P1: u64 = 11;
 const P2: u64 = 12;
 const P3: u64 = 13;
 
-/// Publishers of s1 at B5, s2 at B6, s3 at B3; the subscriber at B1.
-fn fig5_publishers(sim: &mut Sim) {
+/// The subscriber at B1; publishers P1 at B5, P2 at B6, P3 at B3.
+fn fig5_clients(sim: &mut Sim) {
     sim.attach(SUBSCRIBER, 0);
     sim.attach(P1, 4);
     sim.attach(P2, 5);
     sim.attach(P3, 2);
+}
+
+/// Publishers of s1 at B5, s2 at B6, s3 at B3; the subscriber at B1.
+fn fig5_publishers(sim: &mut Sim) {
+    fig5_clients(sim);
     sim.id(P1, "a [class,eq,'s1'],[k,isPresent,'']");
     sim.id(P2, "a [class,eq,'s2'],[k,isPresent,'']");
     sim.id(P3, "a [class,eq,'s3'],[k,isPresent,'']");
@@ -151,10 +156,7 @@ fn variables_join_across_brokers() {
 #[test]
 fn a_new_advertisement_moves_the_pattern_and_later_publications_complete_it() {
     let mut sim = fig5(Options::default());
-    sim.attach(SUBSCRIBER, 0);
-    sim.attach(P1, 4);
-    sim.attach(P2, 5);
-    sim.attach(P3, 2);
+    fig5_clients(&mut sim);
     sim.id(P1, "a [class,eq,'s1'],[k,isPresent,'']");
     // Only s1 is advertised: the pattern goes whole toward B5's side.
     sim.id(SUBSCRIBER, "cs {[class,eq,'s1']};{[class,eq,'s2']}");
@@ -296,10 +298,7 @@ fn an_incomplete_match_from_a_neighbour_is_dropped_not_half_used() {
     use padres_lang::{Stamp, Stamped};
 
     let mut sim = fig5(Options::default());
-    sim.attach(SUBSCRIBER, 0);
-    sim.attach(P1, 4);
-    sim.attach(P2, 5);
-    sim.attach(P3, 2);
+    fig5_clients(&mut sim);
     sim.id(P1, "a [class,eq,'s1'],[x,isPresent,'']");
     sim.id(P2, "a [class,eq,'s2'],[y,isPresent,'']");
     sim.id(P3, "a [class,eq,'s3'],[x,isPresent,''],[y,isPresent,'']");
