@@ -4,6 +4,10 @@
 //! the detector in a random arrival order (an `until` publication before anything stamped
 //! after it). The matches must be exactly the reference's.
 //!
+//! A second test delivers each publication within a lateness allowance of its stamp, so
+//! that windows expire and `until` ends are forgotten (their bindings' partial matches
+//! dropped) during the run: the answer must still be the reference's.
+//!
 //! A failure names its seed; `DETECT_SEED=n cargo test -p padres-broker --test
 //! detector_reference` replays it.
 
@@ -22,8 +26,20 @@ fn random_publication(rng: &mut Rng) -> Publication {
     format!("[class,'{class}']{}", patterns::attributes(rng)).parse().expect("a publication")
 }
 
+/// How publications reach the detector.
+#[derive(Clone, Copy, Debug)]
+enum Arrival {
+    /// In any order (an `until` publication before anything stamped after it), with a
+    /// lateness allowance longer than the run: nothing expires or is forgotten.
+    AnyOrder,
+    /// Each publication at most `lateness - 1` ms after its stamp (an `until` one at its
+    /// stamp), arriving at that time by the detector's clock, with that allowance: windows
+    /// expire and ends are forgotten during the run, and the answer must not change.
+    WithinLateness(u64),
+}
+
 /// One run; returns an error message on a difference.
-fn run(seed: u64) -> Result<(), String> {
+fn run(seed: u64, mode: Arrival) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let mut leaves = 0;
     let mut text = patterns::pattern(&mut rng, 3, &mut leaves);
@@ -62,28 +78,49 @@ fn run(seed: u64) -> Result<(), String> {
     let ends: Vec<usize> = (0..stream.len())
         .filter(|&i| cs.until_filter().is_some_and(|until| matches(until, &stream[i].1)))
         .collect();
-    let mut shuffled: Vec<usize> = (0..stream.len()).collect();
-    rng.0.shuffle(&mut shuffled);
-    let mut arrival = Vec::with_capacity(stream.len());
-    while arrival.len() < stream.len() {
-        let ready = |i: usize, arrival: &[usize]| ends.iter().all(|&e| e >= i || arrival.contains(&e));
-        let next = *shuffled
-            .iter()
-            .find(|&&i| !arrival.contains(&i) && ready(i, &arrival))
-            .expect("the earliest end not yet arrived is always ready");
-        arrival.push(next);
-    }
-    let bounds = Bounds { pairs_per_input: usize::MAX, lateness_ms: 1_000_000, ..Bounds::default() };
+    // (position, arrival time by the detector's clock)
+    let (arrival, lateness): (Vec<(usize, u64)>, u64) = match mode {
+        Arrival::AnyOrder => {
+            let mut shuffled: Vec<usize> = (0..stream.len()).collect();
+            rng.0.shuffle(&mut shuffled);
+            let mut arrival: Vec<usize> = Vec::with_capacity(stream.len());
+            while arrival.len() < stream.len() {
+                let ready =
+                    |i: usize, arrival: &[usize]| ends.iter().all(|&e| e >= i || arrival.contains(&e));
+                let next = *shuffled
+                    .iter()
+                    .find(|&&i| !arrival.contains(&i) && ready(i, &arrival))
+                    .expect("the earliest end not yet arrived is always ready");
+                arrival.push(next);
+            }
+            // The clock: the latest stamp seen.
+            let mut now = 0;
+            let timed = arrival.into_iter().map(|i| {
+                now = u64::max(now, stream[i].0.time);
+                (i, now)
+            });
+            (timed.collect(), 1_000_000)
+        }
+        Arrival::WithinLateness(lateness) => {
+            let mut timed: Vec<(usize, u64)> = (0..stream.len())
+                .map(|i| {
+                    let delay = if ends.contains(&i) { 0 } else { rng.below(lateness) };
+                    (i, stream[i].0.time + delay)
+                })
+                .collect();
+            timed.sort_by_key(|&(i, at)| (at, i));
+            (timed, lateness)
+        }
+    };
+    let bounds = Bounds { pairs_per_input: usize::MAX, lateness_ms: lateness, ..Bounds::default() };
     let mut detectors = Detectors::new(bounds);
     let id = detectors.add(&cs);
     let subs: Vec<_> = cs.atoms().collect();
     let position: HashMap<Stamp, usize> =
         stream.iter().enumerate().map(|(i, (s, _))| (s.clone(), i)).collect();
     let mut got = Vec::new();
-    let mut now = 0;
-    for &i in &arrival {
+    for &(i, now) in &arrival {
         let (stamp, publication) = &stream[i];
-        now = now.max(stamp.time);
         detectors.handle_timeout(now);
         let stamped = Arc::new(Stamped { stamp: stamp.clone(), publication: Arc::new(publication.clone()) });
         let mut out = Vec::new();
@@ -135,6 +172,23 @@ fn the_detector_gives_the_reference_answer_in_any_arrival_order() {
         Ok(seed) => vec![seed.parse().expect("DETECT_SEED is a number")],
         Err(_) => (0..3_000).collect(),
     };
-    let failures: Vec<String> = seeds.into_iter().filter_map(|seed| run(seed).err()).take(3).collect();
+    let failures: Vec<String> =
+        seeds.into_iter().filter_map(|seed| run(seed, Arrival::AnyOrder).err()).take(3).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn the_detector_gives_the_reference_answer_when_windows_expire_and_ends_are_forgotten() {
+    let seeds: Vec<u64> = match std::env::var("DETECT_SEED") {
+        Ok(seed) => vec![seed.parse().expect("DETECT_SEED is a number")],
+        Err(_) => (0..3_000).collect(),
+    };
+    // Lateness from a few ms (most things expire or are forgotten during a run) to more
+    // than a run's span.
+    let failures: Vec<String> = seeds
+        .into_iter()
+        .filter_map(|seed| run(seed, Arrival::WithinLateness(1 + seed % 97)).err())
+        .take(3)
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -30,7 +30,8 @@
 //!   is, no match straddling it forms. When it is forgotten, the stored partial matches of
 //!   its binding that began before it are dropped ([`Counters::ended`]); until then they
 //!   may still pair with publications stamped before it that arrive late, as the reference
-//!   says. Partial matches that do not bind every variable of the filter are not ended.
+//!   says. Partial matches that do not bind every variable of the filter are not ended,
+//!   and while one that began before an end is stored, the end is not forgotten.
 //! - One input forms at most `pairs_per_input` matches at each node: the partners stored
 //!   most recently are tried first; the rest are dropped ([`Counters::pairs_dropped`]).
 //!   This is the bound on the notifications one publication causes. A `Times` input also
@@ -47,7 +48,7 @@ mod stores;
 
 use std::cell::Cell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::mem;
 use std::sync::Arc;
 
@@ -198,6 +199,11 @@ struct Detector {
     ends: HashMap<Key, Vec<Stamp>>,
     /// When each remembered end is forgotten.
     ends_order: VecDeque<(u64, Key, Stamp)>,
+    /// The first stamps of the stored partial matches that do not bind the `until`
+    /// filter's variables (with how many each): an end stamped after one of them is
+    /// remembered until it goes, since it could still join a partial match of that end's
+    /// binding into one that straddles the end.
+    unbound: BTreeMap<Stamp, usize>,
     /// Matches formed at each node during the current input.
     formed: Vec<usize>,
 }
@@ -213,6 +219,7 @@ impl Detector {
             order: VecDeque::new(),
             ends: HashMap::new(),
             ends_order: VecDeque::new(),
+            unbound: BTreeMap::new(),
             formed: vec![0; n],
         }
     }
@@ -223,7 +230,28 @@ impl Detector {
 
     fn remove_entry(&mut self, entry: usize) {
         let loc = self.entries.remove(entry);
-        self.stores.remove(loc.node, loc.side, &loc.key, entry);
+        if let Some(stored) = self.stores.remove(loc.node, loc.side, &loc.key, entry) {
+            self.forget_unbound(&stored.partial);
+        }
+    }
+
+    /// True if `partial` binds every variable of the `until` filter (so an end can be
+    /// matched against it).
+    fn binds_until(&self, partial: &Partial) -> bool {
+        self.pattern.until_vars.iter().all(|&(_, s)| partial.bindings[s].is_some())
+    }
+
+    /// `partial` is no longer stored: if it did not bind the filter's variables, it no
+    /// longer holds back forgetting the ends stamped after its start.
+    fn forget_unbound(&mut self, partial: &Partial) {
+        if self.pattern.has_until && !self.binds_until(partial) {
+            if let Some(n) = self.unbound.get_mut(partial.first()) {
+                *n -= 1;
+                if *n == 0 {
+                    self.unbound.remove(partial.first());
+                }
+            }
+        }
     }
 
     /// Evicts the longest-stored partial match; false if there is none.
@@ -237,24 +265,38 @@ impl Detector {
         false
     }
 
-    /// Forgets the ends remembered until `now` or earlier, and drops the stored partial
-    /// matches of their bindings that began before them: from now on nothing stamped
-    /// before such an end is expected to arrive, so they can no longer complete a match
-    /// that does not straddle it. Returns how many were dropped.
-    fn forget_ends(&mut self, now: u64) -> usize {
+    /// For the ends remembered until `now` or earlier: drops the stored partial matches of
+    /// their bindings that began before them (from now on nothing stamped before such an
+    /// end is expected to arrive, so they can no longer complete a match that does not
+    /// straddle it), and forgets the end, unless a stored partial match that does not bind
+    /// the filter's variables began before it: that one could still be joined with a
+    /// partial match of the end's binding begun after the end, and the end must stop it.
+    /// Such an end is looked at again `lateness` later. Returns how many partial matches
+    /// were dropped, and when to look again, if at all.
+    fn forget_ends(&mut self, now: u64, lateness: u64) -> (usize, Option<u64>) {
         let mut removed = 0;
+        let mut kept = Vec::new();
         while self.ends_order.front().is_some_and(|(at, ..)| *at <= now) {
             let (_, key, e) = self.ends_order.pop_front().expect("checked");
+            removed += self.drop_ended(&key, &e);
+            if self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) {
+                kept.push((key, e));
+                continue;
+            }
             if let Some(stamps) = self.ends.get_mut(&key) {
-                // Remembered in the order they are forgotten.
-                stamps.remove(0);
+                if let Some(at) = stamps.iter().position(|s| *s == e) {
+                    stamps.remove(at);
+                }
                 if stamps.is_empty() {
                     self.ends.remove(&key);
                 }
             }
-            removed += self.drop_ended(&key, &e);
         }
-        removed
+        let again = (!kept.is_empty()).then(|| now.saturating_add(lateness.max(1)));
+        for (key, e) in kept {
+            self.ends_order.push_back((again.expect("set"), key, e));
+        }
+        (removed, again)
     }
 
     /// Drops the stored partial matches of `until` binding `key` that began before `e`:
@@ -334,6 +376,9 @@ impl Detector {
             .pattern
             .window
             .map(|w| partial.first().time.saturating_add(w).saturating_add(ctx.bounds.lateness_ms));
+        if self.pattern.has_until && !self.binds_until(&partial) {
+            *self.unbound.entry(partial.first().clone()).or_default() += 1;
+        }
         let entry = self.entries.insert(Loc { node, side, key: key.clone(), generation });
         self.stores.push(node, side, key, Stored { entry, partial });
         self.order.push_back((entry, generation));
@@ -727,9 +772,12 @@ impl Detectors {
         let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) else {
             return;
         };
-        let forgotten = detector.forget_ends(now);
+        let (forgotten, again) = detector.forget_ends(now, self.bounds.lateness_ms);
         self.counters.ended += forgotten as u64;
         self.stored -= forgotten;
+        if let Some(at) = again {
+            self.ends_due.push(Reverse((at, id)));
+        }
         detector.formed.fill(0);
         let mut ctx = Ctx {
             bounds: &self.bounds,
@@ -872,9 +920,12 @@ impl Detectors {
             self.ends_due.pop();
             // A detector removed since (or its reused slot) forgets only what is due.
             if let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) {
-                let forgotten = detector.forget_ends(now);
+                let (forgotten, again) = detector.forget_ends(now, self.bounds.lateness_ms);
                 self.counters.ended += forgotten as u64;
                 self.stored -= forgotten;
+                if let Some(at) = again {
+                    self.ends_due.push(Reverse((at, id)));
+                }
             }
         }
     }

@@ -67,17 +67,16 @@ impl Stores {
         }
     }
 
-    /// Removes `entry` from the list of `node`'s `side` for `key`.
-    pub(super) fn remove(&mut self, node: usize, side: usize, key: &Key, entry: usize) {
+    /// Removes `entry` from the list of `node`'s `side` for `key`, and returns it.
+    pub(super) fn remove(&mut self, node: usize, side: usize, key: &Key, entry: usize) -> Option<Stored> {
         let (class, list) = self.at(node, side);
         let map = &mut self.classes[class];
-        let Some(bucket) = map.get_mut(key) else { return };
-        if let Some(at) = bucket[list].iter().position(|s| s.entry == entry) {
-            bucket[list].remove(at);
-        }
+        let bucket = map.get_mut(key)?;
+        let removed = bucket[list].iter().position(|s| s.entry == entry).map(|at| bucket[list].remove(at));
         if bucket.iter().all(Vec::is_empty) {
             map.remove(key);
         }
+        removed
     }
 
     /// Drops, from key class `class`'s bucket for `key`, every stored match for which
