@@ -265,6 +265,18 @@ impl Detector {
         false
     }
 
+    /// Removes end `e` of binding `key` from the remembered ones.
+    fn unremember(&mut self, key: &Key, e: &Stamp) {
+        if let Some(stamps) = self.ends.get_mut(key) {
+            if let Some(at) = stamps.iter().position(|s| s == e) {
+                stamps.remove(at);
+            }
+            if stamps.is_empty() {
+                self.ends.remove(key);
+            }
+        }
+    }
+
     /// For the ends remembered until `now` or earlier: drops the stored partial matches of
     /// their bindings that began before them (from now on nothing stamped before such an
     /// end is expected to arrive, so they can no longer complete a match that does not
@@ -283,14 +295,7 @@ impl Detector {
                 kept.push((key, e));
                 continue;
             }
-            if let Some(stamps) = self.ends.get_mut(&key) {
-                if let Some(at) = stamps.iter().position(|s| *s == e) {
-                    stamps.remove(at);
-                }
-                if stamps.is_empty() {
-                    self.ends.remove(&key);
-                }
-            }
+            self.unremember(&key, &e);
         }
         let again = (!kept.is_empty()).then(|| now.saturating_add(lateness.max(1)));
         for (key, e) in kept {
@@ -630,7 +635,12 @@ impl Detector {
     /// that began before it are dropped ([`Self::forget_ends`]). Until then they may still
     /// pair with publications stamped before it that arrive late. Returns when it is
     /// forgotten, or `None` if it ends nothing (an attribute of a variable is missing).
-    fn end(&mut self, ctx: &Ctx<'_>, now: u64, publication: &Stamped) -> Option<u64> {
+    ///
+    /// At most `per_detector` ends are remembered: past that, the oldest is forgotten at
+    /// once, its binding's partial matches begun before it dropped, and the longest-stored
+    /// partial matches evicted until none that does not bind the filter's variables began
+    /// before it (ends kept for such a partial match would otherwise pile up).
+    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Stamped) -> Option<u64> {
         let mut values = Vec::with_capacity(self.pattern.until_vars.len());
         for (attr, _) in &self.pattern.until_vars {
             values.push(KeyPart::of(publication.publication.get(attr)?));
@@ -639,6 +649,14 @@ impl Detector {
         let forget_at = now.saturating_add(ctx.bounds.lateness_ms);
         self.ends.entry(key.clone()).or_default().push(publication.stamp.clone());
         self.ends_order.push_back((forget_at, key, publication.stamp.clone()));
+        while self.ends_order.len() > ctx.bounds.per_detector {
+            let (_, key, e) = self.ends_order.pop_front().expect("over the cap");
+            ctx.counters.ended += self.drop_ended(&key, &e) as u64;
+            while self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) && self.evict_oldest() {
+                ctx.counters.evicted += 1;
+            }
+            self.unremember(&key, &e);
+        }
         Some(forget_at)
     }
 }
@@ -884,11 +902,15 @@ impl Detectors {
     /// stamped before it end.
     pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
         let mut forget_at = None;
+        let mut removed = 0;
         self.input(now, id, |detector, ctx| {
             if detector.pattern.has_until {
+                let before = detector.entries.len();
                 forget_at = detector.end(ctx, now, publication);
+                removed = before - detector.entries.len();
             }
         });
+        self.stored -= removed;
         if let Some(at) = forget_at {
             self.ends_due.push(Reverse((at, id)));
         }
@@ -935,6 +957,32 @@ impl Detectors {
 mod tests {
     use super::*;
     use padres_lang::Name;
+
+    #[test]
+    fn remembered_ends_are_capped_and_what_holds_them_is_evicted() {
+        let mut detectors = Detectors::new(Bounds { per_detector: 10, ..Bounds::default() });
+        let cs: CompositeSubscription =
+            "{[class,eq,'a']}&{[class,eq,'b'],[k,eq,$S$k]} until {[class,eq,'end'],[k,eq,$S$k]}"
+                .parse()
+                .expect("pattern");
+        let id = detectors.add(&cs);
+        let origin = Name::new("B").expect("name");
+        let stamped = |i: u64, text: &str| {
+            let publication: Publication = text.parse().expect("publication");
+            Arc::new(Stamped { stamp: Stamp::new(i, origin.clone(), i), publication: Arc::new(publication) })
+        };
+        let mut out = Vec::new();
+        // An a binds no k: while it is stored, ends after it are remembered past the lateness.
+        detectors.publication(0, id, 0, &stamped(0, "[class,'a']"), &mut out);
+        for i in 1..=50 {
+            detectors.end(i, id, &stamped(i, &format!("[class,'end'],[k,'g{i}']")));
+        }
+        let detector = &detectors.detectors[0];
+        assert!(detector.ends_order.len() <= 10, "{} ends", detector.ends_order.len());
+        assert!(detector.ends.values().map(Vec::len).sum::<usize>() <= 10);
+        let c = detectors.counters();
+        assert_eq!((c.stored, c.evicted), (0, 1), "the a went with the first end over the cap: {c:?}");
+    }
 
     #[test]
     fn a_detectors_order_queue_does_not_keep_what_expired() {
