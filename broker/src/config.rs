@@ -88,7 +88,8 @@ pub struct CompositeConfig {
     /// Most matches one publication forms at one operator of a pattern.
     pub max_pairs_per_publication: usize,
     /// How late after its stamp a publication may arrive and still pair as if in order
-    /// (milliseconds; windows keep their partial matches this much longer).
+    /// (milliseconds; windows keep their partial matches this much longer, and a binding
+    /// ended by `until` keeps those begun before the end this long).
     pub lateness_ms: u64,
 }
 
@@ -370,7 +371,8 @@ impl Config {
         let _ = writeln!(out, "max_pairs_per_publication = {}", c.max_pairs_per_publication);
         let _ = writeln!(
             out,
-            "# How late (ms after its stamp) a publication may arrive and still pair as in order."
+            "# How late (ms after its stamp) a publication may arrive and still pair as in order;\n\
+             # windows, and bindings ended by until, keep their partial matches this much longer."
         );
         let _ = writeln!(out, "lateness_ms = {}", c.lateness_ms);
         out
