@@ -14,7 +14,7 @@
 //! all its subscriptions; only the messages on links and the upstream tables shrink.
 //! In cyclic overlays subscriptions are covered per tree (`cycles.rs`) with the same rule.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -139,13 +139,14 @@ pub(super) enum Offered {
 /// The SRT or the PRT (see the module docs).
 #[derive(Debug)]
 pub(super) struct Table<K: Kind> {
-    entries: HashMap<MessageId, Entry<K::Item>>,
+    /// foldhash: looked up once per matched subscription of every publication.
+    entries: foldhash::HashMap<MessageId, Entry<K::Item>>,
     kind: PhantomData<K>,
 }
 
 impl<K: Kind> Default for Table<K> {
     fn default() -> Self {
-        Self { entries: HashMap::new(), kind: PhantomData }
+        Self { entries: foldhash::HashMap::default(), kind: PhantomData }
     }
 }
 
