@@ -42,8 +42,9 @@ use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription,
 use super::{Hop, Output, Router};
 use crate::detector::{DetectorId, Detectors, Match};
 
-/// A pattern and the upstream broker it came from (`None`: a local client).
-type PartKey = (String, Option<Name>);
+/// A pattern and the upstream broker it came from (`None`: a local client); shared, since
+/// every publication that feeds a detector looks its pattern up by it.
+type PartKey = Arc<(String, Option<Name>)>;
 
 /// Where a node's publications come from, seen from this broker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,7 +120,9 @@ struct Outgoing {
 /// The composite state of one broker.
 #[derive(Debug, Default)]
 pub(super) struct Composites {
-    parts: HashMap<PartKey, Part>,
+    /// By pattern (foldhash here and in `subs`: both are looked up for every publication
+    /// that feeds a detector).
+    parts: foldhash::HashMap<PartKey, Part>,
     /// (subscriber, its id) → the part.
     subscribers: HashMap<(Hop, MessageId), PartKey>,
     /// A part this broker forwarded, by the id it gave it.
@@ -127,7 +130,7 @@ pub(super) struct Composites {
     /// The id of the part forwarded with this text to this neighbour.
     outgoing: HashMap<(String, Name), MessageId>,
     /// A detector subscription → (its pattern, role).
-    subs: HashMap<MessageId, (PartKey, Role)>,
+    subs: foldhash::HashMap<MessageId, (PartKey, Role)>,
     pub(super) detectors: Detectors,
 }
 
@@ -194,7 +197,7 @@ impl Router {
         if self.composites.subscribers.contains_key(&subscriber) {
             return;
         }
-        let key: PartKey = (cs.to_string(), upstream(&from));
+        let key: PartKey = Arc::new((cs.to_string(), upstream(&from)));
         self.composites.subscribers.insert(subscriber.clone(), key.clone());
         if let Some(part) = self.composites.parts.get_mut(&key) {
             part.subscribers.insert(subscriber);
