@@ -366,7 +366,7 @@ pub(crate) fn throughput(quick: bool, seed: u64, repeat: usize) {
     let before = LIVE.load(Ordering::Relaxed);
     let mut out = Vec::new();
     for (n, p) in publications.iter().enumerate() {
-        detectors.publication(n as u64, ids[n % apps], 0, p, &mut out);
+        detectors.publication(ids[n % apps], 0, p, &mut out);
     }
     let stored = detectors.counters().stored;
     let bytes = LIVE.load(Ordering::Relaxed).saturating_sub(before);
@@ -400,7 +400,7 @@ fn detectors_alone(apps: usize, stream: &[Publication], expected: Option<usize>)
     for (n, (appl, leaf, p)) in inputs.iter().enumerate() {
         detectors.handle_timeout(n as u64);
         match leaf {
-            Some(leaf) => detectors.publication(n as u64, ids[*appl], *leaf, p, &mut out),
+            Some(leaf) => detectors.publication(ids[*appl], *leaf, p, &mut out),
             None => detectors.end(n as u64, ids[*appl], p),
         }
     }

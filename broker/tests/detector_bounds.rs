@@ -46,16 +46,15 @@ impl Feed {
             stamp: Stamp::new(time, Name::new("B").expect("name"), self.seq),
             publication: Arc::new(publication),
         });
-        let time = now;
-        self.detectors.handle_timeout(time);
+        self.detectors.handle_timeout(now);
         let mut out = Vec::new();
         for (leaf, sub) in cs.atoms().enumerate() {
             if matches(sub, &stamped.publication) {
-                self.detectors.publication(time, *id, leaf, &stamped, &mut out);
+                self.detectors.publication(*id, leaf, &stamped, &mut out);
             }
         }
         if cs.until_filter().is_some_and(|until| matches(until, &stamped.publication)) {
-            self.detectors.end(time, *id, &stamped);
+            self.detectors.end(now, *id, &stamped);
         }
         out
     }
@@ -233,7 +232,7 @@ fn unfinished_patterns_stay_under_the_caps_over_five_million_publications() {
             stamp: Stamp::new(i / 1000, origin.clone(), i),
             publication: Arc::new(publication),
         });
-        detectors.publication(i / 1000, ids[(i % 4) as usize], 0, &stamped, &mut out);
+        detectors.publication(ids[(i % 4) as usize], 0, &stamped, &mut out);
         if i % 1000 == 0 {
             peak = peak.max(detectors.counters().stored);
         }
@@ -286,10 +285,10 @@ fn a_repeated_stamp_does_not_stand_in_for_the_publication_that_carries_it() {
         })
     };
     let mut out = Vec::new();
-    detectors.publication(10, id, 0, &at(10, 1, "[class,'t'],[v,1]"), &mut out);
-    detectors.publication(20, id, 0, &at(20, 2, "[class,'t'],[v,2]"), &mut out);
+    detectors.publication(id, 0, &at(10, 1, "[class,'t'],[v,1]"), &mut out);
+    detectors.publication(id, 0, &at(20, 2, "[class,'t'],[v,2]"), &mut out);
     assert_eq!(out.len(), 1, "1 then 2");
     out.clear();
-    detectors.publication(30, id, 0, &at(10, 1, "[class,'t'],[v,7]"), &mut out);
+    detectors.publication(id, 0, &at(10, 1, "[class,'t'],[v,7]"), &mut out);
     assert!(out.is_empty(), "7 is not followed by 2: {out:?}");
 }

@@ -126,7 +126,7 @@ fn run(seed: u64, mode: Arrival) -> Result<(), String> {
         let mut out = Vec::new();
         for (leaf, sub) in subs.iter().enumerate() {
             if matches(sub, publication) {
-                detectors.publication(now, id, leaf, &stamped, &mut out);
+                detectors.publication(id, leaf, &stamped, &mut out);
             }
         }
         if cs.until_filter().is_some_and(|until| matches(until, publication)) {

@@ -7,17 +7,20 @@
 //! ([`Detectors::end`]); it answers with the [`Match`]es that complete the pattern. The
 //! answer is the reference one (`padres_lang::semantics::composite::detect`): every
 //! distinct match once, whatever order the inputs arrive in, as long as the bounds below do
-//! not bite.
+//! not bite. Windows and `until` ends run on time: the owner calls
+//! [`Detectors::handle_timeout`] when [`Detectors::poll_timeout`] says (the router does
+//! before every input).
 //!
 //! # How it stores partial matches
 //! Every `&` and `;` node stores the matches of both its children (a `;` stores its right
 //! side's too, so that a left match stamped earlier but arriving later still pairs), keyed
 //! by the values of the **join variables**: the variables both children always bind. A new
 //! match looks up only the partners with its own key, never a scan of all state; the other
-//! shared variables are compared pair by pair. Nodes joined on the same variables share
-//! one map, a binding's lists for all of them in one bucket (`stores.rs`). A `Times` node stores the publications of its
+//! shared variables are compared pair by pair. A `Times` node stores the publications of its
 //! subscription keyed by all their variables, and chains them by the stepping attribute
-//! (a scan of that one binding's publications). `||` and leaves store nothing.
+//! (a scan of that one binding's publications). `||` and leaves store nothing. Nodes
+//! keyed by the same variables share one map, a binding's lists for all of them in one
+//! bucket (`stores.rs`).
 //!
 //! # Bounds ([`Bounds`])
 //! - `within`: a stored partial match is dropped once no publication can complete it inside
@@ -311,7 +314,7 @@ impl Detector {
         let mut removed = 0;
         let mut scanned = Vec::new();
         for class in 0..self.stores.classes() {
-            match &self.pattern.until_keys[class] {
+            match self.stores.until_key(class) {
                 Some(order) => {
                     let identity = order.iter().enumerate().all(|(at, &i)| at == i);
                     let permuted: Key;
@@ -702,9 +705,9 @@ impl Chain<'_> {
         }
         let value = |i: usize| self.pubs[i].publication.get(self.attr);
         let Some(from_value) = value(at) else { return };
-        let candidates: Box<dyn Iterator<Item = usize>> =
-            if forward { Box::new(at + 1..self.pubs.len()) } else { Box::new((0..at).rev()) };
-        for i in candidates {
+        let candidates = if forward { self.pubs.len() - at - 1 } else { at };
+        for k in 0..candidates {
+            let i = if forward { at + 1 + k } else { at - 1 - k };
             if out.len() >= self.limit || self.budget.get() == 0 {
                 self.cut.set(true);
                 return;
@@ -786,16 +789,10 @@ impl Detectors {
     }
 
     /// Runs `input` on detector `id`, then applies the caps.
-    fn input(&mut self, now: u64, id: DetectorId, input: impl FnOnce(&mut Detector, &mut Ctx<'_>)) {
+    fn input(&mut self, id: DetectorId, input: impl FnOnce(&mut Detector, &mut Ctx<'_>)) {
         let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) else {
             return;
         };
-        let (forgotten, again) = detector.forget_ends(now, self.bounds.lateness_ms);
-        self.counters.ended += forgotten as u64;
-        self.stored -= forgotten;
-        if let Some(at) = again {
-            self.ends_due.push(Reverse((at, id)));
-        }
         detector.formed.fill(0);
         let mut ctx = Ctx {
             bounds: &self.bounds,
@@ -867,13 +864,12 @@ impl Detectors {
     /// appends the matches it completes to `out`.
     pub fn publication(
         &mut self,
-        now: u64,
         id: DetectorId,
         leaf: usize,
         publication: &Arc<Stamped>,
         out: &mut Vec<Match>,
     ) {
-        self.input(now, id, |detector, ctx| {
+        self.input(id, |detector, ctx| {
             if leaf < detector.pattern.leaves() {
                 detector.leaf(ctx, leaf, publication, out);
             }
@@ -885,13 +881,12 @@ impl Detectors {
     /// it completes to `out`.
     pub fn part(
         &mut self,
-        now: u64,
         id: DetectorId,
         node: usize,
         pubs: Vec<(u32, Arc<Stamped>)>,
         out: &mut Vec<Match>,
     ) {
-        self.input(now, id, |detector, ctx| {
+        self.input(id, |detector, ctx| {
             if node < detector.pattern.nodes.len() {
                 detector.part(ctx, node, pubs, out);
             }
@@ -903,7 +898,7 @@ impl Detectors {
     pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
         let mut forget_at = None;
         let mut removed = 0;
-        self.input(now, id, |detector, ctx| {
+        self.input(id, |detector, ctx| {
             if detector.pattern.has_until {
                 let before = detector.entries.len();
                 forget_at = detector.end(ctx, now, publication);
@@ -973,7 +968,7 @@ mod tests {
         };
         let mut out = Vec::new();
         // An a binds no k: while it is stored, ends after it are remembered past the lateness.
-        detectors.publication(0, id, 0, &stamped(0, "[class,'a']"), &mut out);
+        detectors.publication(id, 0, &stamped(0, "[class,'a']"), &mut out);
         for i in 1..=50 {
             detectors.end(i, id, &stamped(i, &format!("[class,'end'],[k,'g{i}']")));
         }
@@ -999,7 +994,7 @@ mod tests {
                 publication: Arc::new(publication),
             });
             detectors.handle_timeout(i);
-            detectors.publication(i, id, 0, &stamped, &mut out);
+            detectors.publication(id, 0, &stamped, &mut out);
         }
         let detector = &detectors.detectors[0];
         assert!(detector.entries.len() <= 12, "{}", detector.entries.len());

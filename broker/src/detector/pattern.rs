@@ -56,15 +56,6 @@ pub(super) struct Pattern {
     /// The `until` filter's variables as (attribute, slot).
     pub(super) until_vars: Vec<(Name, usize)>,
     pub(super) has_until: bool,
-    /// The distinct key slot lists of the nodes that store partial matches (`&`, `;`,
-    /// `Times`): nodes keyed by the same variables share one store.
-    pub(super) key_classes: Vec<Vec<usize>>,
-    /// Per node: its key class and its place among that class's nodes, if it stores.
-    pub(super) key_class_of: Vec<Option<(usize, usize)>>,
-    /// Per key class: how to make its key from an `until` binding (the index in
-    /// `until_vars` of each key slot), when its slots are exactly the filter's variables;
-    /// `None` where the class must be scanned instead.
-    pub(super) until_keys: Vec<Option<Vec<usize>>>,
 }
 
 /// One value of an index key: numbers by numeric value, so `3` and `3.0` meet.
@@ -188,55 +179,18 @@ impl Pattern {
             Some(until) => (vars_of(until, &mut names), true),
             None => (Vec::new(), false),
         };
-        let mut key_classes: Vec<Vec<usize>> = Vec::new();
-        let mut widths: Vec<usize> = Vec::new();
-        let key_class_of = nodes
-            .iter()
-            .enumerate()
-            .map(|(index, node)| {
-                let slots: Vec<usize> = match &node.op {
-                    Op::Join { key, .. } => key.clone(),
-                    Op::Times { .. } => {
-                        let leaf = leaf_node.iter().position(|&n| n == index)?;
-                        leaf_vars[leaf].iter().map(|&(_, s)| s).collect()
-                    }
-                    Op::Leaf | Op::Or => return None,
-                };
-                let class = match key_classes.iter().position(|c| *c == slots) {
-                    Some(class) => class,
-                    None => {
-                        key_classes.push(slots);
-                        widths.push(0);
-                        key_classes.len() - 1
-                    }
-                };
-                widths[class] += 1;
-                Some((class, widths[class] - 1))
-            })
-            .collect();
-        let until_slots: Vec<usize> = until_vars.iter().map(|&(_, s)| s).collect();
-        // A slot twice in the key or the filter: scan.
-        let distinct = |v: &[usize]| v.iter().collect::<BTreeSet<_>>().len() == v.len();
-        let until_keys = key_classes
-            .iter()
-            .map(|slots| {
-                if slots.len() != until_slots.len() || !distinct(slots) || !distinct(&until_slots) {
-                    return None;
-                }
-                slots.iter().map(|k| until_slots.iter().position(|u| u == k)).collect()
-            })
-            .collect();
-        Self {
-            nodes,
-            leaf_node,
-            leaf_vars,
-            slots: names.len(),
-            window: cs.window(),
-            until_vars,
-            has_until,
-            key_classes,
-            key_class_of,
-            until_keys,
+        Self { nodes, leaf_node, leaf_vars, slots: names.len(), window: cs.window(), until_vars, has_until }
+    }
+
+    /// The slots `node`'s stored partial matches are keyed by, if it stores any: a join's
+    /// join variables, a `Times`'s variables.
+    pub(super) fn key_slots(&self, node: usize) -> Option<Vec<usize>> {
+        match &self.nodes[node].op {
+            Op::Join { key, .. } => Some(key.clone()),
+            Op::Times { .. } => {
+                Some(self.leaf_vars[self.nodes[node].leaves.0].iter().map(|&(_, s)| s).collect())
+            }
+            Op::Leaf | Op::Or => None,
         }
     }
 

@@ -520,7 +520,7 @@ impl Router {
             let mut matches = Vec::new();
             match role {
                 Role::Leaf(leaf) => {
-                    self.composites.detectors.publication(now, detector, leaf, stamped, &mut matches);
+                    self.composites.detectors.publication(detector, leaf, stamped, &mut matches);
                 }
                 Role::End => self.composites.detectors.end(now, detector, stamped),
             }
@@ -562,7 +562,7 @@ impl Router {
                         continue;
                     };
                     let mut matches = Vec::new();
-                    self.composites.detectors.part(self.now, detector, node, shifted, &mut matches);
+                    self.composites.detectors.part(detector, node, shifted, &mut matches);
                     for m in matches {
                         self.deliver(&key, m, out);
                     }
