@@ -86,10 +86,9 @@ struct Heavy<T> {
 }
 
 impl<T> Heavy<T> {
-    /// Sets `slot` in the row of `kind`. A slot with two equal halves (a predicate
-    /// repeated in one subscription) is one bit, counted once, so that `sweep` brings the
-    /// count back to zero.
-    /// False if it was set already.
+    /// Sets `slot` in the row of `kind`; false if it was set already. A slot with two
+    /// equal halves (a predicate repeated in one subscription) is one bit, counted once,
+    /// so that `sweep` brings the count back to zero.
     fn add(&mut self, slot: u32, kind: u32) -> bool {
         let row = &mut self.rows[kind as usize];
         if bits::get(row, slot) {

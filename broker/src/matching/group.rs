@@ -251,14 +251,7 @@ impl<K: Clone> Group<K> {
     }
 
     /// Calls `f` with every subscription of the group.
-    pub(super) fn for_each(&self, mut f: impl FnMut(&K, &Subscription)) {
-        for (_, key, sub) in self.slots.iter() {
-            f(key, sub);
-        }
-    }
-
-    /// Calls `f` with every subscription of the group, shared.
-    pub(super) fn for_each_shared(&self, mut f: impl FnMut(&K, &Arc<Subscription>)) {
+    pub(super) fn for_each(&self, mut f: impl FnMut(&K, &Arc<Subscription>)) {
         for (_, key, sub) in self.slots.iter() {
             f(key, sub);
         }

@@ -69,11 +69,10 @@ mod keys;
 mod slots;
 
 use std::collections::HashMap;
-
-use foldhash::HashMap as FastMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
+use foldhash::HashMap as FastMap;
 use padres_lang::{Advertisement, Name, Op, Publication, Subscription, Value};
 
 pub use advertisements::AdvertisementIndex;
@@ -161,7 +160,7 @@ impl<K> Partition<K> {
             }
             None => return None,
         };
-        let at = match self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a) {
+        let at = match self.value_attr(attr) {
             Ok(at) => at,
             Err(at) => {
                 self.value_pivots.insert(at, (attr, FastMap::default()));
@@ -173,17 +172,21 @@ impl<K> Partition<K> {
         Some(pivot)
     }
 
+    /// Where attribute `attr` is, or would go, in `value_pivots`.
+    fn value_attr(&self, attr: AttrId) -> Result<usize, usize> {
+        self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a)
+    }
+
     /// The value pivots of attribute `attr`, if it has some.
     fn values_of(&self, attr: AttrId) -> Option<&FastMap<Arc<str>, Pivot>> {
-        let at = self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a).ok()?;
-        Some(&self.value_pivots[at].1)
+        Some(&self.value_pivots[self.value_attr(attr).ok()?].1)
     }
 
     /// Forgets the (now empty) group of `pivot`.
     fn drop_group(&mut self, pivot: Pivot) {
         self.groups.remove(&pivot);
         if let Some((attr, value)) = self.pivot_values.remove(&pivot) {
-            if let Ok(at) = self.value_pivots.binary_search_by_key(&attr, |(a, _)| *a) {
+            if let Ok(at) = self.value_attr(attr) {
                 self.value_pivots[at].1.remove(&value);
                 if self.value_pivots[at].1.is_empty() {
                     self.value_pivots.remove(at);
@@ -336,7 +339,7 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             if pivot >= VALUE_PIVOTS && pivot != NO_PIVOT {
                 continue;
             }
-            group.for_each_shared(|key, sub| {
+            group.for_each(|key, sub| {
                 if eq_literals(sub, &self.names).any(|(attr, _)| attr == a) {
                     moving.push((key.clone(), sub.clone()));
                 }
@@ -418,9 +421,9 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
         let mut pivots: Vec<Pivot> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
         for (attr, by_value) in &partition.value_pivots {
-            let Ok(at) = scratch.attrs.binary_search_by_key(attr, |&(id, _)| id) else { continue };
-            let Some(s) = publication.attrs()[scratch.attrs[at].1].1.as_str() else { continue };
-            pivots.extend(by_value.get(s));
+            if let Some(s) = value_of(publication, &scratch.attrs, *attr).and_then(Value::as_str) {
+                pivots.extend(by_value.get(s));
+            }
         }
         for pivot in pivots {
             if let Some(group) = partition.groups.get(&pivot) {

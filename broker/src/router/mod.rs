@@ -553,12 +553,9 @@ impl Router {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
                     self.remove_sub(&id, out);
                     Ok(None)
-                } else if let Some(atoms) =
-                    self.clients.get_mut(&client).and_then(|c| c.composites.remove(&id))
-                {
-                    if let Some(c) = self.clients.get_mut(&client) {
-                        c.composite_atoms -= atoms;
-                    }
+                } else if self.clients.get_mut(&client).is_some_and(|c| {
+                    c.composites.remove(&id).inspect(|atoms| c.composite_atoms -= atoms).is_some()
+                }) {
                     self.composite_unsubscribe(&Hop::Client(client), &id, out);
                     Ok(None)
                 } else {
