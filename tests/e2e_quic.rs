@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use padres_client::{Client, ClientError};
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader};
@@ -68,7 +68,14 @@ async fn publications_reach_matching_subscribers_over_quic() {
     let (matched, publication) =
         next(&mut subscriber, Duration::from_secs(10)).await.expect("a notification");
     assert_eq!(matched, std::slice::from_ref(&sub));
-    assert_eq!(publication.to_string(), "[class,'stock'],[symbol,'IBM'],[price,120]");
+    assert_eq!(publication.without_time().to_string(), "[class,'stock'],[symbol,'IBM'],[price,120]");
+    // Its broker stamped the time it arrived.
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis();
+    let time = publication.time().expect("a time attribute").millis();
+    assert!(
+        (i64::try_from(now).expect("fits") - time).abs() < 60_000,
+        "time {time} is not about now ({now})"
+    );
 
     // Errors come back as errors, and the connection goes on.
     let refused = publisher.send("p [class,'bond'],[price,1]").await;

@@ -336,7 +336,7 @@ impl Sim {
 
     /// Deliveries since `from` as `(client, publication text)`.
     pub fn delivered_since(&self, from: usize) -> Vec<(ClientId, String)> {
-        self.deliveries[from..].iter().map(|d| (d.client, d.publication.to_string())).collect()
+        self.deliveries[from..].iter().map(|d| (d.client, d.publication.without_time().to_string())).collect()
     }
 }
 

@@ -51,7 +51,7 @@ fn detectors_at(sim: &Sim, broker: usize) -> usize {
 fn composite_since(sim: &Sim, from: usize) -> Vec<(MessageId, Vec<(u32, String)>)> {
     sim.composite_deliveries[from..]
         .iter()
-        .map(|d| (d.sub.clone(), d.pubs.iter().map(|(l, p)| (*l, p.to_string())).collect()))
+        .map(|d| (d.sub.clone(), d.pubs.iter().map(|(l, p)| (*l, p.without_time().to_string())).collect()))
         .collect()
 }
 

@@ -550,3 +550,26 @@ fn a_neighbours_path_length_at_the_maximum_does_not_overflow() {
         assert_eq!(flooded, Some(u32::MAX), "cycles {cycles}");
     }
 }
+
+#[test]
+fn the_publishers_broker_stamps_time_and_subscriptions_select_on_it() {
+    let mut sim = two_brokers();
+    sim.advance(1_000);
+    let since = sim.id(S, "s [class,eq,'stock'],[time,>=,1970-01-01T00:00:00.500Z]");
+    let before = sim.id(S, "s [class,eq,'stock'],[time,<,1970-01-01T00:00:00.500Z]");
+    sim.id(P, "a [class,eq,'stock'],[price,isPresent,0]");
+    assert!(prt_has(&sim, 0, "[class,eq,'stock'],[time,>=,1970-01-01T00:00:00.500Z]"), "time is advertised");
+    let at = sim.now();
+    let first = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20]"), Ok(None));
+    sim.run();
+    let got = &sim.deliveries[first..];
+    assert_eq!(got.len(), 1, "only the subscription whose range holds now");
+    assert_eq!(got[0].subs, [since]);
+    assert_eq!(got[0].publication.time().map(|t| t.millis()), Some(i64::try_from(at).expect("fits")));
+    // A time the publisher gave is kept, and selects as given.
+    let first = sim.deliveries.len();
+    assert_eq!(sim.call(P, "p [class,'stock'],[price,20],[time,1970-01-01T00:00:00.100Z]"), Ok(None));
+    sim.run();
+    assert_eq!(sim.deliveries[first..].iter().map(|d| d.subs.clone()).collect::<Vec<_>>(), [vec![before]]);
+}

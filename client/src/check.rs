@@ -1,7 +1,9 @@
 //! `padres check`: parse messages written in the text syntax, print each in canonical form,
 //! or show where and why it is wrong.
 
-use padres_lang::{Limits, Message, ParseError, Parser};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use padres_lang::{Limits, Message, ParseError, Parser, Timestamp};
 
 /// The outcome of checking one line.
 #[derive(Debug, PartialEq)]
@@ -29,6 +31,19 @@ pub fn check_line(parser: &Parser, line: &str) -> Checked {
 /// A parser with the default limits.
 pub fn default_parser() -> Parser {
     Parser::new(Limits::default())
+}
+
+/// A parser with the default limits that resolves relative times (`[time,>=,'now-1h']`)
+/// against this machine's clock: a subscription's relative bounds are fixed when it is
+/// issued.
+pub fn issuing_parser() -> Parser {
+    default_parser().at(now())
+}
+
+/// This machine's clock as a timestamp.
+pub fn now() -> Timestamp {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    i64::try_from(millis).ok().and_then(Timestamp::from_millis).unwrap_or(Timestamp::MAX)
 }
 
 /// The error as two lines: the input, then a caret under the column, then the message.

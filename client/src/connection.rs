@@ -478,7 +478,7 @@ impl Client {
 
     /// Sends a message in command form (`a …`, `s …`, `p …`, `unsub ID`, …).
     pub async fn send(&self, text: &str) -> Result<Option<MessageId>, ClientError> {
-        self.request(text.parse::<Message>()?).await
+        self.request(crate::check::issuing_parser().message(text)?).await
     }
 
     async fn query(&self, query: Query) -> Result<Report, ClientError> {

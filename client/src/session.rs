@@ -52,7 +52,7 @@ pub fn parse_line(line: &str) -> Result<Command, String> {
             .parse::<u64>()
             .map(|ms| Command::Sleep(Duration::from_millis(ms)))
             .map_err(|_| format!("sleep takes milliseconds, e.g. 'sleep 500', not {:?}", rest.trim())),
-        _ => line.parse::<Message>().map(Command::Send).map_err(|e| e.to_string()),
+        _ => crate::check::issuing_parser().message(line).map(Command::Send).map_err(|e| e.to_string()),
     }
 }
 

@@ -84,6 +84,24 @@ pub enum InvalidMessage {
     /// A composite subscription's node list is not a tree in canonical post-order.
     #[error("malformed composite subscription: {0}")]
     MalformedComposite(&'static str),
+    /// The reserved `time` attribute of a publication is not a timestamp.
+    #[error("the reserved attribute 'time' must be a timestamp such as 2026-11-20T10:00:00Z, not {0}")]
+    TimeAttribute(String),
+    /// A predicate on `time` does not compare numbers or timestamps.
+    #[error(
+        "a predicate on the reserved attribute 'time' must compare timestamps, e.g. [time,>=,2026-11-20T10:00:00Z] or [time,>=,'now-1h'], not {0}"
+    )]
+    TimePredicate(String),
+    /// A relative time (`'now-1h'`) where no clock resolves it.
+    #[error(
+        "relative time '{0}' is resolved when the subscription is issued, and this parser has no clock (use Parser::at)"
+    )]
+    RelativeTime(String),
+    /// A time bound on a command line that does not parse.
+    #[error(
+        "invalid time bound '{0}': expected a duration ago (1h, 30m, 7d), now-DURATION, epoch milliseconds, or RFC 3339 such as 2026-11-20T10:00:00Z"
+    )]
+    BadTimeBound(String),
     /// A message id is malformed.
     #[error("invalid message id '{0}': expected BROKER/NUMBER, e.g. B1/42")]
     BadId(String),

@@ -11,6 +11,7 @@
 //! - [`subscription`]: [`Subscription`] and [`Advertisement`] (conjunctions with a class).
 //! - [`publication`]: [`Publication`] (attributes plus an optional opaque payload).
 //! - [`composite`]: [`CompositeSubscription`] (`&`, `||`, `;`, `Times`, variables).
+//! - [`time`]: the reserved `time` attribute, durations and relative times (`now-1h`).
 //! - [`stamp`]: [`Stamp`], where and when a publication entered the federation (its order).
 //! - [`id`]: [`MessageId`] (`BROKER/SEQ`); [`message`]: [`Message`], what clients send.
 //! - [`parse`] and [`print`](mod@print): the text syntax; `parse(print(x)) == x` for every message.
@@ -42,6 +43,7 @@ pub mod publication;
 pub mod semantics;
 pub mod stamp;
 pub mod subscription;
+pub mod time;
 pub mod value;
 pub mod wire;
 

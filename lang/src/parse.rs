@@ -30,6 +30,11 @@
 //! a string (`[class,eq,stock]`, as PADRES allows). Quoted text is always a string; quotes
 //! take the escapes `\\ \' \" \n \t \r \0 \u{hex}`. Errors name the column and what was
 //! expected there.
+//!
+//! Under a numeric comparison (`= <> < <= > >=`), the string `now`, `now-DURATION` or
+//! `now+DURATION` (`[time,>=,'now-1h']`) is a time relative to when the text is read: a
+//! parser made with [`Parser::at`] turns it into that timestamp; any other parser refuses it
+//! ([`crate::time`]).
 
 use std::str::FromStr;
 
@@ -44,6 +49,7 @@ use crate::name::{Name, is_ident_char, is_ident_start};
 use crate::predicate::{Op, Operand, Pattern, Predicate, VarKind, Variable};
 use crate::publication::Publication;
 use crate::subscription::{Advertisement, Subscription};
+use crate::time;
 use crate::value::{Timestamp, Value};
 
 /// Parses messages under a set of [`Limits`]. `FromStr` on each message type uses
@@ -51,12 +57,21 @@ use crate::value::{Timestamp, Value};
 #[derive(Clone, Debug, Default)]
 pub struct Parser {
     limits: Limits,
+    now: Option<Timestamp>,
 }
 
 impl Parser {
     /// A parser enforcing `limits` (clamped to the defaults, see [`Limits`]).
     pub fn new(limits: Limits) -> Self {
-        Self { limits: limits.clamped() }
+        Self { limits: limits.clamped(), now: None }
+    }
+
+    /// The same parser, resolving relative times (`'now-1h'`) against `now`: what a client
+    /// uses when it issues a subscription.
+    #[must_use]
+    pub fn at(mut self, now: Timestamp) -> Self {
+        self.now = Some(now);
+        self
     }
 
     /// Parses a subscription: `[class,eq,'stock'],[price,>,100]`.
@@ -90,7 +105,7 @@ impl Parser {
         text: &str,
         parse: impl FnOnce(&mut Cursor<'_>) -> Result<T, ParseError>,
     ) -> Result<T, ParseError> {
-        let mut cursor = Cursor { src: text, pos: 0, limits: &self.limits };
+        let mut cursor = Cursor { src: text, pos: 0, limits: &self.limits, now: self.now };
         if text.len() > self.limits.max_text_len {
             return Err(cursor.error(0, ParseErrorKind::TooLong(self.limits.max_text_len)));
         }
@@ -129,6 +144,7 @@ struct Cursor<'a> {
     src: &'a str,
     pos: usize,
     limits: &'a Limits,
+    now: Option<Timestamp>,
 }
 
 impl<'a> Cursor<'a> {
@@ -244,6 +260,15 @@ impl<'a> Cursor<'a> {
                 (Op::StrRegex, Value::Str(source)) => Operand::Regex(
                     Pattern::new(&source, self.limits).map_err(|e| self.invalid(value_start, e))?,
                 ),
+                (Op::NumEq | Op::NumNe | Op::Lt | Op::Le | Op::Gt | Op::Ge, Value::Str(text))
+                    if time::relative(&text).is_some() =>
+                {
+                    let Some(now) = self.now else {
+                        return Err(self.invalid(value_start, InvalidMessage::RelativeTime(text.to_string())));
+                    };
+                    let at = time::resolve(&text, now).map_err(|e| self.invalid(value_start, e))?;
+                    Operand::Value(Value::Time(at))
+                }
                 (_, value) => Operand::Value(value),
             }
         };
@@ -434,17 +459,8 @@ impl<'a> Cursor<'a> {
     /// A duration: digits and a unit, `ms`, `s`, `m`, `h` or `d`, in milliseconds.
     fn duration(&mut self) -> Result<u64, ParseError> {
         let start = self.pos;
-        let digits = self.take_while(|c| c.is_ascii_digit());
-        let unit = self.take_while(|c| c.is_ascii_alphabetic());
-        let scale = match unit {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => 0,
-        };
-        digits.parse::<u64>().ok().filter(|_| scale > 0).and_then(|n| n.checked_mul(scale)).ok_or_else(|| {
+        let text = self.take_while(|c| c.is_ascii_alphanumeric());
+        time::parse_duration(text).ok_or_else(|| {
             self.error(start, ParseErrorKind::Expected("a duration such as 500ms, 30s, 10m, 2h or 7d"))
         })
     }

@@ -1,5 +1,6 @@
 //! Publications: attribute/value pairs with a mandatory string `class`, plus an optional
-//! opaque payload that brokers carry but never look into.
+//! opaque payload that brokers carry but never look into. The reserved attribute `time`,
+//! when present, is a timestamp ([`crate::time`]).
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -7,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::InvalidMessage;
 use crate::limits::Limits;
 use crate::name::Name;
-use crate::value::Value;
+use crate::time::TIME;
+use crate::value::{Timestamp, Value};
 
 /// A publication: its attributes in the order written, and an optional payload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -55,6 +57,9 @@ impl Publication {
             if !value.is_valid() {
                 return Err(InvalidMessage::NonFiniteFloat);
             }
+            if name == TIME && !matches!(value, Value::Time(_)) {
+                return Err(InvalidMessage::TimeAttribute(format!("{value}")));
+            }
         }
         match attrs.iter().find(|(name, _)| name == "class") {
             Some((_, Value::Str(_))) => Ok(()),
@@ -67,6 +72,32 @@ impl Publication {
     pub fn with_payload(mut self, payload: impl Into<Bytes>) -> Self {
         self.payload = Some(payload.into());
         self
+    }
+
+    /// The same publication with `time` set to `at`, unless it carries a time already
+    /// (what its publisher's broker does to every publication).
+    #[must_use]
+    pub fn with_time(mut self, at: Timestamp) -> Self {
+        if self.get(TIME).is_none() {
+            self.attrs.push((Name::new(TIME).expect("a valid name"), Value::Time(at)));
+        }
+        self
+    }
+
+    /// The value of the `time` attribute, if it has one.
+    pub fn time(&self) -> Option<Timestamp> {
+        match self.get(TIME) {
+            Some(Value::Time(t)) => Some(*t),
+            _ => None,
+        }
+    }
+
+    /// The same publication without its `time` attribute: what its publisher wrote, when
+    /// the time was added by its broker.
+    #[must_use]
+    pub fn without_time(&self) -> Self {
+        let attrs = self.attrs.iter().filter(|(n, _)| n != TIME).cloned().collect();
+        Self { attrs, payload: self.payload.clone() }
     }
 
     /// The attributes, in the order written.

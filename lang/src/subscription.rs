@@ -13,7 +13,8 @@ use crate::error::InvalidMessage;
 use crate::limits::Limits;
 use crate::name::Name;
 use crate::predicate::{Op, Operand, Predicate, VarKind};
-use crate::value::Value;
+use crate::time::TIME;
+use crate::value::{Kind, Value};
 
 /// A conjunction of predicates that selects publications.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,6 +108,11 @@ fn check_filter(predicates: &[Predicate], what: &'static str, limits: &Limits) -
             Ok(())
         }
         _ => Err(InvalidMessage::MissingClass(what)),
+    }?;
+    // `time` holds timestamps: a predicate on it must be able to hold for one.
+    match predicates.iter().find(|p| p.attr() == TIME && p.kind().is_some_and(|k| k != Kind::Number)) {
+        Some(p) => Err(InvalidMessage::TimePredicate(p.to_string())),
+        None => Ok(()),
     }
 }
 

@@ -11,7 +11,8 @@
 //! [`padres_lang::overlaps`]. Subscriptions and advertisements with other predicates
 //! (`neq`, `<>`, `str-postfix`, `str-contains`, `str-regex`, booleans, variables, integers
 //! beyond 2^53) or with an attribute their own predicates rule out are confirmed with
-//! `overlaps` after the bitset pass.
+//! `overlaps` after the bitset pass, and so are subscriptions that bound the reserved
+//! `time` attribute (every advertisement advertises it implicitly).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -272,6 +273,11 @@ impl<K: Clone + Eq + std::hash::Hash> AdvertisementIndex<K> {
         let mismatch = &mut mismatch[..];
         let mut confirm_all = false;
         for (attr, predicates) in attributes(sub.predicates()) {
+            if attr == padres_lang::time::TIME {
+                // Every advertisement advertises `time`, bounded or not: `overlaps` decides.
+                confirm_all = true;
+                continue;
+            }
             let Some(columns) = self.names.get(attr.as_str()).and_then(|id| partition.columns.get(id)) else {
                 return; // nobody advertises this attribute
             };

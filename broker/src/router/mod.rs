@@ -72,7 +72,7 @@ use std::sync::Arc;
 
 use padres_lang::wire::{ErrorCode, Forwarded};
 use padres_lang::{
-    Advertisement, Message, MessageId, Name, Publication, Stamp, Stamped, Subscription, conforms,
+    Advertisement, Message, MessageId, Name, Publication, Stamp, Stamped, Subscription, Timestamp, conforms,
 };
 
 use crate::detector::{Bounds, Counters};
@@ -594,9 +594,13 @@ impl Router {
                 format!("{publication} conforms to none of this client's advertisements: advertise first"),
             ));
         };
-        let publication = Arc::new(publication);
         let from = Hop::Client(client);
         let stamp = self.stamp();
+        // Every publication carries its origin time unless its publisher gave one.
+        let publication = match i64::try_from(stamp.time).ok().and_then(Timestamp::from_millis) {
+            Some(at) => Arc::new(publication.with_time(at)),
+            None => Arc::new(publication),
+        };
         match &self.overlay {
             Overlay::Acyclic => self.route_publication(publication, stamp, &from, out),
             Overlay::Cyclic(_) => self.route_on_tree(&tree, publication, stamp, &from, out),

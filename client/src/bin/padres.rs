@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
-use padres_client::check::{Checked, check_line, default_parser, render_error};
+use padres_client::check::{Checked, check_line, issuing_parser, render_error};
 use padres_client::{Client, ClientError, Connect, Notification, Trust};
 use padres_lang::Message;
 
@@ -272,7 +272,7 @@ fn main() -> ExitCode {
 /// Parses a message argument (`command` is `a`, `s` or `p`) before anything connects, so a
 /// typo is reported as one, with the column, whether or not a broker is reachable.
 fn message_arg(command: &str, text: &str) -> Result<Message, String> {
-    format!("{command} {text}").parse().map_err(|e| format!("{text}: {e}"))
+    issuing_parser().message(&format!("{command} {text}")).map_err(|e| format!("{text}: {e}"))
 }
 
 async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &BrokerArgs) -> Result<(), String> {
@@ -493,7 +493,7 @@ async fn ping(wait: f64, broker: &BrokerArgs) -> Result<(), String> {
 }
 
 fn check(messages: Vec<String>) -> ExitCode {
-    let parser = default_parser();
+    let parser = issuing_parser();
     let mut failed = false;
     let mut report = |line: &str| match check_line(&parser, line) {
         Checked::Skipped => {}

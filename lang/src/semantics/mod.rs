@@ -9,6 +9,8 @@
 //! - [`conforms`]: a publication conforms to an advertisement when every attribute it
 //!   carries is advertised and its value satisfies all the advertisement's predicates on
 //!   that attribute. Advertised attributes may be left out (they are what *may* appear).
+//!   Every advertisement advertises the reserved `time` attribute ([`crate::time`]),
+//!   with any timestamp unless it bounds `time` itself.
 //! - [`overlaps`]: some publication could both match the subscription and conform to the
 //!   advertisement. When unsure this answers **yes**: a wrong "no" would stop a
 //!   subscription from reaching a publisher and lose publications.
@@ -31,6 +33,7 @@ use std::collections::HashMap;
 use crate::predicate::{Op, Operand, Predicate};
 use crate::publication::Publication;
 use crate::subscription::{Advertisement, Subscription};
+use crate::time::TIME;
 use crate::value::{Kind, Value};
 
 pub use domain::satisfiable;
@@ -114,7 +117,7 @@ pub fn matches(sub: &Subscription, publication: &Publication) -> bool {
 pub fn conforms(publication: &Publication, adv: &Advertisement) -> bool {
     publication.attrs().iter().all(|(name, value)| {
         let mut on_attr = adv.predicates().iter().filter(|p| p.attr() == name).peekable();
-        on_attr.peek().is_some() && on_attr.all(|p| holds(p, value))
+        (on_attr.peek().is_some() || name == TIME) && on_attr.all(|p| holds(p, value))
     })
 }
 
@@ -142,7 +145,8 @@ pub fn overlaps(sub: &Subscription, adv: &Advertisement) -> bool {
     // satisfiable together. Variables are relaxed to their kinds, which only widens.
     attributes(sub.predicates()).into_iter().all(|attr| {
         let from_adv = on(adv.predicates(), attr);
-        from_adv.clone().next().is_some() && satisfiable(on(sub.predicates(), attr).chain(from_adv))
+        (from_adv.clone().next().is_some() || attr == TIME)
+            && satisfiable(on(sub.predicates(), attr).chain(from_adv))
     })
 }
 

@@ -1,0 +1,108 @@
+//! The reserved `time` attribute: what publications, subscriptions and advertisements may
+//! say about it, relative times, and how conformance and overlap treat it.
+
+use padres_lang::{
+    Advertisement, InvalidMessage, ParseErrorKind, Parser, Publication, Subscription, Timestamp, conforms,
+    overlaps,
+};
+
+fn at(text: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(text).expect("a timestamp")
+}
+
+#[test]
+fn a_publication_time_must_be_a_timestamp() {
+    let ok: Publication = "[class,'a'],[time,2026-11-20T10:00:00Z]".parse().expect("a timestamp");
+    assert_eq!(ok.time(), Some(at("2026-11-20T10:00:00Z")));
+    for bad in ["[class,'a'],[time,5]", "[class,'a'],[time,'yesterday']", "[class,'a'],[time,true]"] {
+        let err = bad.parse::<Publication>().expect_err(bad);
+        assert!(
+            matches!(err.kind, ParseErrorKind::Invalid(InvalidMessage::TimeAttribute(_))),
+            "{bad}: {err}"
+        );
+        assert!(err.to_string().contains("'time' must be a timestamp"), "{err}");
+    }
+}
+
+#[test]
+fn with_time_keeps_a_time_the_publisher_gave() {
+    let plain: Publication = "[class,'a'],[x,1]".parse().expect("valid");
+    let stamped = plain.with_time(at("2026-11-20T10:00:00Z"));
+    assert_eq!(stamped.time(), Some(at("2026-11-20T10:00:00Z")));
+    assert_eq!(stamped.attrs().len(), 3);
+    let own: Publication = "[class,'a'],[time,2020-01-01T00:00:00Z]".parse().expect("valid");
+    assert_eq!(own.with_time(at("2026-11-20T10:00:00Z")).time(), Some(at("2020-01-01T00:00:00Z")));
+}
+
+#[test]
+fn predicates_on_time_compare_timestamps() {
+    for ok in [
+        "[class,eq,'a'],[time,>=,2026-11-20T10:00:00Z]",
+        "[class,eq,'a'],[time,<,1763632800000]",
+        "[class,eq,'a'],[time,isPresent,'']",
+        "[class,eq,'a'],[time,=,$I$t]",
+    ] {
+        ok.parse::<Subscription>().expect(ok);
+    }
+    for bad in [
+        "[class,eq,'a'],[time,eq,'2026-11-20']",
+        "[class,eq,'a'],[time,str-prefix,'2026']",
+        "[class,eq,'a'],[time,eq,$S$t]",
+        "[class,eq,'a'],[time,=,true]",
+    ] {
+        let err = bad.parse::<Subscription>().expect_err(bad);
+        assert!(
+            err.to_string().contains("reserved attribute 'time' must compare timestamps"),
+            "{bad}: {err}"
+        );
+    }
+    let err = "[class,eq,'a'],[time,eq,'x']".parse::<Advertisement>().expect_err("a string time");
+    assert!(matches!(err.kind, ParseErrorKind::Invalid(InvalidMessage::TimePredicate(_))), "{err}");
+}
+
+#[test]
+fn relative_times_are_resolved_when_issued_and_print_absolute() {
+    let text = "[class,eq,'a'],[time,>=,'now-1h'],[time,<,now+30m]";
+    let err = text.parse::<Subscription>().expect_err("no clock");
+    assert!(
+        matches!(&err.kind, ParseErrorKind::Invalid(InvalidMessage::RelativeTime(t)) if t == "now-1h"),
+        "{err}"
+    );
+    let now = at("2026-11-20T10:00:00Z");
+    let sub = Parser::default().at(now).subscription(text).expect("resolved");
+    assert_eq!(
+        sub.to_string(),
+        "[class,eq,'a'],[time,>=,2026-11-20T09:00:00.000Z],[time,<,2026-11-20T10:30:00.000Z]"
+    );
+    assert_eq!(sub.to_string().parse::<Subscription>(), Ok(sub));
+    // Only under a numeric comparison: elsewhere 'now' is a string like any other.
+    let word = Parser::default().at(now).subscription("[class,eq,'a'],[status,eq,'now']").expect("a string");
+    assert_eq!(word.to_string(), "[class,eq,'a'],[status,eq,'now']");
+    let composite = Parser::default()
+        .at(now)
+        .composite("{[class,eq,'a'],[time,>,'now-1d']} & {[class,eq,'b']}")
+        .expect("resolved in a composite too");
+    assert!(composite.to_string().contains("2026-11-19T10:00:00.000Z"), "{composite}");
+}
+
+#[test]
+fn every_advertisement_advertises_time() {
+    let adv: Advertisement = "[class,eq,'a'],[x,>,0]".parse().expect("valid");
+    let p: Publication = "[class,'a'],[x,1],[time,2026-11-20T10:00:00Z]".parse().expect("valid");
+    assert!(conforms(&p, &adv));
+    let bounded: Advertisement =
+        "[class,eq,'a'],[x,>,0],[time,>=,2026-11-21T00:00:00Z]".parse().expect("valid");
+    assert!(!conforms(&p, &bounded), "the advertisement's own bound on time applies");
+
+    let since: Subscription = "[class,eq,'a'],[time,>=,2026-11-20T00:00:00Z]".parse().expect("valid");
+    assert!(overlaps(&since, &adv));
+    let before: Subscription = "[class,eq,'a'],[time,<,2026-11-20T00:00:00Z]".parse().expect("valid");
+    assert!(overlaps(&before, &adv));
+    assert!(
+        !overlaps(&before, &bounded),
+        "nothing before the 20th conforms to an advertisement from the 21st"
+    );
+    let empty: Subscription =
+        "[class,eq,'a'],[time,>,2026-11-21T00:00:00Z],[time,<,2026-11-20T00:00:00Z]".parse().expect("valid");
+    assert!(!overlaps(&empty, &adv), "an empty time range overlaps nothing");
+}
