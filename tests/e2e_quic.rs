@@ -221,11 +221,11 @@ async fn a_middle_broker_killed_and_restarted_rejoins_without_client_action() {
         let mut delivered = None;
         for n in 1000..1300 {
             publisher.send(&format!("p [class,'stock'],[price,150],[n,{n}]")).await.expect("published");
-            if let Some(got) = next(&mut subscriber, Duration::from_millis(100)).await {
-                if matches!(got.1.get("n"), Some(Value::Int(n)) if *n >= 1000) {
-                    delivered = Some(got);
-                    break;
-                }
+            if let Some(got) = next(&mut subscriber, Duration::from_millis(100)).await
+                && matches!(got.1.get("n"), Some(Value::Int(n)) if *n >= 1000)
+            {
+                delivered = Some(got);
+                break;
             }
         }
         delivered.expect("deliveries resume after the middle broker restarts")

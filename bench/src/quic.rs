@@ -220,7 +220,7 @@ impl Pacer {
         if n == 0 {
             self.tick.reset();
         }
-        if self.per_ms.is_some_and(|per_ms| n % per_ms == 0) {
+        if self.per_ms.is_some_and(|per_ms| n.is_multiple_of(per_ms)) {
             self.tick.tick().await;
         }
     }
@@ -481,10 +481,10 @@ async fn peer_receive(
         else {
             break;
         };
-        if let Some(p) = peers::decode(&body) {
-            if matches(wanted, &p) {
-                latencies.extend(latency(epoch, &p));
-            }
+        if let Some(p) = peers::decode(&body)
+            && matches(wanted, &p)
+        {
+            latencies.extend(latency(epoch, &p));
         }
     }
     latencies

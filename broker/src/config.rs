@@ -12,6 +12,7 @@ use padres_lang::Name;
 use serde::{Deserialize, Serialize};
 
 use crate::detector::Bounds;
+use crate::history::{Durability, StoreOptions};
 
 use crate::router::{Covering, Options};
 
@@ -106,6 +107,55 @@ impl Default for CompositeConfig {
     }
 }
 
+/// One filter of the history store: `[[history]]` with `filter = "[class,eq,'job_status']"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryFilter {
+    /// What to keep, in subscription syntax.
+    pub filter: String,
+}
+
+/// How the history store is kept (`[history_store]`); it runs only if there is at least
+/// one `[[history]]` filter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryStoreConfig {
+    /// "full": a publication acknowledged at this broker (publish_acked) is on disk;
+    /// "normal": acknowledged once queued (a crash loses at most what was queued).
+    pub durability: Durability,
+    /// Attributes with an index of their own, e.g. ["appl", "gid"] (class and time always).
+    pub index: Vec<String>,
+    /// Delete rows whose time is older than this ("7d", "12h"); empty: keep for ever.
+    pub max_age: String,
+    /// Keep at most this many rows, the oldest stored going first; 0: no limit.
+    pub max_rows: u64,
+    /// Publications waiting for the writer before more are dropped (and counted).
+    pub queue: usize,
+}
+
+impl Default for HistoryStoreConfig {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Normal,
+            index: Vec::new(),
+            max_age: String::new(),
+            max_rows: 0,
+            queue: 65_536,
+        }
+    }
+}
+
+/// The history store as the broker runs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistorySettings {
+    /// What it keeps.
+    pub filters: Vec<padres_lang::Subscription>,
+    /// How.
+    pub store: StoreOptions,
+    /// Room in the writer's queue.
+    pub queue: usize,
+}
+
 /// A broker's whole configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -137,6 +187,10 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Composite detection.
     pub composite: CompositeConfig,
+    /// How the history store is kept.
+    pub history_store: HistoryStoreConfig,
+    /// What the history store keeps: one filter per entry (none: no store).
+    pub history: Vec<HistoryFilter>,
 }
 
 impl Default for Config {
@@ -153,6 +207,8 @@ impl Default for Config {
             cycles: false,
             limits: LimitsConfig::default(),
             composite: CompositeConfig::default(),
+            history_store: HistoryStoreConfig::default(),
+            history: Vec::new(),
         }
     }
 }
@@ -183,7 +239,7 @@ pub enum ConfigError {
 }
 
 /// What a valid [`Config`] says, in the types the broker runs with ([`Config::validate`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Settings {
     /// The broker's name.
@@ -192,6 +248,8 @@ pub struct Settings {
     pub neighbours: Vec<NeighbourAddr>,
     /// The router's options (the shell sets the incarnation).
     pub router: Options,
+    /// The history store, if any filter is configured.
+    pub history: Option<HistorySettings>,
 }
 
 /// A neighbour's address, from `quic://HOST:PORT`.
@@ -273,7 +331,58 @@ impl Config {
                 lateness_ms: c.lateness_ms,
             },
         };
-        Ok(Settings { name, neighbours, router })
+        let history = self.validate_history()?;
+        Ok(Settings { name, neighbours, router, history })
+    }
+
+    fn validate_history(&self) -> Result<Option<HistorySettings>, ConfigError> {
+        let h = &self.history_store;
+        let invalid = |what: String| ConfigError::Invalid(what);
+        let filters = self
+            .history
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                let sub: padres_lang::Subscription = entry
+                    .filter
+                    .parse()
+                    .map_err(|e| invalid(format!("history filter {} {:?}: {e}", i + 1, entry.filter)))?;
+                if sub.predicates().iter().any(|p| p.variable().is_some()) {
+                    return Err(invalid(format!(
+                        "history filter {} {:?}: a stored filter cannot use variables ($S$, $I$)",
+                        i + 1,
+                        entry.filter
+                    )));
+                }
+                Ok(sub)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let indexed = h
+            .index
+            .iter()
+            .map(|a| Name::new(a).map_err(|e| invalid(format!("history_store.index: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let max_age_ms = match h.max_age.trim() {
+            "" => None,
+            text => Some(padres_lang::time::parse_duration(text).filter(|&ms| ms > 0).ok_or_else(|| {
+                invalid(format!(
+                    "history_store.max_age {text:?}: expected a duration such as 12h or 7d, or \"\" to keep for ever"
+                ))
+            })?),
+        };
+        if h.queue == 0 {
+            return Err(invalid("history_store.queue must be at least 1".to_owned()));
+        }
+        if filters.is_empty() {
+            return Ok(None);
+        }
+        let store = StoreOptions {
+            durability: h.durability,
+            indexed,
+            max_age_ms,
+            max_rows: (h.max_rows > 0).then_some(h.max_rows),
+        };
+        Ok(Some(HistorySettings { filters, store, queue: h.queue }))
     }
 
     /// The configuration as a commented TOML file (what `padres-broker config` prints).
@@ -375,6 +484,32 @@ impl Config {
              # windows, and bindings ended by until, keep their partial matches this much longer."
         );
         let _ = writeln!(out, "lateness_ms = {}", c.lateness_ms);
+        let h = &self.history_store;
+        let _ = writeln!(out, "\n[history_store]");
+        let _ = writeln!(out, "# Runs only with at least one [[history]] filter below; the database is");
+        let _ = writeln!(out, "# data_dir/history.sqlite. Durability: \"full\" (a publication acknowledged");
+        let _ = writeln!(out, "# through publish_acked here is on disk) or \"normal\" (acknowledged when");
+        let _ = writeln!(out, "# queued; a crash loses what was queued and not yet written, milliseconds).");
+        let durability = match h.durability {
+            Durability::Full => "full",
+            Durability::Normal => "normal",
+        };
+        let _ = writeln!(out, "durability = {}", value(durability));
+        let _ = writeln!(out, "# Attributes with an index of their own (class and time always have one).");
+        let _ = writeln!(out, "index = {}", list(&h.index));
+        let _ = writeln!(out, "# Delete rows older than this (\"12h\", \"7d\"); \"\": keep for ever.");
+        let _ = writeln!(out, "max_age = {}", value(&h.max_age));
+        let _ = writeln!(out, "# Keep at most this many rows, the oldest stored going first; 0: no limit.");
+        let _ = writeln!(out, "max_rows = {}", h.max_rows);
+        let _ = writeln!(out, "# Publications waiting for the writer; past it they are dropped and counted.");
+        let _ = writeln!(out, "queue = {}", h.queue);
+        let _ = writeln!(out, "\n# What the history store keeps, one [[history]] entry per filter.");
+        if self.history.is_empty() {
+            let _ = writeln!(out, "# [[history]]\n# filter = \"[class,eq,'job_status']\"");
+        }
+        for entry in &self.history {
+            let _ = writeln!(out, "[[history]]\nfilter = {}", value(&entry.filter));
+        }
         out
     }
 }
@@ -398,6 +533,51 @@ mod tests {
         };
         let back: Config = toml::from_str(&custom.to_commented_toml()).expect("parses");
         assert_eq!(back, custom);
+        let stored = Config {
+            history: vec![
+                HistoryFilter { filter: "[class,eq,'job_status']".into() },
+                HistoryFilter { filter: "[class,eq,'trigger']".into() },
+            ],
+            history_store: HistoryStoreConfig {
+                durability: Durability::Full,
+                index: vec!["appl".into(), "gid".into()],
+                max_age: "7d".into(),
+                max_rows: 1000,
+                queue: 10,
+            },
+            ..Config::default()
+        };
+        let back: Config = toml::from_str(&stored.to_commented_toml()).expect("parses");
+        assert_eq!(back, stored);
+        let history = back.validate().expect("valid").history.expect("a store");
+        assert_eq!(history.filters.len(), 2);
+        assert_eq!(history.store.max_age_ms, Some(7 * 86_400_000));
+        assert_eq!(history.store.max_rows, Some(1000));
+    }
+
+    #[test]
+    fn bad_history_settings_are_named() {
+        let err = |c: Config| c.validate().expect_err("invalid").to_string();
+        let with = |filter: &str| Config {
+            history: vec![HistoryFilter { filter: filter.into() }],
+            ..Config::default()
+        };
+        let e = err(with("[class,eq,'a'],[x,>]"));
+        assert!(e.contains("history filter 1") && e.contains("expected"), "{e}");
+        let e = err(with("[class,eq,'a'],[x,eq,$S$v]"));
+        assert!(e.contains("cannot use variables"), "{e}");
+        let e = err(with("[class,eq,'a'],[time,>=,'now-1h']"));
+        assert!(e.contains("relative time"), "{e}");
+        let store = |h: HistoryStoreConfig| Config { history_store: h, ..with("[class,eq,'a']") };
+        let e = err(store(HistoryStoreConfig { max_age: "a week".into(), ..HistoryStoreConfig::default() }));
+        assert!(e.contains("history_store.max_age"), "{e}");
+        let e = err(store(HistoryStoreConfig {
+            index: vec!["no spaces".into()],
+            ..HistoryStoreConfig::default()
+        }));
+        assert!(e.contains("history_store.index"), "{e}");
+        assert!(toml::from_str::<Config>("[history_store]\ndurability = \"sometimes\"\n").is_err());
+        assert_eq!(Config::default().validate().expect("valid").history, None, "no filter, no store");
     }
 
     #[test]

@@ -22,10 +22,13 @@
 //! - [`sim`]: a deterministic in-memory federation of routers in virtual time, for tests and
 //!   benchmarks.
 //!
-//! History is not built yet.
+//! - [`history`]: the history store: a SQLite database of the publications this broker's
+//!   history filters select (`history/mod.rs`), and the thread that writes it
+//!   (`history/writer.rs`).
 
 pub mod config;
 pub mod detector;
+pub mod history;
 pub mod links;
 pub mod matching;
 pub mod net;

@@ -144,11 +144,11 @@ impl LinkPolicy {
     /// The time has come for what [`LinkPolicy::poll_timeout`] announced.
     pub fn handle_timeout(&mut self, now: u64) {
         for (target, state) in self.targets.iter_mut().enumerate() {
-            if let TargetState::Waiting { at, backoff } = *state {
-                if at <= now {
-                    *state = TargetState::Dialling { backoff };
-                    self.actions.push_back(Action::Dial(target));
-                }
+            if let TargetState::Waiting { at, backoff } = *state
+                && at <= now
+            {
+                *state = TargetState::Dialling { backoff };
+                self.actions.push_back(Action::Dial(target));
             }
         }
         let stuck: Vec<Name> = self
@@ -208,16 +208,16 @@ impl LinkPolicy {
             self.links.remove(peer);
             self.actions.push_back(Action::NeighbourDown(peer.clone()));
         }
-        if let Some(state) = target.and_then(|t| self.targets.get_mut(t)) {
-            if *state == TargetState::Linked(link) {
-                let wait = if code == CloseCode::DuplicateLink {
-                    self.timers.duplicate_wait
-                } else {
-                    self.timers.first_backoff
-                };
-                let backoff = self.timers.first_backoff.saturating_mul(2).min(self.timers.max_backoff);
-                *state = TargetState::Waiting { at: now + wait, backoff };
-            }
+        if let Some(state) = target.and_then(|t| self.targets.get_mut(t))
+            && *state == TargetState::Linked(link)
+        {
+            let wait = if code == CloseCode::DuplicateLink {
+                self.timers.duplicate_wait
+            } else {
+                self.timers.first_backoff
+            };
+            let backoff = self.timers.first_backoff.saturating_mul(2).min(self.timers.max_backoff);
+            *state = TargetState::Waiting { at: now + wait, backoff };
         }
     }
 

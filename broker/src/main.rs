@@ -10,8 +10,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use padres_broker::config::{Config, CoveringMode, Detection};
+use padres_broker::config::{Config, CoveringMode, Detection, HistoryFilter};
+use std::io::Write as _;
+
+use padres_broker::history::{Durability, Reader};
 use padres_broker::net::cert;
+use padres_lang::Timestamp;
 
 /// A padres-rs broker: routes publications by content between clients and neighbour
 /// brokers.
@@ -46,6 +50,21 @@ enum Command {
     Cert {
         #[command(subcommand)]
         command: CertCommand,
+    },
+    /// Print what this broker's history store (DATA_DIR/history.sqlite) holds that FILTER
+    /// selects, oldest first, one publication a line. Reads the file directly, so it works
+    /// whether or not the broker runs; a subscriber asks the federation with `padres sub`.
+    ///
+    ///   padres-broker history --data-dir b1 "[class,eq,'job_status'],[appl,eq,'payroll'],[time,>=,'now-1h']"
+    #[command(verbatim_doc_comment)]
+    History {
+        /// What to select, in subscription syntax (relative times such as 'now-1h' allowed).
+        filter: String,
+        /// Print at most this many.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        #[command(flatten)]
+        options: Overrides,
     },
 }
 
@@ -146,6 +165,29 @@ struct Overrides {
     /// ended by `until` keep their partial matches this much longer [default: 10000].
     #[arg(long, value_name = "MS", global = true)]
     lateness_ms: Option<u64>,
+    /// Keep the publications this filter selects in the history store,
+    /// DATA_DIR/history.sqlite (repeat for several; added to the file's [[history]]).
+    #[arg(long = "history", value_name = "FILTER", global = true)]
+    history: Vec<String>,
+    /// When a publication acknowledged through publish_acked at this broker is safe: `full`
+    /// (on disk) or `normal` (queued for the writer) [default: normal].
+    #[arg(long, value_enum, value_name = "LEVEL", global = true)]
+    history_durability: Option<DurabilityFlag>,
+    /// An attribute the history store indexes, e.g. appl (repeat; replaces the file's list).
+    #[arg(long = "history-index", value_name = "ATTR", global = true)]
+    history_index: Vec<String>,
+    /// Delete stored publications older than this (12h, 7d).
+    #[arg(long, value_name = "DURATION", global = true)]
+    history_max_age: Option<String>,
+    /// Keep at most this many stored publications (0: no limit).
+    #[arg(long, value_name = "N", global = true)]
+    history_max_rows: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DurabilityFlag {
+    Full,
+    Normal,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -213,6 +255,23 @@ impl Overrides {
                 *slot = value;
             }
         }
+        config.history.extend(self.history.iter().map(|filter| HistoryFilter { filter: filter.clone() }));
+        let store = &mut config.history_store;
+        if let Some(durability) = self.history_durability {
+            store.durability = match durability {
+                DurabilityFlag::Full => Durability::Full,
+                DurabilityFlag::Normal => Durability::Normal,
+            };
+        }
+        if !self.history_index.is_empty() {
+            store.index.clone_from(&self.history_index);
+        }
+        if let Some(age) = &self.history_max_age {
+            store.max_age.clone_from(age);
+        }
+        if let Some(rows) = self.history_max_rows {
+            store.max_rows = rows;
+        }
         let limits = &mut config.limits;
         for (flag, slot) in [
             (self.max_frame_bytes, &mut limits.max_frame_bytes),
@@ -268,6 +327,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some(Command::History { filter, limit, options }) => match history(&options, &filter, limit) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("padres-broker: {error}");
+                ExitCode::from(1)
+            }
+        },
         None => match cli.options.resolve() {
             Ok(config) => run(config),
             Err(error) => {
@@ -276,6 +342,26 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `padres-broker history`: a query of the store, printed.
+fn history(options: &Overrides, filter: &str, limit: Option<usize>) -> Result<(), String> {
+    let config = options.resolve()?;
+    let millis =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let now = i64::try_from(millis).ok().and_then(Timestamp::from_millis).unwrap_or(Timestamp::MAX);
+    let sub =
+        padres_lang::Parser::default().at(now).subscription(filter).map_err(|e| format!("{filter}: {e}"))?;
+    let reader = Reader::open(&config.data_dir).map_err(|e| e.to_string())?;
+    let found = reader.query(&sub, limit.unwrap_or(usize::MAX)).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    for stamped in &found {
+        if writeln!(out, "{}", stamped.publication).is_err() {
+            break;
+        }
+    }
+    eprintln!("{} stored publications", found.len());
+    Ok(())
 }
 
 /// Serves until Ctrl-C or SIGTERM.

@@ -67,6 +67,9 @@ pub struct Sim {
     pub deliveries: Vec<Delivery>,
     /// Every composite match delivered to a client.
     pub composite_deliveries: Vec<CompositeDelivery>,
+    /// Every publication handed to a broker's history store: (broker, publication). The
+    /// simulated store takes it at once, answering a publisher waiting on it.
+    pub stored: Vec<(usize, Arc<Publication>)>,
     /// Extra delay of each message, up to this many ms (links stay FIFO).
     jitter: u64,
     rng: fastrand::Rng,
@@ -106,6 +109,7 @@ impl Sim {
             replies: HashMap::new(),
             deliveries: Vec::new(),
             composite_deliveries: Vec::new(),
+            stored: Vec::new(),
             jitter: 0,
             rng: fastrand::Rng::with_seed(0),
             kinds: BTreeMap::new(),
@@ -253,6 +257,12 @@ impl Sim {
         }
     }
 
+    /// Broker `broker`'s history store keeps what `filter` selects.
+    pub fn keep_history(&mut self, broker: usize, filter: &str) {
+        let filter = filter.parse().expect("a valid history filter");
+        self.input(broker, Input::KeepHistory(filter));
+    }
+
     /// Client `client` goes away.
     pub fn disconnect(&mut self, client: ClientId) {
         let broker = self.clients.remove(&client).expect("attached");
@@ -296,6 +306,12 @@ impl Sim {
                 }
                 Output::Notify { client, subs, publication } => {
                     self.deliveries.push(Delivery { client, subs, publication, time: self.now });
+                }
+                Output::Store { publication, ack, .. } => {
+                    self.stored.push((broker, publication));
+                    if let Some((client, req)) = ack {
+                        self.replies.insert((client, req), Ok(None));
+                    }
                 }
                 Output::CompositeNotify { client, sub, pubs } => {
                     self.composite_deliveries.push(CompositeDelivery { client, sub, pubs, time: self.now });

@@ -56,7 +56,7 @@ fn run(seed: u64, mode: Arrival) -> Result<(), String> {
         Err(_) if with_until => text.split(" until").next().expect("text").parse().expect("the pattern"),
         Err(e) => panic!("seed {seed}: {text}: {e}"),
     };
-    let origin = |i: u64| Name::new(if i % 2 == 0 { "B1" } else { "B2" }).expect("name");
+    let origin = |i: u64| Name::new(if i.is_multiple_of(2) { "B1" } else { "B2" }).expect("name");
     let mut time = 1_000;
     let stream: Vec<(Stamp, Publication)> = (0..6 + rng.below(9))
         .map(|i| {

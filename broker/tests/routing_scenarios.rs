@@ -573,3 +573,36 @@ fn the_publishers_broker_stamps_time_and_subscriptions_select_on_it() {
     sim.run();
     assert_eq!(sim.deliveries[first..].iter().map(|d| d.subs.clone()).collect::<Vec<_>>(), [vec![before]]);
 }
+
+#[test]
+fn a_history_filter_draws_publications_from_across_the_federation_and_answers_acked_publishers() {
+    // B1 — B2 — B3: the store at B1, publishers at B1 and B3.
+    let mut sim = Sim::new(3);
+    sim.link(0, 1, 5);
+    sim.link(1, 2, 5);
+    sim.attach(P, 2);
+    sim.attach(S, 0);
+    sim.run();
+    sim.keep_history(0, "[class,eq,'job_status'],[appl,eq,'payroll']");
+    sim.run();
+    sim.id(P, "a [class,eq,'job_status'],[appl,isPresent,''],[job,isPresent,'']");
+    sim.id(S, "a [class,eq,'job_status'],[appl,isPresent,''],[job,isPresent,'']");
+    assert!(prt_has(&sim, 2, "[class,eq,'job_status'],[appl,eq,'payroll']"), "pulled toward the publisher");
+    assert_eq!(sim.call(P, "p [class,'job_status'],[appl,'payroll'],[job,'A']"), Ok(None));
+    assert_eq!(sim.call(P, "p [class,'job_status'],[appl,'billing'],[job,'A']"), Ok(None));
+    sim.run();
+    let stored: Vec<String> =
+        sim.stored.iter().map(|(b, p)| format!("B{} {}", b + 1, p.without_time())).collect();
+    assert_eq!(stored, ["B1 [class,'job_status'],[appl,'payroll'],[job,'A']"]);
+    assert!(sim.stored[0].1.time().is_some(), "stored with its time");
+    // A publisher at the storing broker is answered once the store has taken it (the
+    // simulated store takes it at once), and exactly once.
+    assert_eq!(sim.call(S, "p [class,'job_status'],[appl,'payroll'],[job,'B']"), Ok(None));
+    assert_eq!(sim.stored.len(), 2);
+    assert_eq!(
+        sim.call(S, "p [class,'job_status'],[appl,'other'],[job,'B']"),
+        Ok(None),
+        "not stored, answered"
+    );
+    assert_eq!(sim.stored.len(), 2);
+}

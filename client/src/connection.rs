@@ -90,7 +90,7 @@ pub enum ProtocolError {
 #[derive(Debug)]
 enum Answer {
     Id(Option<MessageId>),
-    Report(Report),
+    Report(Box<Report>),
 }
 
 /// How to reach and trust a broker (see the module docs).
@@ -483,7 +483,7 @@ impl Client {
 
     async fn query(&self, query: Query) -> Result<Report, ClientError> {
         match self.call(|req| Frame::Query { req, query }, Remember::Nothing).await? {
-            Answer::Report(report) => Ok(report),
+            Answer::Report(report) => Ok(*report),
             Answer::Id(_) => {
                 Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "a query", got: "an id" }))
             }
@@ -637,7 +637,7 @@ async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<Notificat
     };
     match frame {
         Frame::Ok { req, id } => answer(req, Ok(Answer::Id(id))),
-        Frame::Report { req, report } => answer(req, Ok(Answer::Report(report))),
+        Frame::Report { req, report } => answer(req, Ok(Answer::Report(Box::new(report)))),
         Frame::Error { req: Some(req), code, message } => {
             answer(req, Err(ClientError::Refused { code, message }));
         }

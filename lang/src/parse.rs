@@ -408,7 +408,7 @@ impl<'a> Cursor<'a> {
         self.pos += 2;
         let start = self.pos;
         let digits = self.take_while(|c| c.is_ascii_hexdigit());
-        if digits.len() % 2 != 0 {
+        if !digits.len().is_multiple_of(2) {
             return Err(self.error(start, ParseErrorKind::Expected("an even number of hex digits")));
         }
         let bytes = digits

@@ -129,7 +129,7 @@ impl fmt::Display for CompositeSubscription {
 /// Milliseconds in the largest unit that divides them: `90s`, `10m`, `1500ms`.
 fn write_duration(f: &mut fmt::Formatter<'_>, ms: u64) -> fmt::Result {
     let units = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")];
-    match units.iter().find(|(scale, _)| ms > 0 && ms % scale == 0) {
+    match units.iter().find(|(scale, _)| ms > 0 && ms.is_multiple_of(*scale)) {
         Some((scale, unit)) => write!(f, "{}{unit}", ms / scale),
         None => write!(f, "{ms}ms"),
     }

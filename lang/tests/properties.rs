@@ -261,6 +261,12 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     partials_expired: n / 59,
                     partials_ended: n / 61,
                     pairs_dropped: n / 67,
+                    history_stored: n / 71,
+                    history_dropped: n / 73,
+                    history_failed: n / 79,
+                    history_removed: n / 83,
+                    history_queued: n / 89,
+                    history_rows: n / 97,
                 }),
             }
         ),

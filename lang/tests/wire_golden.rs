@@ -140,6 +140,12 @@ fn samples() -> Vec<Frame> {
                 partials_expired: 19,
                 partials_ended: 20,
                 pairs_dropped: 21,
+                history_stored: 22,
+                history_dropped: 23,
+                history_failed: 24,
+                history_removed: 25,
+                history_queued: 26,
+                history_rows: 27,
             }),
         },
         Frame::Report {
@@ -228,7 +234,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
     ("Query/Routes", "000000040902010a"),
-    ("Report/Stats", "0000001f0a0100024231010203010242320405060708090a0b0c0d0e0f101112131415"),
+    ("Report/Stats", "000000250a0100024231010203010242320405060708090a0b0c0d0e0f101112131415161718191a1b"),
     (
         "Report/Routes",
         "000000670a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b657220423201024233010102423103217b5b636c6173732c65712c2761275d7d267b5b636c6173732c65712c2762275d7d08636c69656e7420320102423401",

@@ -27,15 +27,15 @@ pub fn certificate_path(port: u16) -> Option<PathBuf> {
 pub fn register(port: u16, cert_pem: &[u8]) -> std::io::Result<PathBuf> {
     let path = certificate_path(port)
         .ok_or_else(|| std::io::Error::other("no registry directory: set PADRES_LOCAL_DIR or HOME"))?;
-    if let Some(dir) = path.parent() {
-        if !dir.exists() {
-            std::fs::create_dir_all(dir)?;
-            // Only the directory made here is restricted: never one the user named.
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-            }
+    if let Some(dir) = path.parent()
+        && !dir.exists()
+    {
+        std::fs::create_dir_all(dir)?;
+        // Only the directory made here is restricted: never one the user named.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
     }
     // Write then rename, so a client never reads half a file.
@@ -48,10 +48,10 @@ pub fn register(port: u16, cert_pem: &[u8]) -> std::io::Result<PathBuf> {
 /// Removes the registration of `port` if it still holds `cert_pem` (another broker may
 /// have taken the port since).
 pub fn unregister(port: u16, cert_pem: &[u8]) {
-    if let Some(path) = certificate_path(port) {
-        if std::fs::read(&path).is_ok_and(|held| held == cert_pem) {
-            let _ = std::fs::remove_file(path);
-        }
+    if let Some(path) = certificate_path(port)
+        && std::fs::read(&path).is_ok_and(|held| held == cert_pem)
+    {
+        let _ = std::fs::remove_file(path);
     }
 }
 

@@ -374,10 +374,10 @@ fn read_job<'a, 'input>(
             defaults.runner.clone()
         }
     };
-    if let Some(Runner::Agent(n) | Runner::Pool(n)) = &runner {
-        if !is_name(n) {
-            r.error(node, format!("agent or pool name '{n}' must be an identifier"));
-        }
+    if let Some(Runner::Agent(n) | Runner::Pool(n)) = &runner
+        && !is_name(n)
+    {
+        r.error(node, format!("agent or pool name '{n}' must be an identifier"));
     }
     let timeout = r.parsed(node, "timeout", parse_duration).or(defaults.timeout);
     let retries = r.parsed(node, "retries", number).or(defaults.retries).unwrap_or(0);

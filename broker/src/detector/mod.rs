@@ -247,12 +247,13 @@ impl Detector {
     /// `partial` is no longer stored: if it did not bind the filter's variables, it no
     /// longer holds back forgetting the ends stamped after its start.
     fn forget_unbound(&mut self, partial: &Partial) {
-        if self.pattern.has_until && !self.binds_until(partial) {
-            if let Some(n) = self.unbound.get_mut(partial.first()) {
-                *n -= 1;
-                if *n == 0 {
-                    self.unbound.remove(partial.first());
-                }
+        if self.pattern.has_until
+            && !self.binds_until(partial)
+            && let Some(n) = self.unbound.get_mut(partial.first())
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.unbound.remove(partial.first());
             }
         }
     }

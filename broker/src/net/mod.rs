@@ -50,6 +50,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
+use crate::history::Store;
+use crate::history::writer::History;
 use crate::router::{ClientId, Options, Router};
 
 /// Why the broker could not start or stopped.
@@ -65,6 +67,9 @@ pub enum ServeError {
     /// The configuration is not valid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The history store.
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
     /// The socket.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -158,6 +163,15 @@ pub async fn serve_until(
         padres_transport::tls::server_endpoint(socket, server_config, &identity.tls).map_err(listen_error)?;
     let addr = endpoint.local_addr().map_err(listen_error)?;
     let incarnation = cert::next_incarnation(&config.data_dir)?;
+    // A store that cannot be opened stops the broker here, before it serves anyone.
+    let history = match settings.history {
+        Some(h) => {
+            let store = Store::open(&config.data_dir, h.store)?;
+            tracing::info!(path = %store.path().display(), filters = h.filters.len(), "history store open");
+            Some((History::start(store, h.queue), h.filters))
+        }
+        None => None,
+    };
     let options = Options { incarnation, ..settings.router };
     let router = Router::with_options(name.clone(), options);
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
@@ -196,7 +210,7 @@ pub async fn serve_until(
         max_frame: limits.max_frame,
     };
     let router_task =
-        tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, limits, open.clone()));
+        tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, limits, open.clone(), history));
     let mut connections = JoinSet::new();
     let mut next_client: ClientId = 0;
     loop {

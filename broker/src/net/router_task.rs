@@ -10,14 +10,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use padres_lang::wire::{
-    BrokerMessage, BrokerStats, CloseCode, Frame, Query, Report, RouteEntry, RoutesReport,
+    BrokerMessage, BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, RouteEntry, RoutesReport,
 };
-use padres_lang::{Message, Name, Publication, Value};
+use padres_lang::{Message, Name, Publication, Subscription, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::link::Dialer;
 use super::{DRAIN_TIMEOUT, Limits};
+use crate::history::writer::{Ack, History};
+use crate::history::{Durability, Record};
 use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
 use crate::router::{ClientId, Input, Output, Router};
 
@@ -105,6 +107,11 @@ struct RouterTask {
     /// Connections accepted and open (kept by the accepting loop).
     open: Arc<AtomicUsize>,
     out: Vec<Output>,
+    /// The history store's writer, if this broker keeps history.
+    history: Option<History>,
+    /// When a dropped publication was last logged, and how many went since.
+    history_drops_logged: Option<Instant>,
+    history_drops_unlogged: u64,
 }
 
 /// Runs the router task until [`Event::Shutdown`]. Events are taken in batches (as many as
@@ -116,7 +123,12 @@ pub(super) async fn run(
     dialer: Dialer,
     limits: Limits,
     open: Arc<AtomicUsize>,
+    history: Option<(History, Vec<Subscription>)>,
 ) {
+    let (history, filters) = match history {
+        Some((history, filters)) => (Some(history), filters),
+        None => (None, Vec::new()),
+    };
     let policy = LinkPolicy::new(router.name().clone(), dialer.targets.len(), Timers::default());
     let mut task = RouterTask {
         router,
@@ -134,7 +146,14 @@ pub(super) async fn run(
         counters: Counters::default(),
         open,
         out: Vec::new(),
+        history,
+        history_drops_logged: None,
+        history_drops_unlogged: 0,
     };
+    for filter in filters {
+        let now = task.now();
+        task.router.handle(task.epoch + now, Input::KeepHistory(filter), &mut task.out);
+    }
     'run: loop {
         // The policy's timers run on the task's clock, the router's (composite windows) on
         // the wall clock.
@@ -332,6 +351,7 @@ impl RouterTask {
         let neighbours: Vec<Name> = self.policy.neighbours().cloned().collect();
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let counters = &self.counters;
+        let history = self.history.as_ref().map(History::stats).unwrap_or_default();
         BrokerStats {
             broker: self.router.name().clone(),
             uptime_ms: now,
@@ -356,6 +376,12 @@ impl RouterTask {
             partials_expired: detected.expired,
             partials_ended: detected.ended,
             pairs_dropped: detected.pairs_dropped,
+            history_stored: history.stored,
+            history_dropped: history.dropped,
+            history_failed: history.failed,
+            history_removed: history.removed,
+            history_queued: history.queued,
+            history_rows: history.rows,
         }
     }
 
@@ -382,6 +408,12 @@ impl RouterTask {
                         let size = estimated_size(subs.len(), &publication);
                         (client, Frame::Notification { subs, publication }, size)
                     }
+                    Output::Store { stamp, publication, ack } => {
+                        match self.store(Record { stamp, publication }, ack) {
+                            Some((client, req)) => (client, Frame::Ok { req, id: None }, 0),
+                            None => continue,
+                        }
+                    }
                     Output::CompositeNotify { client, sub, pubs } => {
                         self.counters.notifications_out += 1;
                         let size = pubs.iter().map(|(_, p)| estimated_size(1, p)).sum();
@@ -393,10 +425,10 @@ impl RouterTask {
                         // A message for a neighbour whose link just went is dropped: the
                         // router hears NeighbourDown and the two re-synchronise later.
                         let link = self.policy.link_to(&to).and_then(|id| self.links.get(&id));
-                        if let Some(link) = link {
-                            if link.queue.send(Frame::Broker(message)).is_ok() {
-                                link.queued.fetch_add(1, Ordering::Relaxed);
-                            }
+                        if let Some(link) = link
+                            && link.queue.send(Frame::Broker(message)).is_ok()
+                        {
+                            link.queued.fetch_add(1, Ordering::Relaxed);
                         }
                         continue;
                     }
@@ -424,6 +456,52 @@ impl RouterTask {
             self.report_backlogs(now);
             self.apply_link_actions(now);
         }
+    }
+
+    /// Hands `record` to the history writer. With `full` durability a waiting publisher
+    /// (`ack`) is answered by the writer once the record is on disk; otherwise the answer
+    /// is returned, to be sent now. A record the writer's queue has no room for is dropped,
+    /// counted and logged (at most once a second); a publisher waiting on it under `full`
+    /// gets an error saying it was routed but not stored.
+    fn store(&mut self, record: Record, ack: Option<(ClientId, u64)>) -> Option<(ClientId, u64)> {
+        let Some(history) = &self.history else { return ack };
+        let (waiting, answer_now) = match (history.durability(), ack) {
+            (Durability::Full, Some((client, req))) => {
+                let queue = self.clients.get(&client).map(|c| c.queue.clone());
+                let ack: Option<Ack> = queue.map(|queue| -> Ack {
+                    Box::new(move |result: Result<(), String>| {
+                        let frame = match result {
+                            Ok(()) => Frame::Ok { req, id: None },
+                            Err(why) => Frame::Error {
+                                req: Some(req),
+                                code: ErrorCode::Internal,
+                                message: format!("routed, but the history store could not keep it: {why}"),
+                            },
+                        };
+                        let _ = queue.send((frame, 0));
+                    })
+                });
+                (ack, None)
+            }
+            (_, ack) => (None, ack),
+        };
+        if let Err(refused) = history.offer(record, waiting) {
+            if let Some(ack) = refused {
+                ack(Err(
+                    "its queue is full (history_store.queue); publish more slowly or raise it".to_owned()
+                ));
+            }
+            self.history_drops_unlogged += 1;
+            if self.history_drops_logged.is_none_or(|at| at.elapsed().as_secs() >= 1) {
+                tracing::warn!(
+                    dropped = self.history_drops_unlogged,
+                    "history store: the writer's queue is full; publications were routed but not stored"
+                );
+                self.history_drops_logged = Some(Instant::now());
+                self.history_drops_unlogged = 0;
+            }
+        }
+        answer_now
     }
 
     /// Closes every link and says goodbye to every client; their tasks then write what

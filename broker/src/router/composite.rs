@@ -169,7 +169,7 @@ impl Composites {
 fn upstream(hop: &Hop) -> Option<Name> {
     match hop {
         Hop::Broker(b) => Some(b.clone()),
-        Hop::Client(_) | Hop::Detector => None,
+        Hop::Client(_) | Hop::Detector | Hop::History => None,
     }
 }
 
@@ -323,7 +323,7 @@ impl Router {
             match &e.last {
                 Hop::Broker(b) if Some(b) == upstream => {}
                 Hop::Broker(b) => dest = dest.combine(Dest::Hop(b.clone())),
-                Hop::Client(_) | Hop::Detector => return Dest::Here,
+                Hop::Client(_) | Hop::Detector | Hop::History => return Dest::Here,
             }
         }
         dest
@@ -593,7 +593,7 @@ impl Router {
                     to: b.clone(),
                     message: BrokerMessage::CompositeMatch { id: id.clone(), pubs: m.pubs.clone() },
                 }),
-                Hop::Detector => {}
+                Hop::Detector | Hop::History => {}
             }
         }
     }

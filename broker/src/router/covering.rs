@@ -194,13 +194,13 @@ impl<K: Kind> Table<K> {
             return Offered::Sent;
         }
         let item = e.item.clone();
-        if covering.holds() {
-            if let Some(cover) = self.cover_at(id, &item, to) {
-                if let Some(e) = self.entries.get_mut(id) {
-                    e.held.insert(to.clone());
-                }
-                return Offered::Held(cover);
+        if covering.holds()
+            && let Some(cover) = self.cover_at(id, &item, to)
+        {
+            if let Some(e) = self.entries.get_mut(id) {
+                e.held.insert(to.clone());
             }
+            return Offered::Held(cover);
         }
         let Some(e) = self.entries.get_mut(id) else { return Offered::Unknown };
         e.held.remove(to);

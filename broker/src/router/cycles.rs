@@ -79,6 +79,8 @@ pub(super) struct Next {
     pub(super) clients: BTreeMap<ClientId, Vec<MessageId>>,
     /// Subscriptions of this broker's composite detectors.
     pub(super) detected: Vec<MessageId>,
+    /// This broker's history store keeps it.
+    pub(super) stored: bool,
 }
 
 impl Next {
@@ -94,6 +96,7 @@ impl Next {
                 self.brokers.insert(b.clone());
             }
             Hop::Detector => self.detected.push(id.clone()),
+            Hop::History => self.stored = true,
         }
     }
 }

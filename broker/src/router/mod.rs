@@ -102,6 +102,8 @@ pub enum Hop {
     Broker(Name),
     /// This broker's composite detectors (their leaf and `until` subscriptions).
     Detector,
+    /// This broker's history store (its filters, [`Router::keep_history`]).
+    History,
 }
 
 impl fmt::Display for Hop {
@@ -110,6 +112,7 @@ impl fmt::Display for Hop {
             Self::Client(c) => write!(f, "client {c}"),
             Self::Broker(b) => write!(f, "broker {b}"),
             Self::Detector => f.write_str("detectors"),
+            Self::History => f.write_str("history store"),
         }
     }
 }
@@ -142,6 +145,11 @@ pub enum Input {
     NeighbourUp(Name),
     /// A link to a neighbour is down.
     NeighbourDown(Name),
+    /// This broker's history store keeps what this filter selects: it becomes a
+    /// subscription of [`Hop::History`], routed like any other, and every publication it
+    /// matches here comes out as an [`Output::Store`]. Given once per filter when the
+    /// broker starts.
+    KeepHistory(Subscription),
 }
 
 /// What a router asks its I/O shell to do.
@@ -171,6 +179,17 @@ pub enum Output {
         subs: Vec<MessageId>,
         /// The publication.
         publication: Arc<Publication>,
+    },
+    /// Keep a publication in this broker's history store. When `ack` names a client's
+    /// request, the router has not answered it: the shell does, once the publication is
+    /// stored (or queued, by the store's durability setting).
+    Store {
+        /// Where and when the publication entered the federation.
+        stamp: Stamp,
+        /// The publication.
+        publication: Arc<Publication>,
+        /// The publishing client's request waiting on it, if the publisher is here.
+        ack: Option<(ClientId, u64)>,
     },
     /// Deliver a match of a composite subscription to a client.
     CompositeNotify {
@@ -287,6 +306,11 @@ pub struct Router {
     /// The last stamp's time and counter.
     stamp_time: u64,
     stamp_seq: u64,
+    /// The history store's filters (subscriptions of [`Hop::History`]).
+    history_filters: Vec<MessageId>,
+    /// While a client's publication is routed: its request, which the store takes over
+    /// if the publication is stored here.
+    publishing: Option<(ClientId, u64)>,
 }
 
 /// Which forwarded copies an input is answered after.
@@ -346,7 +370,21 @@ impl Router {
             now: 0,
             stamp_time: 0,
             stamp_seq: u64::from(options.incarnation) << 32,
+            history_filters: Vec::new(),
+            publishing: None,
         }
+    }
+
+    /// The history store keeps what `filter` selects ([`Input::KeepHistory`]).
+    fn keep_history(&mut self, filter: Subscription, out: &mut Vec<Output>) {
+        let id = self.next_id();
+        self.install_sub(id.clone(), Arc::new(filter), Hop::History, out);
+        self.history_filters.push(id);
+    }
+
+    /// The history store's filters, by id.
+    pub fn history_filters(&self) -> &[MessageId] {
+        &self.history_filters
     }
 
     /// The broker's name.
@@ -369,6 +407,7 @@ impl Router {
             Input::Broker { from, message } => self.broker_message(from, message, out),
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
+            Input::KeepHistory(filter) => self.keep_history(filter, out),
         }
         if !self.srt_changed.is_empty() {
             self.replace_composites(out);
@@ -548,7 +587,16 @@ impl Router {
                 self.settling = Some((Copies::Nothing, Waiter::Client { client, req, id }));
                 return;
             }
-            Message::Publish(publication) => self.client_publish(client, publication, out),
+            Message::Publish(publication) => {
+                self.publishing = req.map(|req| (client, req));
+                let result = self.client_publish(client, publication, out);
+                // Taken: the store answers once it has the publication.
+                let taken = self.publishing.take().is_none();
+                if result.is_ok() && req.is_some() && taken {
+                    return;
+                }
+                result
+            }
             Message::Unsubscribe(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
                     self.remove_sub(&id, out);
@@ -867,10 +915,10 @@ impl Router {
     fn hops_for(&self, sub: &Subscription, last: &Hop) -> BTreeSet<Name> {
         let mut hops = BTreeSet::new();
         for adv_id in self.adv_index.overlapping(sub) {
-            if let Some(Entry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id) {
-                if *last != Hop::Broker(b.clone()) {
-                    hops.insert(b.clone());
-                }
+            if let Some(Entry { last: Hop::Broker(b), .. }) = self.advs.get(&adv_id)
+                && *last != Hop::Broker(b.clone())
+            {
+                hops.insert(b.clone());
             }
         }
         hops
@@ -937,10 +985,10 @@ impl Router {
             e.held.remove(b);
         }
         // The old side now reaches it through here.
-        if let Hop::Broker(o) = &old {
-            if self.neighbours.contains(o) {
-                self.offer_adv(id, &o.clone(), out);
-            }
+        if let Hop::Broker(o) = &old
+            && self.neighbours.contains(o)
+        {
+            self.offer_adv(id, &o.clone(), out);
         }
         if let Hop::Broker(b) = &last {
             let mut pulled = self.sub_index.overlapping(&adv);
@@ -1042,6 +1090,10 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         let detected = std::mem::take(&mut next.detected);
+        if next.stored {
+            let ack = self.publishing.take();
+            out.push(Output::Store { stamp: stamp.clone(), publication: publication.clone(), ack });
+        }
         emit(next, &publication, &stamp, tree, out);
         if !detected.is_empty() {
             self.detect(&detected, &Arc::new(Stamped { stamp, publication }), out);

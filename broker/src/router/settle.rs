@@ -119,10 +119,10 @@ impl Settle {
         for wait in self.blocked.remove(key).unwrap_or_default() {
             let Some(w) = self.waits.get_mut(&wait) else { continue };
             w.remaining -= 1;
-            if w.remaining == 0 {
-                if let Some(w) = self.waits.remove(&wait) {
-                    answer(w.waiter, out);
-                }
+            if w.remaining == 0
+                && let Some(w) = self.waits.remove(&wait)
+            {
+                answer(w.waiter, out);
             }
         }
     }

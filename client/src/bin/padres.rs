@@ -399,6 +399,15 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     stats.partials_ended,
                     stats.pairs_dropped
                 );
+                out!(
+                    "history store: stored {}, dropped (queue full) {}, failed {}, removed (retention) {}, queued {}, rows {}",
+                    stats.history_stored,
+                    stats.history_dropped,
+                    stats.history_failed,
+                    stats.history_removed,
+                    stats.history_queued,
+                    stats.history_rows
+                );
             }
         }
         BrokerCommand::Routes { limit, json, broker } => {

@@ -397,6 +397,18 @@ pub struct BrokerStats {
     pub partials_ended: u64,
     /// Matches not formed because one input reached the pair limit at a node.
     pub pairs_dropped: u64,
+    /// Publications the history store wrote.
+    pub history_stored: u64,
+    /// Publications routed but not stored: the store's queue was full.
+    pub history_dropped: u64,
+    /// Publications not stored: their write failed.
+    pub history_failed: u64,
+    /// Rows deleted by the store's retention.
+    pub history_removed: u64,
+    /// Publications waiting to be written.
+    pub history_queued: u64,
+    /// Rows in the store (as of the last retention pass, once a second).
+    pub history_rows: u64,
 }
 
 /// One row of a routing table, as text.

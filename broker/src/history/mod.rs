@@ -1,0 +1,467 @@
+//! The history store: this broker's SQLite database of publications.
+//!
+//! A broker configured with history filters (`[[history]]` in its configuration, or
+//! `--history FILTER`) keeps every publication that reaches it and matches one of them. The
+//! router treats the store as one more hop ([`Hop::History`](crate::router::Hop::History)):
+//! the filters are ordinary subscriptions of that hop, so the publications they select are
+//! routed here from anywhere in the federation, and each one that arrives is handed to the
+//! shell as an [`Output::Store`](crate::router::Output::Store).
+//!
+//! - **One row per publication**: its wire bytes (the encoded publication frame), its
+//!   `time`, its class, its stamp (origin time, broker, counter), and one column per
+//!   attribute the configuration declares as indexed (`index = ["appl", "gid"]`). Indexes on
+//!   (class, time) and on (class, attribute, time) let a query narrow by class, by a time
+//!   range and by an `eq` on a declared attribute; every row the narrowing returns is then
+//!   checked with the reference [`matches`](padres_lang::matches), so stored and live
+//!   matching can never disagree. Rows come back in `time` order (ties by stamp).
+//! - **Writes** happen on a thread of their own ([`writer`]): batched transactions with a
+//!   prepared statement, WAL journal. Routing never waits on the disk: the router task
+//!   offers each publication to a bounded queue, and a publication that finds it full is
+//!   counted (`history_dropped` in `broker stats`) and logged, never silently lost.
+//! - **Durability** ([`Durability`]): `full` syncs each batch to disk before it is
+//!   acknowledged: a publication acknowledged through `publish_acked` at a storing broker
+//!   is on disk. `normal` acknowledges when the publication is queued; a process crash
+//!   loses what was queued and not yet committed (at most the queue, typically one batch:
+//!   milliseconds), and with WAL's `synchronous = NORMAL` a power failure may also lose the
+//!   last transactions committed before it.
+//! - **Retention**: rows older than `max_age` (by their `time`) and beyond the newest
+//!   `max_rows` are deleted, checked every second by the writer.
+//! - **Errors at start**: a file that is not a database or fails SQLite's integrity check,
+//!   or a store another process holds (a lock file beside it), stops the broker from
+//!   starting, with the path and the reason.
+
+pub mod writer;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use padres_lang::predicate::{Op, Operand};
+use padres_lang::time::TIME;
+use padres_lang::wire::Frame;
+use padres_lang::wire::codec;
+use padres_lang::{Name, Number, Publication, Stamp, Stamped, Subscription, Value, matches};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OpenFlags, params_from_iter};
+use serde::{Deserialize, Serialize};
+
+/// The database's file name in the broker's data directory.
+pub const FILE: &str = "history.sqlite";
+/// The lock file beside it, held by the broker that writes the store.
+pub const LOCK: &str = "history.lock";
+/// The schema this code writes (kept in the database's `user_version`).
+const SCHEMA: i64 = 1;
+
+/// When an acknowledged publication is safe (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Each batch is synced to disk before its publications are acknowledged.
+    Full,
+    /// Acknowledged when queued; WAL with `synchronous = NORMAL`.
+    #[default]
+    Normal,
+}
+
+/// How a store is kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// When an acknowledged publication is on disk.
+    pub durability: Durability,
+    /// Attributes with a column and an index of their own.
+    pub indexed: Vec<Name>,
+    /// Rows whose `time` is older than this many milliseconds are deleted.
+    pub max_age_ms: Option<u64>,
+    /// At most this many rows are kept (the oldest stored go first).
+    pub max_rows: Option<u64>,
+}
+
+/// Why a store cannot be opened or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HistoryError {
+    /// The file is not a usable database.
+    #[error(
+        "history store {path}: {message} (move the file away to start with an empty store, or restore it from a backup)"
+    )]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite or the check said.
+        message: String,
+    },
+    /// Another process holds the store.
+    #[error("history store {path} is in use by another broker process (it holds {lock})")]
+    Locked {
+        /// The database file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// A file could not be created or opened.
+    #[error("history store {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// SQLite failed.
+    #[error("history store: {0}")]
+    Sql(#[from] rusqlite::Error),
+}
+
+/// One publication to store.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Where and when it entered the federation.
+    pub stamp: Stamp,
+    /// The publication, with its `time`.
+    pub publication: Arc<Publication>,
+}
+
+/// The store, open for writing (one per broker; see [`writer`] for the thread that uses it).
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    /// Declared attributes, in column order (`k0`, `k1`, …).
+    columns: Vec<Name>,
+    options: StoreOptions,
+    /// Held while the store is open: a second broker on the same directory is refused.
+    _lock: File,
+}
+
+/// Opens `path` and checks it is a usable database.
+fn open_checked(path: &Path, flags: OpenFlags) -> Result<Connection, HistoryError> {
+    let corrupt =
+        |e: &dyn std::fmt::Display| HistoryError::Corrupt { path: path.to_owned(), message: e.to_string() };
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt(&e))?;
+    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| corrupt(&e))?;
+    if check != "ok" {
+        return Err(corrupt(&format!("integrity check failed: {check}")));
+    }
+    Ok(conn)
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, taking its lock, creating the schema, and
+    /// adding a column and index for each newly declared attribute (filled from the rows
+    /// already stored).
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<Self, HistoryError> {
+        std::fs::create_dir_all(dir).map_err(|source| HistoryError::Io { path: dir.to_owned(), source })?;
+        let path = dir.join(FILE);
+        let lock_path = dir.join(LOCK);
+        let lock = File::create(&lock_path)
+            .map_err(|source| HistoryError::Io { path: lock_path.clone(), source })?;
+        if lock.try_lock().is_err() {
+            return Err(HistoryError::Locked { path, lock: lock_path });
+        }
+        let conn = open_checked(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE)?;
+        let corrupt =
+            |e: rusqlite::Error| HistoryError::Corrupt { path: path.clone(), message: e.to_string() };
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(corrupt)?;
+        if version > SCHEMA {
+            return Err(HistoryError::Corrupt {
+                path,
+                message: format!("schema version {version} is newer than this broker's ({SCHEMA})"),
+            });
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let sync = match options.durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS publications (
+                 row INTEGER PRIMARY KEY,
+                 time INTEGER NOT NULL,
+                 class TEXT NOT NULL,
+                 stamp_time INTEGER NOT NULL,
+                 origin TEXT NOT NULL,
+                 seq INTEGER NOT NULL,
+                 bytes BLOB NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS publications_by_class_time ON publications (class, time);
+             CREATE INDEX IF NOT EXISTS publications_by_time ON publications (time);
+             CREATE TABLE IF NOT EXISTS key_columns (column INTEGER PRIMARY KEY, attr TEXT NOT NULL UNIQUE);
+             PRAGMA user_version = 1;",
+        )?;
+        let mut store = Self { conn, path, columns: Vec::new(), options, _lock: lock };
+        store.declare_columns()?;
+        Ok(store)
+    }
+
+    /// Reads the key columns the database has, and adds those newly declared.
+    fn declare_columns(&mut self) -> Result<(), HistoryError> {
+        let known: Vec<(i64, String)> = {
+            let mut stmt = self.conn.prepare("SELECT column, attr FROM key_columns ORDER BY column")?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
+        };
+        let mut columns: Vec<Name> = Vec::new();
+        for (_, attr) in &known {
+            let name = Name::new(attr).map_err(|e| HistoryError::Corrupt {
+                path: self.path.clone(),
+                message: format!("key column for '{attr}': {e}"),
+            })?;
+            columns.push(name);
+        }
+        let new: Vec<Name> = self.options.indexed.iter().filter(|a| !columns.contains(a)).cloned().collect();
+        if !new.is_empty() {
+            let tx = self.conn.transaction()?;
+            for attr in new {
+                let column = columns.len();
+                tx.execute(
+                    "INSERT INTO key_columns (column, attr) VALUES (?1, ?2)",
+                    (column, attr.as_str()),
+                )?;
+                // Column names are ours (k0, k1, …): no user text is ever spliced into SQL.
+                tx.execute_batch(&format!(
+                    "ALTER TABLE publications ADD COLUMN k{column};
+                     CREATE INDEX publications_by_k{column} ON publications (class, k{column}, time);"
+                ))?;
+                columns.push(attr);
+            }
+            // Rows stored before an attribute was declared get its column filled now.
+            let rows: Vec<(i64, Vec<u8>)> = {
+                let mut stmt = tx.prepare("SELECT row, bytes FROM publications")?;
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
+            };
+            if !rows.is_empty() {
+                let sets: Vec<String> = (0..columns.len()).map(|c| format!("k{c} = ?{}", c + 2)).collect();
+                let mut update =
+                    tx.prepare(&format!("UPDATE publications SET {} WHERE row = ?1", sets.join(", ")))?;
+                for (row, bytes) in rows {
+                    let publication = decode(&bytes).map_err(|message| HistoryError::Corrupt {
+                        path: self.path.clone(),
+                        message: format!("row {row}: {message}"),
+                    })?;
+                    let mut values = vec![SqlValue::Integer(row)];
+                    values.extend(columns.iter().map(|a| key_value(publication.get(a))));
+                    update.execute(params_from_iter(values))?;
+                }
+            }
+            tx.commit()?;
+        }
+        self.columns = columns;
+        Ok(())
+    }
+
+    /// Where the database is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// Stores `records` in one transaction.
+    pub fn insert(&mut self, records: &[Record]) -> Result<(), HistoryError> {
+        let names: Vec<String> = (0..self.columns.len()).map(|c| format!(", k{c}")).collect();
+        let marks: Vec<String> = (0..self.columns.len()).map(|c| format!(", ?{}", c + 7)).collect();
+        let sql = format!(
+            "INSERT INTO publications (time, class, stamp_time, origin, seq, bytes{}) VALUES (?1, ?2, ?3, ?4, ?5, ?6{})",
+            names.concat(),
+            marks.concat()
+        );
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let mut bytes = Vec::new();
+            for record in records {
+                bytes.clear();
+                let frame = Frame::Publish { publication: record.publication.clone() };
+                // What arrived here was decoded from a frame of at most the ceiling.
+                if codec::encode(&frame, codec::MAX_FRAME_CEILING, &mut bytes).is_err() {
+                    continue;
+                }
+                let p = &record.publication;
+                let time = p.time().map_or_else(|| stamp_millis(&record.stamp), |t| t.millis());
+                let mut values = vec![
+                    SqlValue::Integer(time),
+                    SqlValue::Text(p.class().to_owned()),
+                    SqlValue::Integer(stamp_millis(&record.stamp)),
+                    SqlValue::Text(record.stamp.origin.to_string()),
+                    SqlValue::Integer(i64::try_from(record.stamp.seq).unwrap_or(i64::MAX)),
+                    SqlValue::Blob(bytes.clone()),
+                ];
+                values.extend(self.columns.iter().map(|a| key_value(p.get(a))));
+                stmt.execute(params_from_iter(values))?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Deletes what the retention settings no longer keep, as of `now` (epoch
+    /// milliseconds); returns how many rows went.
+    pub fn apply_retention(&mut self, now: u64) -> Result<u64, HistoryError> {
+        let mut removed = 0;
+        if let Some(age) = self.options.max_age_ms {
+            let cutoff = i64::try_from(now.saturating_sub(age)).unwrap_or(i64::MAX);
+            removed += self.conn.execute("DELETE FROM publications WHERE time < ?1", [cutoff])?;
+        }
+        if let Some(max) = self.options.max_rows {
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            removed += self.conn.execute(
+                "DELETE FROM publications WHERE row <= (SELECT MAX(row) FROM publications) - ?1",
+                [max],
+            )?;
+        }
+        Ok(u64::try_from(removed).unwrap_or(u64::MAX))
+    }
+
+    /// How many rows are stored.
+    pub fn rows(&self) -> Result<u64, HistoryError> {
+        let n: i64 = self.conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// The stored publications `sub` matches, in time order (see [`Reader::query`]).
+    pub fn query(&self, sub: &Subscription, limit: usize) -> Result<Vec<Stamped>, HistoryError> {
+        query(&self.conn, &self.columns, sub, limit)
+    }
+}
+
+/// A read-only view of a store, for queries while a broker writes it (WAL lets readers
+/// and the writer go on together).
+#[derive(Debug)]
+pub struct Reader {
+    conn: Connection,
+    columns: Vec<Name>,
+}
+
+impl Reader {
+    /// Opens the store in `dir` for reading.
+    pub fn open(dir: &Path) -> Result<Self, HistoryError> {
+        let path = dir.join(FILE);
+        if !path.exists() {
+            return Err(HistoryError::Io {
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no history store here"),
+            });
+        }
+        let conn = open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let columns = {
+            let mut stmt = conn.prepare("SELECT attr FROM key_columns ORDER BY column")?;
+            let attrs: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+            attrs.iter().filter_map(|a| Name::new(a).ok()).collect()
+        };
+        Ok(Self { conn, columns })
+    }
+
+    /// The stored publications `sub` matches, in `time` order (ties by stamp), at most
+    /// `limit` of them: narrowed in SQL by class, `time` bounds and `eq` on declared
+    /// attributes, then checked with [`matches`].
+    pub fn query(&self, sub: &Subscription, limit: usize) -> Result<Vec<Stamped>, HistoryError> {
+        query(&self.conn, &self.columns, sub, limit)
+    }
+}
+
+fn query(
+    conn: &Connection,
+    columns: &[Name],
+    sub: &Subscription,
+    limit: usize,
+) -> Result<Vec<Stamped>, HistoryError> {
+    let mut sql =
+        String::from("SELECT row, stamp_time, origin, seq, bytes FROM publications WHERE class = ?1");
+    let mut params = vec![SqlValue::Text(sub.class().to_owned())];
+    let (from, to) = time_range(sub);
+    if let Some(from) = from {
+        params.push(SqlValue::Integer(from));
+        sql.push_str(&format!(" AND time >= ?{}", params.len()));
+    }
+    if let Some(to) = to {
+        params.push(SqlValue::Integer(to));
+        sql.push_str(&format!(" AND time <= ?{}", params.len()));
+    }
+    for p in sub.predicates() {
+        let Some(column) = columns.iter().position(|c| c == p.attr()) else { continue };
+        if let (Op::Eq, Operand::Value(Value::Str(s))) = (p.op(), p.operand()) {
+            params.push(SqlValue::Text(s.to_string()));
+            sql.push_str(&format!(" AND k{column} = ?{}", params.len()));
+        }
+    }
+    sql.push_str(" ORDER BY time, stamp_time, origin, seq");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params_from_iter(params))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        if out.len() >= limit {
+            break;
+        }
+        let id: i64 = row.get(0)?;
+        let bytes: Vec<u8> = row.get(4)?;
+        let Ok(publication) = decode(&bytes) else {
+            tracing::warn!(row = id, "history row does not decode; skipped");
+            continue;
+        };
+        if !matches(sub, &publication) {
+            continue;
+        }
+        let origin: String = row.get(2)?;
+        let Ok(origin) = Name::new(&origin) else { continue };
+        let stamp_time: i64 = row.get(1)?;
+        let seq: i64 = row.get(3)?;
+        let stamp =
+            Stamp::new(u64::try_from(stamp_time).unwrap_or(0), origin, u64::try_from(seq).unwrap_or(0));
+        out.push(Stamped { stamp, publication: Arc::new(publication) });
+    }
+    Ok(out)
+}
+
+/// The tightest `time` bounds `sub` states with literal operands (inclusive, in epoch
+/// milliseconds), for narrowing only: looser is always safe.
+fn time_range(sub: &Subscription) -> (Option<i64>, Option<i64>) {
+    let (mut from, mut to): (Option<i64>, Option<i64>) = (None, None);
+    for p in sub.predicates().iter().filter(|p| p.attr() == TIME) {
+        let Some(value) = p.literal() else { continue };
+        let Some(number) = value.as_number() else { continue };
+        // Saturating casts: a float bound beyond the i64 range narrows nothing wrongly.
+        #[allow(clippy::cast_possible_truncation)]
+        let (low, high) = match number {
+            Number::Int(i) => (i, i),
+            Number::Float(f) => (f.floor() as i64, f.ceil() as i64),
+        };
+        let raise = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.max(v)));
+        let lower = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.min(v)));
+        match p.op() {
+            Op::Gt | Op::Ge => raise(&mut from, low),
+            Op::Lt | Op::Le => lower(&mut to, high),
+            Op::NumEq => {
+                raise(&mut from, low);
+                lower(&mut to, high);
+            }
+            _ => {}
+        }
+    }
+    (from, to)
+}
+
+fn stamp_millis(stamp: &Stamp) -> i64 {
+    i64::try_from(stamp.time).unwrap_or(i64::MAX)
+}
+
+/// A declared attribute's value as its column holds it (strings and numbers; anything
+/// else is not narrowed on).
+fn key_value(value: Option<&Value>) -> SqlValue {
+    match value {
+        Some(Value::Str(s)) => SqlValue::Text(s.to_string()),
+        Some(Value::Int(i)) => SqlValue::Integer(*i),
+        Some(Value::Time(t)) => SqlValue::Integer(t.millis()),
+        Some(Value::Float(f)) => SqlValue::Real(*f),
+        Some(Value::Bool(_)) | None => SqlValue::Null,
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<Publication, String> {
+    match codec::decode(bytes, codec::MAX_FRAME_CEILING) {
+        Ok((Frame::Publish { publication }, _)) => Ok(Arc::unwrap_or_clone(publication)),
+        Ok(_) => Err("not a publication".to_owned()),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,192 @@
+//! The writer thread: the only user of a broker's [`Store`] for writing.
+//!
+//! The router task offers each publication to store with [`History::offer`], which never
+//! blocks: a bounded queue sits between the two, and a publication that finds it full is
+//! refused there and counted (`dropped`), so routing never waits on the disk. The thread
+//! takes everything queued (up to [`MAX_BATCH`]) into one transaction, commits it, then
+//! calls the acknowledgements waiting on that batch (with `full` durability each commit is
+//! synced first). Every second it applies the retention settings.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::{Durability, Record, Store};
+
+/// Most publications written in one transaction.
+pub const MAX_BATCH: usize = 8192;
+/// How often retention runs.
+const RETENTION_EVERY: Duration = Duration::from_secs(1);
+
+/// Called once a publication is stored (`Ok`) or could not be (`Err` with why).
+pub type Ack = Box<dyn FnOnce(Result<(), String>) + Send>;
+
+struct Job {
+    record: Record,
+    ack: Option<Ack>,
+}
+
+/// What the writer has done, for `broker stats`.
+#[derive(Debug, Default)]
+struct Counters {
+    stored: AtomicU64,
+    dropped: AtomicU64,
+    failed: AtomicU64,
+    removed: AtomicU64,
+    queued: AtomicU64,
+    rows: AtomicU64,
+}
+
+/// A snapshot of the writer's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HistoryStats {
+    /// Publications committed.
+    pub stored: u64,
+    /// Publications refused because the queue was full.
+    pub dropped: u64,
+    /// Publications whose transaction failed.
+    pub failed: u64,
+    /// Rows deleted by retention.
+    pub removed: u64,
+    /// Publications queued and not yet committed.
+    pub queued: u64,
+    /// Rows in the store at the last retention pass.
+    pub rows: u64,
+}
+
+/// A running writer thread and the queue to it.
+#[derive(Debug)]
+pub struct History {
+    tx: Option<SyncSender<Job>>,
+    counters: Arc<Counters>,
+    durability: Durability,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("stamp", &self.record.stamp).field("ack", &self.ack.is_some()).finish()
+    }
+}
+
+impl History {
+    /// Starts the writer thread on `store`, with room for `queue` publications waiting.
+    pub fn start(store: Store, queue: usize) -> Self {
+        let (tx, rx) = sync_channel(queue.max(1));
+        let counters = Arc::new(Counters::default());
+        let durability = store.options().durability;
+        let thread_counters = counters.clone();
+        let thread = std::thread::Builder::new()
+            .name("history-writer".to_owned())
+            .spawn(move || write_loop(store, &rx, &thread_counters))
+            .expect("a thread can be started");
+        Self { tx: Some(tx), counters, durability, thread: Some(thread) }
+    }
+
+    /// The store's durability setting.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Queues `record`; `ack` is called once it is committed. When the queue is full the
+    /// publication is refused at once (and counted): the `ack` comes back.
+    pub fn offer(&self, record: Record, ack: Option<Ack>) -> Result<(), Option<Ack>> {
+        let Some(tx) = &self.tx else { return Err(ack) };
+        self.counters.queued.fetch_add(1, Ordering::Relaxed);
+        match tx.try_send(Job { record, ack }) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                self.counters.queued.fetch_sub(1, Ordering::Relaxed);
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                Err(job.ack)
+            }
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> HistoryStats {
+        let c = &self.counters;
+        HistoryStats {
+            stored: c.stored.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            removed: c.removed.load(Ordering::Relaxed),
+            queued: c.queued.load(Ordering::Relaxed),
+            rows: c.rows.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Writes what is queued, then stops the thread (and releases the store).
+    pub fn close(&mut self) {
+        self.tx = None;
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the history writer thread panicked");
+        }
+    }
+}
+
+impl Drop for History {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn epoch_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters) {
+    let mut last_retention: Option<Instant> = None;
+    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    let mut records: Vec<Record> = Vec::with_capacity(MAX_BATCH);
+    loop {
+        match rx.recv_timeout(RETENTION_EVERY) {
+            Ok(job) => batch.push(job),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            records.extend(batch.iter().map(|job| job.record.clone()));
+            let n = batch.len() as u64;
+            let result = store.insert(&records).map_err(|e| e.to_string());
+            records.clear();
+            match &result {
+                Ok(()) => counters.stored.fetch_add(n, Ordering::Relaxed),
+                Err(e) => {
+                    tracing::error!(error = %e, publications = n, "history store: a batch was not written");
+                    counters.failed.fetch_add(n, Ordering::Relaxed)
+                }
+            };
+            counters.queued.fetch_sub(n, Ordering::Relaxed);
+            for job in batch.drain(..) {
+                if let Some(ack) = job.ack {
+                    ack(result.clone());
+                }
+            }
+        }
+        if last_retention.is_none_or(|at| at.elapsed() >= RETENTION_EVERY) {
+            last_retention = Some(Instant::now());
+            match store.apply_retention(epoch_millis()) {
+                Ok(removed) => {
+                    counters.removed.fetch_add(removed, Ordering::Relaxed);
+                }
+                Err(e) => tracing::error!(error = %e, "history store: retention failed"),
+            }
+            if let Ok(rows) = store.rows() {
+                counters.rows.store(rows, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The history store on its own: what it keeps, what a query returns (checked against the
+//! reference `matches` over everything stored), retention across a restart, and the
+//! errors a broker must refuse to start with.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use padres_broker::history::writer::History;
+use padres_broker::history::{Durability, HistoryError, Reader, Record, Store, StoreOptions};
+use padres_lang::{Name, Publication, Stamp, Subscription, Timestamp, matches};
+
+fn dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("padres-history-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn options(indexed: &[&str]) -> StoreOptions {
+    StoreOptions {
+        durability: Durability::Normal,
+        indexed: indexed.iter().map(|a| Name::new(a).expect("name")).collect(),
+        ..StoreOptions::default()
+    }
+}
+
+/// Job-status-like publications: `n` of them, one a second from `start`, over 4
+/// applications and 3 jobs, some with a float `ms` and some without `gid`.
+fn records(n: u64, start: i64, seed: u64) -> Vec<Record> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let origin = Name::new("B1").expect("name");
+    (0..n)
+        .map(|i| {
+            let time =
+                Timestamp::from_millis(start + i64::try_from(i).expect("small") * 1000).expect("in range");
+            let class = if rng.u8(..10) == 0 { "trigger" } else { "job_status" };
+            let mut text = format!("[class,'{class}'],[appl,'app{}'],[job,'J{}']", rng.u8(..4), rng.u8(..3));
+            if rng.bool() {
+                text.push_str(&format!(",[gid,'g{}']", rng.u8(..5)));
+            }
+            if rng.bool() {
+                text.push_str(&format!(",[ms,{}.5]", rng.u16(..2000)));
+            }
+            let publication: Publication = text.parse().expect("valid");
+            // Half stamped by the broker (no time of their own), half given a time.
+            let publication = if i % 2 == 0 { publication.with_time(time) } else { publication };
+            let millis = u64::try_from(time.millis()).expect("after 1970");
+            Record { stamp: Stamp::new(millis, origin.clone(), i), publication: Arc::new(publication) }
+        })
+        .collect()
+}
+
+/// What the reference selects: every stored publication `sub` matches, by time.
+fn reference(all: &[Record], sub: &Subscription) -> Vec<String> {
+    let mut selected: Vec<(i64, u64, String)> = all
+        .iter()
+        .map(|r| {
+            let p = r.publication.as_ref().clone().with_time(
+                Timestamp::from_millis(i64::try_from(r.stamp.time).expect("fits")).expect("in range"),
+            );
+            (p, r)
+        })
+        .filter(|(p, _)| matches(sub, p))
+        .map(|(p, r)| (p.time().expect("timed").millis(), r.stamp.seq, p.to_string()))
+        .collect();
+    selected.sort();
+    selected.into_iter().map(|(_, _, text)| text).collect()
+}
+
+fn texts(stamped: &[padres_lang::Stamped]) -> Vec<String> {
+    stamped.iter().map(|s| s.publication.as_ref().clone().with_time(Timestamp::MIN).to_string()).collect()
+}
+
+#[test]
+fn queries_return_what_the_reference_selects_in_time_order() {
+    let dir = dir("query");
+    let start = 1_763_632_800_000;
+    let all = records(2_000, start, 7);
+    // Untimed records get their stamp's time when stored, as at a broker.
+    let stored: Vec<Record> = all
+        .iter()
+        .map(|r| {
+            let at = Timestamp::from_millis(i64::try_from(r.stamp.time).expect("fits")).expect("in range");
+            Record {
+                stamp: r.stamp.clone(),
+                publication: Arc::new(r.publication.as_ref().clone().with_time(at)),
+            }
+        })
+        .collect();
+    let mut store = Store::open(&dir, options(&["appl", "gid"])).expect("opens");
+    store.insert(&stored[..1_000]).expect("stored");
+    store.insert(&stored[1_000..]).expect("stored");
+    let reader = Reader::open(&dir).expect("a reader beside the writer");
+    let at = |s: i64| Timestamp::from_millis(start + s * 1000).expect("in range").to_rfc3339();
+    let first_status = all.iter().position(|r| r.publication.class() == "job_status").expect("one");
+    let first_status = i64::try_from(first_status).expect("small");
+    let queries = [
+        "[class,eq,'job_status']".to_owned(),
+        "[class,eq,'job_status'],[appl,eq,'app2']".to_owned(),
+        format!("[class,eq,'job_status'],[appl,eq,'app1'],[time,>=,{}],[time,<,{}]", at(100), at(700)),
+        format!("[class,eq,'trigger'],[time,>,{}]", at(1_500)),
+        "[class,eq,'job_status'],[gid,eq,'g3'],[job,neq,'J1']".to_owned(),
+        "[class,eq,'job_status'],[gid,isPresent,''],[ms,>,1000]".to_owned(),
+        "[class,eq,'job_status'],[appl,str-prefix,'app'],[ms,<,10.5]".to_owned(),
+        format!("[class,eq,'job_status'],[time,=,{}]", at(first_status)),
+        format!("[class,eq,'job_status'],[time,>=,{}],[time,<=,{}]", at(42), at(46)),
+        "[class,eq,'nothing']".to_owned(),
+    ];
+    for text in &queries {
+        let sub: Subscription = text.parse().expect("valid");
+        let expected = reference(&all, &sub);
+        assert!(!expected.is_empty() || text.contains("nothing"), "{text} selects something");
+        let got = reader.query(&sub, usize::MAX).expect("a query");
+        let times: Vec<i64> = got.iter().map(|s| s.publication.time().expect("timed").millis()).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{text}: not in time order");
+        let got: Vec<String> = got.iter().map(|s| s.publication.to_string()).collect();
+        assert_eq!(got, expected, "{text}");
+        assert_eq!(store.query(&sub, 5).expect("a query").len(), expected.len().min(5), "{text}: limit");
+    }
+    assert!(!texts(&reader.query(&queries[0].parse().expect("valid"), 1).expect("query")).is_empty());
+}
+
+#[test]
+fn retention_removes_old_rows_and_a_restart_keeps_the_rest() {
+    let dir = dir("retention");
+    let now = 1_763_632_800_000_i64;
+    let all = records(100, now - 100_000, 3);
+    let by_rows = StoreOptions { max_rows: Some(60), ..options(&["appl"]) };
+    let mut store = Store::open(&dir, by_rows).expect("opens");
+    store.insert(&all).expect("stored");
+    let clock = u64::try_from(now).expect("fits");
+    assert_eq!(store.apply_retention(clock).expect("retention"), 40);
+    assert_eq!(store.rows().expect("rows"), 60);
+    drop(store);
+    // Again, by age: rows whose time is over 30 s old go.
+    let by_age = StoreOptions { max_age_ms: Some(30_000), ..options(&["appl"]) };
+    let mut store = Store::open(&dir, by_age).expect("reopens");
+    assert_eq!(store.rows().expect("rows"), 60, "a restart keeps what retention left");
+    assert_eq!(store.apply_retention(clock).expect("retention"), 30);
+    drop(store);
+    let reader = Reader::open(&dir).expect("opens");
+    let left = reader.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
+    assert!(left.iter().all(|s| s.stamp.time >= clock - 30_000), "only the last 30 s are left");
+}
+
+#[test]
+fn an_attribute_indexed_later_is_filled_in_for_the_rows_already_stored() {
+    let dir = dir("index-later");
+    let all = records(300, 1_763_632_800_000, 11);
+    let mut store = Store::open(&dir, options(&[])).expect("opens");
+    store.insert(&all).expect("stored");
+    drop(store);
+    let store = Store::open(&dir, options(&["gid", "appl"])).expect("reopens, indexing gid and appl");
+    let sub: Subscription = "[class,eq,'job_status'],[gid,eq,'g1'],[appl,eq,'app0']".parse().expect("valid");
+    let got = store.query(&sub, usize::MAX).expect("query");
+    let expected = all.iter().filter(|r| matches(&sub, &r.publication)).count();
+    assert!(expected > 0);
+    assert_eq!(got.len(), expected);
+}
+
+#[test]
+fn a_store_in_use_or_not_a_database_is_refused_with_its_path() {
+    let dir = dir("refused");
+    let store = Store::open(&dir, options(&[])).expect("opens");
+    let err = Store::open(&dir, options(&[])).expect_err("locked");
+    assert!(matches!(err, HistoryError::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("history.sqlite") && err.to_string().contains("in use"), "{err}");
+    drop(store);
+    Store::open(&dir, options(&[])).expect("free again once closed");
+
+    let bad = dir.join("garbage");
+    std::fs::create_dir_all(&bad).expect("dir");
+    std::fs::write(bad.join("history.sqlite"), vec![0x42; 8192]).expect("written");
+    let err = Store::open(&bad, options(&[])).expect_err("not a database");
+    assert!(matches!(err, HistoryError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("garbage/history.sqlite"), "{err}");
+    assert!(Reader::open(&bad).is_err());
+}
+
+#[test]
+fn the_writer_batches_acknowledges_and_counts_what_it_cannot_take() {
+    let dir = dir("writer");
+    let all = records(5_000, 1_763_632_800_000, 5);
+    let store = Store::open(&dir, StoreOptions { durability: Durability::Full, ..options(&["appl"]) })
+        .expect("opens");
+    let mut history = History::start(store, 1_000_000);
+    let (tx, rx) = mpsc::channel();
+    for (i, record) in all.iter().enumerate() {
+        let tx = tx.clone();
+        let ack = Box::new(move |result: Result<(), String>| {
+            let _ = tx.send((i, result));
+        });
+        assert!(history.offer(record.clone(), Some(ack)).is_ok(), "room");
+    }
+    drop(tx);
+    let mut acked: Vec<usize> = rx.iter().map(|(i, result)| result.map(|()| i).expect("stored")).collect();
+    acked.sort_unstable();
+    assert_eq!(acked, (0..all.len()).collect::<Vec<_>>(), "every publication acknowledged once");
+    let stats = history.stats();
+    assert_eq!((stats.stored, stats.dropped, stats.queued), (5_000, 0, 0));
+    history.close();
+    let reader = Reader::open(&dir).expect("opens");
+    let stored = reader.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
+    assert_eq!(stored.len(), all.iter().filter(|r| r.publication.class() == "job_status").count());
+
+    // A queue of one, offered faster than it drains: what does not fit is refused and
+    // counted, and its acknowledgement comes back to the caller.
+    let store = Store::open(&dir, options(&[])).expect("reopens");
+    let history = History::start(store, 1);
+    let mut refused = 0;
+    for record in &all {
+        if let Err(ack) = history.offer(record.clone(), Some(Box::new(|_| {}))) {
+            assert!(ack.is_some(), "the acknowledgement comes back");
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "a queue of one cannot take 5,000 at once");
+    let stats = history.stats();
+    assert_eq!(stats.dropped, refused);
+}
