@@ -7,9 +7,11 @@
 //! cargo run --release -p padres-bench -- matching --workload w4
 //! cargo run --release -p padres-bench -- quic                # brokers over QUIC, vs nats-server and mosquitto
 //! cargo run --release -p padres-bench -- quic --quick
+//! cargo run --release -p padres-bench -- history             # the history store (~2 min)
 //! ```
 
 mod composite;
+mod history;
 mod peers;
 mod quic;
 mod workload;
@@ -91,6 +93,14 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
+    /// The history store: ingest rate (full and normal) against raw SQLite inserts of the
+    /// same rows, routing throughput with a store against without, and query latency for one
+    /// application over an hour among 1,000,000 stored publications against a full scan.
+    History {
+        /// Smaller runs (50,000 publications ingested, 100,000 stored for queries).
+        #[arg(long)]
+        quick: bool,
+    },
     /// The matching engine on workloads W1–W4 and the advertisement index.
     Matching {
         /// Smaller sizes (1/20 of the subscriptions) so the whole run takes under a minute.
@@ -141,6 +151,12 @@ fn main() {
             print_machine("one thread, the routers sans-IO");
             composite::traffic(quick, seed);
             composite::throughput(quick, seed, repeat);
+        }
+        Command::History { quick } => {
+            print_machine(
+                "the store's writes on this thread (ingest, query) or on the writer thread (routing)",
+            );
+            history::run(quick);
         }
         Command::Quic { quick, no_peers, only } => {
             print_machine("one process: brokers on one tokio runtime, clients on another");

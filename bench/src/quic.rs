@@ -38,6 +38,9 @@ pub(crate) enum Scenario {
     /// A 2-leaf composite subscription through a 3-broker chain, paced, next to an atomic
     /// subscription's run on the same brokers.
     Composite,
+    /// One broker at max rate with a history store keeping every publication (durability
+    /// normal), alternating with one without.
+    Stored,
 }
 
 /// Run sizes.
@@ -149,11 +152,21 @@ fn publication(class: &str, key: &str, key_value: Value, n: usize, epoch: Instan
 }
 
 async fn start_broker(name: &str, root: &std::path::Path, neighbour: Option<SocketAddr>) -> SocketAddr {
+    start_broker_with(name, root, neighbour, Vec::new()).await
+}
+
+async fn start_broker_with(
+    name: &str,
+    root: &std::path::Path,
+    neighbour: Option<SocketAddr>,
+    history: Vec<padres_broker::config::HistoryFilter>,
+) -> SocketAddr {
     let config = Config {
         name: name.to_owned(),
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: root.join(name),
         neighbours: neighbour.map(|a| format!("quic://{a}")).into_iter().collect(),
+        history,
         ..Config::default()
     };
     let (bound, addr) = tokio::sync::oneshot::channel();
@@ -281,6 +294,32 @@ async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (
         paced.push(quote_run(&publisher, &mut subscriber, paced_count, Some(sizes.rate)).await);
     }
     (Median::of(throughput), Median::of(paced))
+}
+
+/// One broker, one publisher and one subscriber at max rate; with `store`, the broker
+/// keeps every quote in its history store. Returns the run and the broker's history stats.
+async fn padres_one_stored(sizes: Sizes, root: &std::path::Path, store: bool, n: usize) -> (Outcome, String) {
+    let history = if store {
+        vec![padres_broker::config::HistoryFilter { filter: "[class,eq,'quote']".to_owned() }]
+    } else {
+        Vec::new()
+    };
+    let addr =
+        start_broker_with(&format!("S{n}{}", if store { "s" } else { "p" }), root, None, history).await;
+    let publisher = connect(addr, "pub").await;
+    publisher
+        .send("a [class,eq,'quote'],[symbol,isPresent,''],[price,>=,0],[volume,>=,0],[t,>=,0]")
+        .await
+        .expect("advertised");
+    let mut subscriber = connect(addr, "sub").await;
+    subscriber.send("s [class,eq,'quote'],[symbol,eq,'BENCH']").await.expect("subscribed");
+    let run = quote_run(&publisher, &mut subscriber, sizes.count, None).await;
+    let stats = publisher.stats().await.expect("stats");
+    let report = format!(
+        "stored {} dropped {} queued {}",
+        stats.history_stored, stats.history_dropped, stats.history_queued
+    );
+    (run, report)
 }
 
 /// A publisher at the first broker of a 3-broker chain, a subscriber at the last: runs of
@@ -615,6 +654,26 @@ pub(crate) fn run(sizes: Sizes, with_peers: bool, only: &[Scenario]) {
                     println!("{}", theirs.line(&format!("{} (1 server), paced {}/s", kind.label(), sizes.rate)));
                 }
             }
+        }
+
+        if wanted(Scenario::Stored) {
+            let mut plain = Vec::new();
+            let mut stored = Vec::new();
+            let mut last = String::new();
+            for n in 0..sizes.repeat {
+                plain.push(padres_one_stored(sizes, &root, false, n).await.0);
+                let (run, report) = padres_one_stored(sizes, &root, true, n).await;
+                stored.push(run);
+                last = report;
+            }
+            let (plain, stored) = (Median::of(plain), Median::of(stored));
+            println!("{}", plain.line("padres one broker, max rate, no store"));
+            println!("{}", stored.line("padres one broker, max rate, storing all"));
+            println!(
+                "  with store / without: {:.2} (alternated, medians of {}); last run's store: {last}",
+                stored.run.per_second() / plain.run.per_second().max(1e-9),
+                sizes.repeat
+            );
         }
 
         if wanted(Scenario::Composite) {
