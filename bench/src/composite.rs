@@ -282,7 +282,7 @@ fn publish_all(router: &mut Router, stream: &[Publication]) -> (usize, Duration)
     }
     let elapsed = start.elapsed();
     // Past every lateness allowance: what the generations' ends ended goes.
-    router.handle_timeout(u64::MAX);
+    router.handle_timeout(u64::MAX, &mut Vec::new());
     (matches, elapsed)
 }
 

@@ -131,6 +131,12 @@ pub struct HistoryStoreConfig {
     pub max_rows: u64,
     /// Publications waiting for the writer before more are dropped (and counted).
     pub queue: usize,
+    /// How long a historic subscription's query waits for the stores beyond this broker
+    /// before the end-of-history marker names those that did not answer (ms). Applies with
+    /// or without a store here.
+    pub query_timeout_ms: u64,
+    /// Most stored publications delivered to one historic subscription.
+    pub max_results: u64,
 }
 
 impl Default for HistoryStoreConfig {
@@ -141,6 +147,8 @@ impl Default for HistoryStoreConfig {
             max_age: String::new(),
             max_rows: 0,
             queue: 65_536,
+            query_timeout_ms: crate::router::DEFAULT_TIMEOUT_MS,
+            max_results: crate::router::DEFAULT_MAX_RESULTS,
         }
     }
 }
@@ -330,6 +338,8 @@ impl Config {
                 pairs_per_input: c.max_pairs_per_publication,
                 lateness_ms: c.lateness_ms,
             },
+            history_timeout_ms: self.history_store.query_timeout_ms,
+            history_max_results: self.history_store.max_results,
         };
         let history = self.validate_history()?;
         Ok(Settings { name, neighbours, router, history })
@@ -370,8 +380,14 @@ impl Config {
                 ))
             })?),
         };
-        if h.queue == 0 {
-            return Err(invalid("history_store.queue must be at least 1".to_owned()));
+        for (name, value) in [
+            ("history_store.queue", u64::try_from(h.queue).unwrap_or(u64::MAX)),
+            ("history_store.query_timeout_ms", h.query_timeout_ms),
+            ("history_store.max_results", h.max_results),
+        ] {
+            if value == 0 {
+                return Err(invalid(format!("{name} must be at least 1")));
+            }
         }
         if filters.is_empty() {
             return Ok(None);
@@ -503,6 +519,12 @@ impl Config {
         let _ = writeln!(out, "max_rows = {}", h.max_rows);
         let _ = writeln!(out, "# Publications waiting for the writer; past it they are dropped and counted.");
         let _ = writeln!(out, "queue = {}", h.queue);
+        let _ = writeln!(out, "# How long a historic subscription's query waits for the stores beyond this");
+        let _ =
+            writeln!(out, "# broker (ms) before its end-of-history marker names those that did not answer.");
+        let _ = writeln!(out, "query_timeout_ms = {}", h.query_timeout_ms);
+        let _ = writeln!(out, "# Most stored publications delivered to one historic subscription.");
+        let _ = writeln!(out, "max_results = {}", h.max_results);
         let _ = writeln!(out, "\n# What the history store keeps, one [[history]] entry per filter.");
         if self.history.is_empty() {
             let _ = writeln!(out, "# [[history]]\n# filter = \"[class,eq,'job_status']\"");
@@ -544,6 +566,8 @@ mod tests {
                 max_age: "7d".into(),
                 max_rows: 1000,
                 queue: 10,
+                query_timeout_ms: 250,
+                max_results: 7,
             },
             ..Config::default()
         };

@@ -182,6 +182,10 @@ struct Overrides {
     /// Keep at most this many stored publications (0: no limit).
     #[arg(long, value_name = "N", global = true)]
     history_max_rows: Option<u64>,
+    /// How long a historic subscription's query waits for the stores beyond this broker
+    /// before its end-of-history marker names those that did not answer [default: 5000].
+    #[arg(long, value_name = "MS", global = true)]
+    history_query_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -271,6 +275,9 @@ impl Overrides {
         }
         if let Some(rows) = self.history_max_rows {
             store.max_rows = rows;
+        }
+        if let Some(ms) = self.history_query_timeout_ms {
+            store.query_timeout_ms = ms;
         }
         let limits = &mut config.limits;
         for (flag, slot) in [

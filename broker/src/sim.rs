@@ -8,7 +8,24 @@ use std::sync::Arc;
 
 use crate::router::{BrokerMessage, ClientId, Covering, Input, Options, Output, Router, Routes};
 use padres_lang::wire::ErrorCode;
-use padres_lang::{Message, MessageId, Name, Publication};
+use padres_lang::{Message, MessageId, Name, Publication, Stamped};
+
+/// An end-of-history marker delivered to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndOfHistory {
+    /// The client.
+    pub client: ClientId,
+    /// Its historic subscription.
+    pub sub: MessageId,
+    /// Stored publications delivered before it.
+    pub count: u64,
+    /// Stores that did not answer in time.
+    pub missing: Vec<Name>,
+    /// More were stored than one subscription is given.
+    pub truncated: bool,
+    /// When (virtual ms).
+    pub time: u64,
+}
 
 /// A publication delivered to a client.
 #[derive(Clone, Debug)]
@@ -68,8 +85,13 @@ pub struct Sim {
     /// Every composite match delivered to a client.
     pub composite_deliveries: Vec<CompositeDelivery>,
     /// Every publication handed to a broker's history store: (broker, publication). The
-    /// simulated store takes it at once, answering a publisher waiting on it.
-    pub stored: Vec<(usize, Arc<Publication>)>,
+    /// simulated store takes it at once, answering a publisher waiting on it, and answers
+    /// queries from what it took (after `store_delay` ms).
+    pub stored: Vec<(usize, Arc<Stamped>)>,
+    /// End-of-history markers delivered to clients.
+    pub ends: Vec<EndOfHistory>,
+    /// How long a simulated store takes to answer a query; `None`: it never answers.
+    pub store_delay: HashMap<usize, Option<u64>>,
     /// Extra delay of each message, up to this many ms (links stay FIFO).
     jitter: u64,
     rng: fastrand::Rng,
@@ -110,6 +132,8 @@ impl Sim {
             deliveries: Vec::new(),
             composite_deliveries: Vec::new(),
             stored: Vec::new(),
+            ends: Vec::new(),
+            store_delay: HashMap::new(),
             jitter: 0,
             rng: fastrand::Rng::with_seed(0),
             kinds: BTreeMap::new(),
@@ -238,6 +262,20 @@ impl Sim {
 
     /// Delivers the next message in flight; false if there is none.
     pub fn step(&mut self) -> bool {
+        // A router's timer due before the next message goes first (historic queries
+        // timing out, composite windows).
+        let next = self.queue.first_key_value().map(|((at, _), _)| *at);
+        let timer = (0..self.routers.len())
+            .filter_map(|b| self.routers[b].poll_timeout().map(|t| (t, b)))
+            .filter(|(t, _)| next.is_none_or(|at| *t < at))
+            .min();
+        if let Some((t, broker)) = timer {
+            self.now = self.now.max(t);
+            let mut out = Vec::new();
+            self.routers[broker].handle_timeout(self.now, &mut out);
+            self.outputs(broker, out);
+            return true;
+        }
         let Some(((at, _), event)) = self.queue.pop_first() else { return false };
         self.now = self.now.max(at);
         self.input(event.to, event.input);
@@ -272,6 +310,11 @@ impl Sim {
     fn input(&mut self, broker: usize, input: Input) {
         let mut out = Vec::new();
         self.routers[broker].handle(self.now, input, &mut out);
+        self.outputs(broker, out);
+    }
+
+    /// Carries out what broker `broker` asked for.
+    fn outputs(&mut self, broker: usize, out: Vec<Output>) {
         for o in out {
             match o {
                 Output::ToBroker { to, message } => {
@@ -307,8 +350,28 @@ impl Sim {
                 Output::Notify { client, subs, publication } => {
                     self.deliveries.push(Delivery { client, subs, publication, time: self.now });
                 }
-                Output::Store { publication, ack, .. } => {
-                    self.stored.push((broker, publication));
+                Output::HistoryQuery { query, sub, limit } => {
+                    let delay = self.store_delay.get(&broker).copied().unwrap_or(Some(1));
+                    let Some(delay) = delay else { continue };
+                    let mut found: Vec<Stamped> = self
+                        .stored
+                        .iter()
+                        .filter(|(b, s)| *b == broker && padres_lang::matches(&sub, &s.publication))
+                        .map(|(_, s)| s.as_ref().clone())
+                        .collect();
+                    found.sort_by(|a, b| {
+                        a.publication.time().cmp(&b.publication.time()).then_with(|| a.stamp.cmp(&b.stamp))
+                    });
+                    found.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+                    self.seq += 1;
+                    let input = Input::HistoryAnswer { query, result: Ok(found) };
+                    self.queue.insert((self.now + delay, self.seq), Event { to: broker, input });
+                }
+                Output::EndOfHistory { client, sub, count, missing, truncated } => {
+                    self.ends.push(EndOfHistory { client, sub, count, missing, truncated, time: self.now });
+                }
+                Output::Store { stamp, publication, ack } => {
+                    self.stored.push((broker, Arc::new(Stamped { stamp, publication })));
                     if let Some((client, req)) = ack {
                         self.replies.insert((client, req), Ok(None));
                     }
@@ -371,5 +434,10 @@ fn kind(message: &BrokerMessage) -> &'static str {
         BrokerMessage::CompositeSubscribe { .. } => "CompositeSubscribe",
         BrokerMessage::CompositeUnsubscribe { .. } => "CompositeUnsubscribe",
         BrokerMessage::CompositeMatch { .. } => "CompositeMatch",
+        BrokerMessage::HistoryAdvertise { .. } => "HistoryAdvertise",
+        BrokerMessage::HistoryUnadvertise { .. } => "HistoryUnadvertise",
+        BrokerMessage::HistoryQuery { .. } => "HistoryQuery",
+        BrokerMessage::HistoryAnswer { .. } => "HistoryAnswer",
+        BrokerMessage::HistoryDone { .. } => "HistoryDone",
     }
 }

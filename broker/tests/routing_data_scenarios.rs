@@ -19,6 +19,7 @@ const TREE: Options = Options {
     max_subscriptions_per_client: None,
     detect_at_subscriber: false,
     detector_bounds: Bounds::DEFAULT,
+    ..Options::DEFAULT
 };
 const ACTIVE: Options = Options {
     covering: Covering::Active,
@@ -27,6 +28,7 @@ const ACTIVE: Options = Options {
     max_subscriptions_per_client: None,
     detect_at_subscriber: false,
     detector_bounds: Bounds::DEFAULT,
+    ..Options::DEFAULT
 };
 const CYCLES: Options = Options {
     covering: Covering::Off,
@@ -35,6 +37,7 @@ const CYCLES: Options = Options {
     max_subscriptions_per_client: None,
     detect_at_subscriber: false,
     detector_bounds: Bounds::DEFAULT,
+    ..Options::DEFAULT
 };
 
 const TWO_BROKERS: &[(usize, usize, u64)] = &[(0, 1, 5)];

@@ -592,9 +592,9 @@ fn a_history_filter_draws_publications_from_across_the_federation_and_answers_ac
     assert_eq!(sim.call(P, "p [class,'job_status'],[appl,'billing'],[job,'A']"), Ok(None));
     sim.run();
     let stored: Vec<String> =
-        sim.stored.iter().map(|(b, p)| format!("B{} {}", b + 1, p.without_time())).collect();
+        sim.stored.iter().map(|(b, s)| format!("B{} {}", b + 1, s.publication.without_time())).collect();
     assert_eq!(stored, ["B1 [class,'job_status'],[appl,'payroll'],[job,'A']"]);
-    assert!(sim.stored[0].1.time().is_some(), "stored with its time");
+    assert!(sim.stored[0].1.publication.time().is_some(), "stored with its time");
     // A publisher at the storing broker is answered once the store has taken it (the
     // simulated store takes it at once), and exactly once.
     assert_eq!(sim.call(S, "p [class,'job_status'],[appl,'payroll'],[job,'B']"), Ok(None));

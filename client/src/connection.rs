@@ -642,7 +642,7 @@ async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<Notificat
             answer(req, Err(ClientError::Refused { code, message }));
         }
         Frame::Error { req: None, code, message } => shared.set_last_error(format!("{code:?}: {message}")),
-        Frame::Notification { .. } | Frame::CompositeNotification { .. } => {
+        Frame::Notification { .. } | Frame::CompositeNotification { .. } | Frame::EndOfHistory { .. } => {
             // Nobody reading notifications any more (they were taken and dropped) is no
             // reason to stop serving requests.
             if let Some(notification) = notification(shared, frame) {
@@ -663,6 +663,12 @@ fn notification(shared: &Shared, frame: Frame) -> Option<Notification> {
         Frame::CompositeNotification { sub, pubs } => Some(Notification::Composite {
             sub: first_ids(shared, vec![sub]).pop()?,
             pubs: pubs.into_iter().map(|(leaf, p)| (leaf, Arc::unwrap_or_clone(p))).collect(),
+        }),
+        Frame::EndOfHistory { sub, count, missing, truncated } => Some(Notification::EndOfHistory {
+            sub: first_ids(shared, vec![sub]).pop()?,
+            count,
+            missing,
+            truncated,
         }),
         _ => None,
     }
@@ -707,7 +713,11 @@ async fn reissue(
                     shared.with(|s| s.issued.forget(&first));
                     break;
                 }
-                Some(frame @ (Frame::Notification { .. } | Frame::CompositeNotification { .. })) => {
+                Some(
+                    frame @ (Frame::Notification { .. }
+                    | Frame::CompositeNotification { .. }
+                    | Frame::EndOfHistory { .. }),
+                ) => {
                     if let Some(notification) = notification(shared, frame) {
                         let _ = notify.send(notification).await;
                     }

@@ -2,8 +2,10 @@
 //! "subs":["B1/3"],"attrs":{"class":"stock","price":100}}` (`sub` is the first subscription
 //! matched, `subs` all of them), and for a composite subscription's match
 //! `{"type":"notification","sub":"B1/4","pubs":[{"leaf":0,"attrs":{…}},{"leaf":1,"attrs":{…}}]}`
-//! (the publications used, each with its leaf). Numbers stay numbers, timestamps become
-//! RFC 3339 strings, a payload becomes `"payload_hex"`.
+//! (the publications used, each with its leaf). A historic subscription's stored part ends
+//! with `{"type":"end_of_history","sub":"B1/5","count":42,"missing":[],"truncated":false}`
+//! (`missing`: the brokers whose stores did not answer in time). Numbers stay numbers,
+//! timestamps become RFC 3339 strings, a payload becomes `"payload_hex"`.
 
 use padres_lang::{MessageId, Publication, Value};
 use serde_json::{Map, Value as Json, json};
@@ -54,6 +56,17 @@ pub fn notification(notification: &Notification) -> String {
                 })
                 .collect();
             json!({ "type": "notification", "sub": sub.to_string(), "pubs": pubs }).to_string()
+        }
+        Notification::EndOfHistory { sub, count, missing, truncated } => {
+            let missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+            json!({
+                "type": "end_of_history",
+                "sub": sub.to_string(),
+                "count": count,
+                "missing": missing,
+                "truncated": truncated,
+            })
+            .to_string()
         }
     }
 }

@@ -1,7 +1,7 @@
-//! What a broker pushes to a client: a publication that matched atomic subscriptions, or a
-//! match of a composite subscription.
+//! What a broker pushes to a client: a publication that matched atomic subscriptions, a
+//! match of a composite subscription, or the end of a historic subscription's stored part.
 
-use padres_lang::{MessageId, Publication};
+use padres_lang::{MessageId, Name, Publication};
 
 /// One notification.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +21,18 @@ pub enum Notification {
         /// right in the pattern; a `Times` leaf once per repetition), sorted by leaf.
         pubs: Vec<(u32, Publication)>,
     },
+    /// A historic subscription's stored publications have all been delivered (before this,
+    /// in time order); live ones follow if its time range is open-ended.
+    EndOfHistory {
+        /// The subscription.
+        sub: MessageId,
+        /// How many stored publications were delivered.
+        count: u64,
+        /// The brokers whose stores did not answer in time.
+        missing: Vec<Name>,
+        /// More were stored than the broker delivers for one subscription.
+        truncated: bool,
+    },
 }
 
 impl Notification {
@@ -28,7 +40,7 @@ impl Notification {
     pub fn sub(&self) -> Option<&MessageId> {
         match self {
             Self::Publication { subs, .. } => subs.first(),
-            Self::Composite { sub, .. } => Some(sub),
+            Self::Composite { sub, .. } | Self::EndOfHistory { sub, .. } => Some(sub),
         }
     }
 
@@ -36,7 +48,7 @@ impl Notification {
     pub fn into_publication(self) -> Option<(Vec<MessageId>, Publication)> {
         match self {
             Self::Publication { subs, publication } => Some((subs, publication)),
-            Self::Composite { .. } => None,
+            Self::Composite { .. } | Self::EndOfHistory { .. } => None,
         }
     }
 }

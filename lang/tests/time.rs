@@ -106,3 +106,16 @@ fn every_advertisement_advertises_time() {
         "[class,eq,'a'],[time,>,2026-11-21T00:00:00Z],[time,<,2026-11-20T00:00:00Z]".parse().expect("valid");
     assert!(!overlaps(&empty, &adv), "an empty time range overlaps nothing");
 }
+
+#[test]
+fn filters_intersect_when_one_publication_could_match_both() {
+    use padres_lang::intersects;
+    let sub = |t: &str| t.parse::<Subscription>().expect(t);
+    let store = sub("[class,eq,'log'],[level,eq,'error']");
+    assert!(intersects(&sub("[class,eq,'log'],[n,>,5]"), &store), "attributes one side leaves free");
+    assert!(intersects(&sub("[class,eq,'log'],[level,str-prefix,'err']"), &store));
+    assert!(!intersects(&sub("[class,eq,'log'],[level,eq,'info']"), &store));
+    assert!(!intersects(&sub("[class,eq,'metric']"), &store), "another class");
+    assert!(intersects(&sub("[class,eq,'log'],[level,eq,$S$l]"), &store), "a variable takes any string");
+    assert!(!intersects(&sub("[class,eq,'log'],[level,>,3]"), &store), "a number is never a string");
+}

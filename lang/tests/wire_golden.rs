@@ -59,6 +59,11 @@ fn broker_variant(m: &BrokerMessage) -> &'static str {
         BrokerMessage::CompositeSubscribe { .. } => "CompositeSubscribe",
         BrokerMessage::CompositeUnsubscribe { .. } => "CompositeUnsubscribe",
         BrokerMessage::CompositeMatch { .. } => "CompositeMatch",
+        BrokerMessage::HistoryAdvertise { .. } => "HistoryAdvertise",
+        BrokerMessage::HistoryUnadvertise { .. } => "HistoryUnadvertise",
+        BrokerMessage::HistoryQuery { .. } => "HistoryQuery",
+        BrokerMessage::HistoryAnswer { .. } => "HistoryAnswer",
+        BrokerMessage::HistoryDone { .. } => "HistoryDone",
     }
 }
 
@@ -79,6 +84,7 @@ fn frame_variant(f: &Frame) -> String {
         Frame::Report { report: Report::Stats(_), .. } => "Report/Stats".into(),
         Frame::Report { report: Report::Routes(_), .. } => "Report/Routes".into(),
         Frame::CompositeNotification { .. } => "CompositeNotification".into(),
+        Frame::EndOfHistory { .. } => "EndOfHistory".into(),
     }
 }
 
@@ -199,12 +205,21 @@ fn samples() -> Vec<Frame> {
                 (1, Arc::new(Stamped { stamp: stamp(), publication: publication() })),
             ],
         },
+        BrokerMessage::HistoryAdvertise { id: id(4), filter: sub() },
+        BrokerMessage::HistoryUnadvertise { id: id(4) },
+        BrokerMessage::HistoryQuery { query: id(2), sub: sub(), limit: 100 },
+        BrokerMessage::HistoryAnswer {
+            query: id(2),
+            pubs: vec![Arc::new(Stamped { stamp: stamp(), publication: publication() })],
+        },
+        BrokerMessage::HistoryDone { query: id(2), missing: vec![name("B3")] },
     ];
     frames.extend(broker.map(Frame::Broker));
     frames.push(Frame::CompositeNotification {
         sub: id(3),
         pubs: vec![(0, publication()), (1, publication())],
     });
+    frames.push(Frame::EndOfHistory { sub: id(2), count: 5, missing: vec![name("B3")], truncated: false });
     frames
 }
 
@@ -281,9 +296,24 @@ const GOLDEN: &[(&str, &str)] = &[
         "00000061070b024231030200fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff01fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
     (
+        "Broker/HistoryAdvertise",
+        "00000027070c024231040205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+    ),
+    ("Broker/HistoryUnadvertise", "00000006070d02423104"),
+    (
+        "Broker/HistoryQuery",
+        "00000028070e024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f64",
+    ),
+    (
+        "Broker/HistoryAnswer",
+        "00000033070f0242310201fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+    ),
+    ("Broker/HistoryDone", "0000000a07100242310201024233"),
+    (
         "CompositeNotification",
         "000000460b0242310302000305636c617373020573746f636b0570726963650002026f6b0301010200ff010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
+    ("EndOfHistory", "0000000b0c02423102050102423300"),
 ];
 
 #[test]
@@ -314,8 +344,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 15 frame shapes (Request counted per message kind: 6) and 15 broker messages
+    // 16 frame shapes (Request counted per message kind: 6) and 20 broker messages
     // (Settled counted per forwarded kind: 4).
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 15;
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 20;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }

@@ -13,6 +13,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use padres_lang::{Stamped, Subscription};
+
 use super::{Durability, Record, Store};
 
 /// Most publications written in one transaction.
@@ -23,9 +25,20 @@ const RETENTION_EVERY: Duration = Duration::from_secs(1);
 /// Called once a publication is stored (`Ok`) or could not be (`Err` with why).
 pub type Ack = Box<dyn FnOnce(Result<(), String>) + Send>;
 
-struct Job {
-    record: Record,
-    ack: Option<Ack>,
+/// Called with a query's answer: the stored publications it selects, in time order.
+pub type Answer = Box<dyn FnOnce(Result<Vec<Stamped>, String>) + Send>;
+
+enum Job {
+    Store {
+        record: Record,
+        ack: Option<Ack>,
+    },
+    /// Answered once everything queued before it is committed.
+    Query {
+        sub: Arc<Subscription>,
+        limit: usize,
+        answer: Answer,
+    },
 }
 
 /// What the writer has done, for `broker stats`.
@@ -67,7 +80,14 @@ pub struct History {
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("stamp", &self.record.stamp).field("ack", &self.ack.is_some()).finish()
+        match self {
+            Self::Store { record, ack } => {
+                f.debug_struct("Store").field("stamp", &record.stamp).field("ack", &ack.is_some()).finish()
+            }
+            Self::Query { sub, limit, .. } => {
+                f.debug_struct("Query").field("sub", sub).field("limit", limit).finish()
+            }
+        }
     }
 }
 
@@ -95,13 +115,32 @@ impl History {
     pub fn offer(&self, record: Record, ack: Option<Ack>) -> Result<(), Option<Ack>> {
         let Some(tx) = &self.tx else { return Err(ack) };
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        match tx.try_send(Job { record, ack }) {
+        match tx.try_send(Job::Store { record, ack }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
                 self.counters.queued.fetch_sub(1, Ordering::Relaxed);
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                Err(job.ack)
+                match job {
+                    Job::Store { ack, .. } => Err(ack),
+                    Job::Query { .. } => Err(None),
+                }
             }
+        }
+    }
+
+    /// Asks what the store holds that `sub` selects (at most `limit`), answered once the
+    /// publications offered before are committed. A full queue answers at once, with an
+    /// error.
+    pub fn query(&self, sub: Arc<Subscription>, limit: usize, answer: Answer) {
+        let Some(tx) = &self.tx else {
+            return answer(Err("the history store is closed".to_owned()));
+        };
+        if let Err(
+            TrySendError::Full(Job::Query { answer, .. })
+            | TrySendError::Disconnected(Job::Query { answer, .. }),
+        ) = tx.try_send(Job::Query { sub, limit, answer })
+        {
+            answer(Err("the history store's queue is full".to_owned()));
         }
     }
 
@@ -135,6 +174,27 @@ impl Drop for History {
     }
 }
 
+/// Writes `records` in one transaction and answers their acknowledgements.
+fn commit(store: &mut Store, records: &mut Vec<Record>, acks: &mut Vec<Option<Ack>>, counters: &Counters) {
+    if records.is_empty() {
+        return;
+    }
+    let n = records.len() as u64;
+    let result = store.insert(records).map_err(|e| e.to_string());
+    records.clear();
+    match &result {
+        Ok(()) => counters.stored.fetch_add(n, Ordering::Relaxed),
+        Err(e) => {
+            tracing::error!(error = %e, publications = n, "history store: a batch was not written");
+            counters.failed.fetch_add(n, Ordering::Relaxed)
+        }
+    };
+    counters.queued.fetch_sub(n, Ordering::Relaxed);
+    for ack in acks.drain(..).flatten() {
+        ack(result.clone());
+    }
+}
+
 fn epoch_millis() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -157,25 +217,21 @@ fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters) {
                 Err(_) => break,
             }
         }
-        if !batch.is_empty() {
-            records.extend(batch.iter().map(|job| job.record.clone()));
-            let n = batch.len() as u64;
-            let result = store.insert(&records).map_err(|e| e.to_string());
-            records.clear();
-            match &result {
-                Ok(()) => counters.stored.fetch_add(n, Ordering::Relaxed),
-                Err(e) => {
-                    tracing::error!(error = %e, publications = n, "history store: a batch was not written");
-                    counters.failed.fetch_add(n, Ordering::Relaxed)
+        // Stores up to each query are committed before it runs, so that it sees them.
+        let mut acks: Vec<Option<Ack>> = Vec::new();
+        for job in batch.drain(..) {
+            match job {
+                Job::Store { record, ack } => {
+                    records.push(record);
+                    acks.push(ack);
                 }
-            };
-            counters.queued.fetch_sub(n, Ordering::Relaxed);
-            for job in batch.drain(..) {
-                if let Some(ack) = job.ack {
-                    ack(result.clone());
+                Job::Query { sub, limit, answer } => {
+                    commit(&mut store, &mut records, &mut acks, counters);
+                    answer(store.query(&sub, limit).map_err(|e| e.to_string()));
                 }
             }
         }
+        commit(&mut store, &mut records, &mut acks, counters);
         if last_retention.is_none_or(|at| at.elapsed() >= RETENTION_EVERY) {
             last_retention = Some(Instant::now());
             match store.apply_retention(epoch_millis()) {

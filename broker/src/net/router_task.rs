@@ -12,7 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use padres_lang::wire::{
     BrokerMessage, BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, RouteEntry, RoutesReport,
 };
-use padres_lang::{Message, Name, Publication, Subscription, Value};
+use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -70,6 +70,8 @@ pub(super) enum Event {
     DialFailed(Target),
     /// A broker was refused at the hello.
     LinkRefused,
+    /// The history store answered a historic query.
+    HistoryAnswer(MessageId, Result<Vec<Stamped>, String>),
     /// Close every link and client queue, then stop.
     Shutdown,
 }
@@ -188,7 +190,7 @@ pub(super) async fn run(
                 let now = task.now();
                 task.report_backlogs(now);
                 task.policy.handle_timeout(now);
-                task.router.handle_timeout(task.epoch + now);
+                task.router.handle_timeout(task.epoch + now, &mut task.out);
                 task.apply_link_actions(now);
                 task.dispatch(now);
             }
@@ -301,6 +303,9 @@ impl RouterTask {
                 self.apply_link_actions(now);
             }
             Event::LinkRefused => self.counters.links_refused += 1,
+            Event::HistoryAnswer(query, result) => {
+                self.router.handle(self.epoch + now, Input::HistoryAnswer { query, result }, &mut self.out);
+            }
             Event::Shutdown => {}
         }
     }
@@ -414,6 +419,13 @@ impl RouterTask {
                             None => continue,
                         }
                     }
+                    Output::HistoryQuery { query, sub, limit } => {
+                        self.history_query(now, query, sub, limit);
+                        continue;
+                    }
+                    Output::EndOfHistory { client, sub, count, missing, truncated } => {
+                        (client, Frame::EndOfHistory { sub, count, missing, truncated }, 0)
+                    }
                     Output::CompositeNotify { client, sub, pubs } => {
                         self.counters.notifications_out += 1;
                         let size = pubs.iter().map(|(_, p)| estimated_size(1, p)).sum();
@@ -502,6 +514,38 @@ impl RouterTask {
             }
         }
         answer_now
+    }
+
+    /// Hands a historic query to the history writer, whose answer comes back as an event.
+    fn history_query(&mut self, now: u64, query: MessageId, sub: Arc<Subscription>, limit: u64) {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        match &self.history {
+            Some(history) => {
+                let events = self.events.clone();
+                let id = query.clone();
+                history.query(
+                    sub,
+                    limit,
+                    Box::new(move |result| {
+                        // From the writer thread. Never blocks for long: at shutdown the
+                        // router task stops reading and waits for this thread; an answer
+                        // given up on leaves its query to time out.
+                        let mut event = Event::HistoryAnswer(id, result);
+                        for _ in 0..1000 {
+                            match events.try_send(event) {
+                                Err(mpsc::error::TrySendError::Full(back)) => event = back,
+                                _ => return,
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    }),
+                );
+            }
+            None => {
+                let result = Err("this broker has no history store".to_owned());
+                self.router.handle(self.epoch + now, Input::HistoryAnswer { query, result }, &mut self.out);
+            }
+        }
     }
 
     /// Closes every link and says goodbye to every client; their tasks then write what

@@ -81,6 +81,7 @@ use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
 mod composite;
 mod covering;
 mod cycles;
+mod history;
 mod settle;
 
 use composite::Composites;
@@ -88,6 +89,8 @@ use composite::Composites;
 pub use covering::Covering;
 use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
 use cycles::{Awaited, Ctx, Cycles, Next};
+use history::Histories;
+pub use history::{DEFAULT_MAX_RESULTS, DEFAULT_TIMEOUT_MS};
 use settle::{Settle, Waiter};
 
 /// A client connection, numbered by the I/O shell.
@@ -150,6 +153,13 @@ pub enum Input {
     /// matches here comes out as an [`Output::Store`]. Given once per filter when the
     /// broker starts.
     KeepHistory(Subscription),
+    /// This broker's history store answered query `query` (`Err`: it could not).
+    HistoryAnswer {
+        /// The historic subscription's id.
+        query: MessageId,
+        /// What it holds that the query selects, in time order.
+        result: Result<Vec<Stamped>, String>,
+    },
 }
 
 /// What a router asks its I/O shell to do.
@@ -191,6 +201,30 @@ pub enum Output {
         /// The publishing client's request waiting on it, if the publisher is here.
         ack: Option<(ClientId, u64)>,
     },
+    /// Ask this broker's history store what it holds that `sub` selects (at most `limit`),
+    /// behind the publications already handed to it; the answer comes back as
+    /// [`Input::HistoryAnswer`].
+    HistoryQuery {
+        /// The historic subscription's id.
+        query: MessageId,
+        /// What to select.
+        sub: Arc<Subscription>,
+        /// Most publications wanted.
+        limit: u64,
+    },
+    /// Every stored publication of a client's historic subscription has been delivered.
+    EndOfHistory {
+        /// The client.
+        client: ClientId,
+        /// The subscription.
+        sub: MessageId,
+        /// How many stored publications were delivered.
+        count: u64,
+        /// Stores (by broker) that did not answer in time.
+        missing: Vec<Name>,
+        /// More were stored than one subscription is given.
+        truncated: bool,
+    },
     /// Deliver a match of a composite subscription to a client.
     CompositeNotify {
         /// The client.
@@ -203,7 +237,7 @@ pub enum Output {
 }
 
 /// How a router routes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Subscription and advertisement covering.
     pub covering: Covering,
@@ -221,6 +255,30 @@ pub struct Options {
     pub detect_at_subscriber: bool,
     /// What composite detectors may store and produce.
     pub detector_bounds: Bounds,
+    /// How long a historic query waits for the stores beyond this broker (ms).
+    pub history_timeout_ms: u64,
+    /// Most stored publications delivered for one historic subscription.
+    pub history_max_results: u64,
+}
+
+impl Options {
+    /// Covering off, a tree, no limits but the defaults.
+    pub const DEFAULT: Self = Self {
+        covering: Covering::Off,
+        cycles: false,
+        incarnation: 0,
+        max_subscriptions_per_client: None,
+        detect_at_subscriber: false,
+        detector_bounds: Bounds::DEFAULT,
+        history_timeout_ms: DEFAULT_TIMEOUT_MS,
+        history_max_results: DEFAULT_MAX_RESULTS,
+    };
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// The shape of the overlay, with the state only that shape needs.
@@ -311,6 +369,8 @@ pub struct Router {
     /// While a client's publication is routed: its request, which the store takes over
     /// if the publication is stored here.
     publishing: Option<(ClientId, u64)>,
+    /// History stores known, and historic queries under way.
+    histories: Histories,
 }
 
 /// Which forwarded copies an input is answered after.
@@ -372,13 +432,16 @@ impl Router {
             stamp_seq: u64::from(options.incarnation) << 32,
             history_filters: Vec::new(),
             publishing: None,
+            histories: Histories::new(options.history_timeout_ms, options.history_max_results),
         }
     }
 
     /// The history store keeps what `filter` selects ([`Input::KeepHistory`]).
     fn keep_history(&mut self, filter: Subscription, out: &mut Vec<Output>) {
         let id = self.next_id();
-        self.install_sub(id.clone(), Arc::new(filter), Hop::History, out);
+        let filter = Arc::new(filter);
+        self.install_sub(id.clone(), filter.clone(), Hop::History, out);
+        self.advertise_store(id.clone(), filter, out);
         self.history_filters.push(id);
     }
 
@@ -408,6 +471,7 @@ impl Router {
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
             Input::KeepHistory(filter) => self.keep_history(filter, out),
+            Input::HistoryAnswer { query, result } => self.local_answer(&query, result, out),
         }
         if !self.srt_changed.is_empty() {
             self.replace_composites(out);
@@ -430,16 +494,46 @@ impl Router {
             needs.extend(self.placed.drain(..));
             self.settle.wait(needs, waiter, out);
         }
+        self.start_settled_queries(start, out);
     }
 
-    /// When [`Self::handle_timeout`] has something to do (composite windows expiring).
+    /// Historic subscriptions answered (settled) during this input send their queries.
+    fn start_settled_queries(&mut self, start: usize, out: &mut Vec<Output>) {
+        let settled: Vec<MessageId> = out[start..]
+            .iter()
+            .filter_map(|o| match o {
+                Output::Reply { result: Ok(Some(id)), .. } if self.awaits_history_start(id) => {
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        for id in settled {
+            self.send_query(&id, out);
+        }
+    }
+
+    /// When [`Self::handle_timeout`] has something to do (composite windows expiring,
+    /// historic queries timing out).
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.composites.detectors.poll_timeout()
+        match (self.composites.detectors.poll_timeout(), self.histories.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Drops the partial matches whose `within` window has passed at `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
+    /// Drops the partial matches whose `within` window has passed at `now`, and finishes
+    /// the historic queries whose stores have not all answered in time.
+    pub fn handle_timeout(&mut self, now: u64, out: &mut Vec<Output>) {
+        self.now = now;
         self.composites.detectors.handle_timeout(now);
+        let start = out.len();
+        self.history_timeouts(now, out);
+        for output in &out[start..] {
+            if let Output::ToBroker { to, message } = output {
+                self.settle.sent(to, message);
+            }
+        }
     }
 
     /// The composite detectors' counters, the composite subscriptions held, and the
@@ -566,7 +660,11 @@ impl Router {
             }
             Message::Subscribe(sub) => {
                 let id = self.next_id();
-                self.install_sub(id.clone(), Arc::new(sub), Hop::Client(client), out);
+                let sub = Arc::new(sub);
+                if history::is_historic(&sub, self.now) {
+                    self.hold_for_history(client, id.clone(), sub.clone());
+                }
+                self.install_sub(id.clone(), sub, Hop::Client(client), out);
                 self.clients.entry(client).or_default().subs.insert(id.clone());
                 // In a cyclic overlay it went up the tree of every advertisement it
                 // overlaps, a copy on each.
@@ -599,6 +697,7 @@ impl Router {
             }
             Message::Unsubscribe(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
+                    self.drop_history(&id);
                     self.remove_sub(&id, out);
                     Ok(None)
                 } else if self.clients.get_mut(&client).is_some_and(|c| {
@@ -660,6 +759,7 @@ impl Router {
         let Some(state) = self.clients.remove(&client) else { return };
         self.composites_of_gone(&Hop::Client(client), out);
         for id in &state.subs {
+            self.drop_history(id);
             self.remove_sub(id, out);
         }
         for id in &state.advs {
@@ -712,6 +812,11 @@ impl Router {
                 self.route_on_tree(&tree, publication, stamp, &hop, out);
             }
             BrokerMessage::Settled { what } => self.settle.settled(&from, what, out),
+            message @ (BrokerMessage::HistoryAdvertise { .. }
+            | BrokerMessage::HistoryUnadvertise { .. }
+            | BrokerMessage::HistoryQuery { .. }
+            | BrokerMessage::HistoryAnswer { .. }
+            | BrokerMessage::HistoryDone { .. }) => self.history_message(&from, message, out),
             BrokerMessage::CompositeSubscribe { id, cs } => self.composite_subscribe(hop, id, cs, out),
             BrokerMessage::CompositeUnsubscribe { id } => {
                 self.composite_unsubscribe(&hop, &id, out);
@@ -758,6 +863,7 @@ impl Router {
         // Composite parts placed there are placed again (it may have lost them), and so
         // are patterns with a destination there placed while it was away.
         self.replace_composites_at(&name, out);
+        self.offer_stores(&name, out);
     }
 
     fn neighbour_down(&mut self, name: &Name, out: &mut Vec<Output>) {
@@ -768,6 +874,7 @@ impl Router {
         self.advs.forget_neighbour(name);
         self.settle.neighbour_down(name, out);
         let hop = Hop::Broker(name.clone());
+        self.stores_gone(name, out);
         self.composites_of_gone(&hop, out);
         if let Overlay::Cyclic(cycles) = &mut self.overlay {
             let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
@@ -1090,6 +1197,9 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         let detected = std::mem::take(&mut next.detected);
+        self.hold_live(&mut next, || {
+            Arc::new(Stamped { stamp: stamp.clone(), publication: publication.clone() })
+        });
         if next.stored {
             let ack = self.publishing.take();
             out.push(Output::Store { stamp: stamp.clone(), publication: publication.clone(), ack });

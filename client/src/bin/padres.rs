@@ -68,6 +68,13 @@ enum Command {
     /// Subscribe and print matching publications as they arrive (until --count or Ctrl-C).
     /// A composite subscription (a pattern in braces) prints one line per match: the
     /// publications used, each after its leaf number, e.g. "[0] [class,'a']  [1] [class,'b']".
+    ///
+    /// With --since, the stored publications from then on come first (from the brokers'
+    /// history stores, oldest first), then a line "end of history: N stored publications"
+    /// on stderr (in --json, an {"type":"end_of_history",...} object), then live ones:
+    ///   padres sub --since 1h "[class,eq,'job_status'],[appl,eq,'payroll'],[status,eq,'FAILED']"
+    /// With --until too, it exits after the stored ones.
+    #[command(verbatim_doc_comment)]
     Sub {
         /// The subscription, e.g. "[class,eq,'stock'],[price,>,100]", or a composite one,
         /// e.g. "{[class,eq,'a'],[k,eq,$S$k]} & {[class,eq,'b'],[k,eq,$S$k]} within 10m".
@@ -78,6 +85,13 @@ enum Command {
         /// Print one JSON object per line instead of text.
         #[arg(long)]
         json: bool,
+        /// Start in the past: a duration ago (1h, 30m, 7d), now-DURATION, epoch
+        /// milliseconds, or an RFC 3339 timestamp.
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// End there (same forms as --since), and exit once the stored publications are in.
+        #[arg(long, value_name = "WHEN")]
+        until: Option<String>,
         #[command(flatten)]
         broker: BrokerArgs,
     },
@@ -234,9 +248,9 @@ fn main() -> ExitCode {
     let runtime = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     let outcome = match cli.command {
         Command::Check { messages } => return check(messages),
-        Command::Sub { subscription, count, json, broker } => runtime()
+        Command::Sub { subscription, count, json, since, until, broker } => runtime()
             .map_err(|e| e.to_string())
-            .and_then(|rt| rt.block_on(sub(&subscription, count, json, &broker))),
+            .and_then(|rt| rt.block_on(sub(&subscription, count, json, (since, until), &broker))),
         Command::Pub { publications, advertise, broker } => runtime()
             .map_err(|e| e.to_string())
             .and_then(|rt| rt.block_on(publish(&publications, advertise.as_deref(), &broker))),
@@ -275,11 +289,37 @@ fn message_arg(command: &str, text: &str) -> Result<Message, String> {
     issuing_parser().message(&format!("{command} {text}")).map_err(|e| format!("{text}: {e}"))
 }
 
-async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &BrokerArgs) -> Result<(), String> {
+/// `subscription` bounded in time by `--since` and `--until`.
+fn time_bounded(subscription: &str, since: Option<&str>, until: Option<&str>) -> Result<String, String> {
+    let now = padres_client::check::now();
+    let mut text = subscription.trim().to_owned();
+    for (flag, when, op) in [("--since", since, ">="), ("--until", until, "<")] {
+        if let Some(when) = when {
+            let at = padres_lang::time::parse_bound(when, now).map_err(|e| format!("{flag}: {e}"))?;
+            text.push_str(&format!(",[time,{op},{}]", at.to_rfc3339()));
+        }
+    }
+    Ok(text)
+}
+
+async fn sub(
+    subscription: &str,
+    count: Option<u64>,
+    json: bool,
+    (since, until): (Option<String>, Option<String>),
+    broker: &BrokerArgs,
+) -> Result<(), String> {
     // A pattern (`{…}&{…}`, `Times(…)`) is a composite subscription.
     let composite =
         subscription.trim_start().starts_with('{') || subscription.trim_start().starts_with("Times(");
-    let message = message_arg(if composite { "cs" } else { "s" }, subscription)?;
+    if composite && (since.is_some() || until.is_some()) {
+        return Err(
+            "--since and --until take an atomic subscription; bound a pattern's leaves with [time,>=,...]"
+                .into(),
+        );
+    }
+    let subscription = time_bounded(subscription, since.as_deref(), until.as_deref())?;
+    let message = message_arg(if composite { "cs" } else { "s" }, &subscription)?;
     let mut client = broker.connect().await?;
     let id = client.request(message).await.map_err(|e| e.to_string())?;
     if let Some(id) = id {
@@ -290,6 +330,7 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
         let Some(notification) = client.next_notification().await else {
             return Err("the broker closed the connection".to_owned());
         };
+        let end_of_history = matches!(notification, Notification::EndOfHistory { .. });
         if json {
             out!("{}", padres_client::json::notification(&notification));
         } else {
@@ -299,7 +340,24 @@ async fn sub(subscription: &str, count: Option<u64>, json: bool, broker: &Broker
                     let parts: Vec<String> = pubs.iter().map(|(leaf, p)| format!("[{leaf}] {p}")).collect();
                     out!("{}", parts.join("  "));
                 }
+                Notification::EndOfHistory { count, ref missing, truncated, .. } => {
+                    let mut line = format!("end of history: {count} stored publications");
+                    if truncated {
+                        line.push_str(" (more were stored: the broker's history_store.max_results)");
+                    }
+                    if !missing.is_empty() {
+                        let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
+                        line.push_str(&format!("; no answer from the stores at {}", names.join(", ")));
+                    }
+                    eprintln!("{line}");
+                }
             }
+        }
+        if end_of_history {
+            if until.is_some() {
+                return Ok(());
+            }
+            continue;
         }
         seen += 1;
     }

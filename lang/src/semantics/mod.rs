@@ -11,6 +11,7 @@
 //!   that attribute. Advertised attributes may be left out (they are what *may* appear).
 //!   Every advertisement advertises the reserved `time` attribute ([`crate::time`]),
 //!   with any timestamp unless it bounds `time` itself.
+//! - [`intersects`]: some publication could match both subscriptions ("yes" when unsure).
 //! - [`overlaps`]: some publication could both match the subscription and conform to the
 //!   advertisement. When unsure this answers **yes**: a wrong "no" would stop a
 //!   subscription from reaching a publisher and lose publications.
@@ -148,6 +149,15 @@ pub fn overlaps(sub: &Subscription, adv: &Advertisement) -> bool {
         (from_adv.clone().next().is_some() || attr == TIME)
             && satisfiable(on(sub.predicates(), attr).chain(from_adv))
     })
+}
+
+/// True unless no publication can match both `a` and `b` ("yes" when unsure): on every
+/// attribute either constrains, their predicates together must be satisfiable (variables
+/// relaxed to their kinds). Used to route a historic subscription toward the history
+/// stores whose filters it meets.
+pub fn intersects(a: &Subscription, b: &Subscription) -> bool {
+    let all: Vec<Predicate> = a.predicates().iter().chain(b.predicates()).cloned().collect();
+    attributes(&all).into_iter().all(|attr| satisfiable(on(&all, attr)))
 }
 
 /// True only if every publication matching `b` matches `a` ("no" when unsure).

@@ -45,7 +45,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,6 +214,45 @@ pub enum BrokerMessage {
         #[serde(deserialize_with = "bounded::vec")]
         pubs: Vec<(u32, Arc<Stamped>)>,
     },
+    /// A history store: what it keeps, flooded so that historic subscriptions can be
+    /// routed toward it. Its id's broker is the store's.
+    HistoryAdvertise {
+        /// Its federation-wide id.
+        id: MessageId,
+        /// The store's filter.
+        filter: Arc<Subscription>,
+    },
+    /// A history store no longer reachable through the sender (or gone).
+    HistoryUnadvertise {
+        /// Its id.
+        id: MessageId,
+    },
+    /// Historic subscription `query`: every store beyond the receiver whose filter
+    /// intersects `sub` answers with what it holds that `sub` selects.
+    HistoryQuery {
+        /// The historic subscription's id.
+        query: MessageId,
+        /// The subscription (its `time` range reaches into the past).
+        sub: Arc<Subscription>,
+        /// Most publications wanted.
+        limit: u64,
+    },
+    /// Stored publications answering `query`, some of them (answers come in chunks).
+    HistoryAnswer {
+        /// The historic subscription's id.
+        query: MessageId,
+        /// The stored publications, each with its stamp.
+        #[serde(deserialize_with = "bounded::vec")]
+        pubs: Vec<Arc<Stamped>>,
+    },
+    /// Every store beyond the sender has answered `query`, or timed out.
+    HistoryDone {
+        /// The historic subscription's id.
+        query: MessageId,
+        /// The stores that did not answer in time (by broker).
+        #[serde(deserialize_with = "bounded::vec")]
+        missing: Vec<Name>,
+    },
 }
 
 /// A forwarded message that is answered with [`BrokerMessage::Settled`].
@@ -322,6 +361,19 @@ pub enum Frame {
         /// was used for, sorted by leaf.
         #[serde(deserialize_with = "bounded::vec")]
         pubs: Vec<(u32, Arc<Publication>)>,
+    },
+    /// The stored publications of historic subscription `sub` have all been delivered
+    /// (as notifications, in time order); live ones follow, if its range is open-ended.
+    EndOfHistory {
+        /// The subscription.
+        sub: MessageId,
+        /// How many stored publications were delivered.
+        count: u64,
+        /// The stores (by broker) that did not answer in time.
+        #[serde(deserialize_with = "bounded::vec")]
+        missing: Vec<Name>,
+        /// True if more were stored than the broker delivers for one subscription.
+        truncated: bool,
     },
 }
 

@@ -1,0 +1,432 @@
+//! Historic subscriptions: a subscription whose `time` range reaches into the past is
+//! answered from the history stores, then continues live.
+//!
+//! - **Stores advertise** what they keep: a broker with a store floods its filters as
+//!   [`BrokerMessage::HistoryAdvertise`] (the id's broker is the store's); every broker
+//!   remembers each store's filter and the hop toward it, re-offers them to a neighbour
+//!   whose link comes up, and floods a [`BrokerMessage::HistoryUnadvertise`] for those it
+//!   loses with a link. A store lost that way is remembered as unreachable, and named in
+//!   the marker of every query it could have answered, until its broker advertises a
+//!   store again.
+//! - **The query** starts at the subscriber's broker once the live subscription has
+//!   settled (every publisher's broker has it), so that, links being FIFO, a publication
+//!   that was not delivered live reached the stores before the query does; a local store
+//!   takes the query behind the publications queued for it. The query goes toward every
+//!   store whose filter [`intersects`] the subscription, once per hop; each broker on the
+//!   way relays the answers and reports [`BrokerMessage::HistoryDone`] once every hop
+//!   beyond it has, or when its timeout passes (naming the stores that did not answer).
+//! - **At the subscriber's broker** the answers are collected, sorted by `time` (ties by
+//!   stamp), stripped of duplicates (a publication kept by two stores), delivered, and
+//!   followed by exactly one [`Output::EndOfHistory`]. Live publications of the
+//!   subscription that arrive meanwhile are held back and delivered after the marker,
+//!   those already delivered from a store skipped: no gap and no duplicate at the boundary.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use padres_lang::predicate::{Op, Predicate};
+use padres_lang::semantics::satisfiable;
+use padres_lang::time::TIME;
+use padres_lang::{MessageId, Name, Stamped, Subscription, Timestamp, Value, intersects};
+
+use super::cycles::Next;
+use super::{BrokerMessage, ClientId, Hop, Output, Router};
+
+/// Stored publications per [`BrokerMessage::HistoryAnswer`].
+const CHUNK: usize = 256;
+
+/// How long a broker waits for the stores beyond it, by default.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+/// Most stored publications delivered for one subscription, by default.
+pub const DEFAULT_MAX_RESULTS: u64 = 100_000;
+
+#[derive(Debug)]
+struct StoreAd {
+    filter: Arc<Subscription>,
+    from: Hop,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Upstream {
+    Client(ClientId),
+    Broker(Name),
+}
+
+/// A query this broker forwarded (or, at the subscriber's broker, is about to).
+#[derive(Debug)]
+struct Pending {
+    upstream: Upstream,
+    sub: Arc<Subscription>,
+    limit: u64,
+    /// False until the live subscription has settled (subscriber's broker only).
+    started: bool,
+    /// Hops that have not reported done, with the stores behind each.
+    waiting: BTreeMap<Hop, BTreeSet<Name>>,
+    missing: BTreeSet<Name>,
+    deadline: u64,
+    /// Subscriber's broker: stored publications collected, live ones held back.
+    collected: Vec<Arc<Stamped>>,
+    live: Vec<Arc<Stamped>>,
+}
+
+/// The historic-subscription state of one router.
+#[derive(Debug)]
+pub(super) struct Histories {
+    stores: BTreeMap<MessageId, StoreAd>,
+    /// Stores lost with a link (by filter id), named as missing by the queries they meet.
+    unreachable: BTreeMap<MessageId, Arc<Subscription>>,
+    pending: HashMap<MessageId, Pending>,
+    timeout_ms: u64,
+    max_results: u64,
+}
+
+impl Histories {
+    pub(super) fn new(timeout_ms: u64, max_results: u64) -> Self {
+        Self {
+            stores: BTreeMap::new(),
+            unreachable: BTreeMap::new(),
+            pending: HashMap::new(),
+            timeout_ms,
+            max_results,
+        }
+    }
+
+    /// The earliest deadline of a query waiting on stores.
+    pub(super) fn poll_timeout(&self) -> Option<u64> {
+        self.pending.values().filter(|p| p.started).map(|p| p.deadline).min()
+    }
+}
+
+/// True if `sub` bounds `time` and its range admits a time before `now`.
+pub(super) fn is_historic(sub: &Subscription, now: u64) -> bool {
+    let on_time: Vec<&Predicate> = sub.predicates().iter().filter(|p| p.attr() == TIME).collect();
+    if on_time.is_empty() {
+        return false;
+    }
+    let Some(now) = i64::try_from(now).ok().and_then(Timestamp::from_millis) else { return false };
+    let before = Predicate::value(TIME, Op::Lt, Value::Time(now)).expect("a valid predicate");
+    satisfiable(on_time.into_iter().chain(std::iter::once(&before)))
+}
+
+fn key(s: &Stamped) -> (Name, u64) {
+    (s.stamp.origin.clone(), s.stamp.seq)
+}
+
+impl Router {
+    /// Floods the local store's filter `id` (called when the store is given it).
+    pub(super) fn advertise_store(
+        &mut self,
+        id: MessageId,
+        filter: Arc<Subscription>,
+        out: &mut Vec<Output>,
+    ) {
+        for to in &self.neighbours {
+            out.push(Output::ToBroker {
+                to: to.clone(),
+                message: BrokerMessage::HistoryAdvertise { id: id.clone(), filter: filter.clone() },
+            });
+        }
+        self.histories.unreachable.retain(|gone, _| gone.origin != id.origin);
+        self.histories.stores.insert(id, StoreAd { filter, from: Hop::History });
+    }
+
+    /// A neighbour's link is up: it learns every store not behind it.
+    pub(super) fn offer_stores(&self, to: &Name, out: &mut Vec<Output>) {
+        let hop = Hop::Broker(to.clone());
+        for (id, ad) in self.histories.stores.iter().filter(|(_, ad)| ad.from != hop) {
+            out.push(Output::ToBroker {
+                to: to.clone(),
+                message: BrokerMessage::HistoryAdvertise { id: id.clone(), filter: ad.filter.clone() },
+            });
+        }
+    }
+
+    /// A neighbour is gone: so are the stores behind it, and its part in queries.
+    pub(super) fn stores_gone(&mut self, name: &Name, out: &mut Vec<Output>) {
+        let hop = Hop::Broker(name.clone());
+        let gone: Vec<MessageId> =
+            self.histories.stores.iter().filter(|(_, ad)| ad.from == hop).map(|(id, _)| id.clone()).collect();
+        for id in gone {
+            if let Some(ad) = self.histories.stores.remove(&id) {
+                self.histories.unreachable.insert(id.clone(), ad.filter);
+            }
+            self.flood_store_withdrawal(&id, &hop, out);
+        }
+        self.histories.pending.retain(|_, p| p.upstream != Upstream::Broker(name.clone()));
+        let waiting: Vec<MessageId> = self
+            .histories
+            .pending
+            .iter()
+            .filter(|(_, p)| p.waiting.contains_key(&hop))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for query in waiting {
+            let behind = self.histories.pending.get(&query).and_then(|p| p.waiting.get(&hop)).cloned();
+            self.history_done(&query, &hop, behind.into_iter().flatten().collect(), out);
+        }
+    }
+
+    fn flood_store_withdrawal(&self, id: &MessageId, from: &Hop, out: &mut Vec<Output>) {
+        for to in &self.neighbours {
+            if Hop::Broker(to.clone()) != *from {
+                out.push(Output::ToBroker {
+                    to: to.clone(),
+                    message: BrokerMessage::HistoryUnadvertise { id: id.clone() },
+                });
+            }
+        }
+    }
+
+    /// The history messages from neighbour `from`.
+    pub(super) fn history_message(&mut self, from: &Name, message: BrokerMessage, out: &mut Vec<Output>) {
+        let hop = Hop::Broker(from.clone());
+        match message {
+            BrokerMessage::HistoryAdvertise { id, filter } => {
+                if self.histories.stores.get(&id).is_some_and(|ad| ad.from == hop) {
+                    return;
+                }
+                for to in &self.neighbours {
+                    if to != from {
+                        out.push(Output::ToBroker {
+                            to: to.clone(),
+                            message: BrokerMessage::HistoryAdvertise {
+                                id: id.clone(),
+                                filter: filter.clone(),
+                            },
+                        });
+                    }
+                }
+                // Its broker is back: what was unreachable there is not any more (a restarted
+                // broker's filters come with new ids).
+                self.histories.unreachable.retain(|gone, _| gone.origin != id.origin);
+                self.histories.stores.insert(id, StoreAd { filter, from: hop });
+            }
+            BrokerMessage::HistoryUnadvertise { id }
+                if self.histories.stores.get(&id).is_some_and(|ad| ad.from == hop) =>
+            {
+                if let Some(ad) = self.histories.stores.remove(&id) {
+                    self.histories.unreachable.insert(id.clone(), ad.filter);
+                }
+                self.flood_store_withdrawal(&id, &hop, out);
+            }
+            BrokerMessage::HistoryQuery { query, sub, limit } => {
+                let limit = limit.min(self.histories.max_results);
+                self.histories.pending.remove(&query);
+                let pending = self.new_pending(Upstream::Broker(from.clone()), sub, limit);
+                self.histories.pending.insert(query.clone(), pending);
+                self.send_query(&query, out);
+            }
+            BrokerMessage::HistoryAnswer { query, pubs } => self.history_answer(&query, &hop, pubs, out),
+            BrokerMessage::HistoryDone { query, missing } => self.history_done(&query, &hop, missing, out),
+            _ => {}
+        }
+    }
+
+    fn new_pending(&self, upstream: Upstream, sub: Arc<Subscription>, limit: u64) -> Pending {
+        Pending {
+            upstream,
+            sub,
+            limit,
+            started: false,
+            waiting: BTreeMap::new(),
+            missing: BTreeSet::new(),
+            deadline: self.now.saturating_add(self.histories.timeout_ms),
+            collected: Vec::new(),
+            live: Vec::new(),
+        }
+    }
+
+    /// Client `client`'s subscription `id` reaches into the past: its live copies are
+    /// held back from now on, and the query goes out once it has settled.
+    pub(super) fn hold_for_history(&mut self, client: ClientId, id: MessageId, sub: Arc<Subscription>) {
+        let limit = self.histories.max_results;
+        let pending = self.new_pending(Upstream::Client(client), sub, limit);
+        self.histories.pending.insert(id, pending);
+    }
+
+    /// True if `id` waits for its live subscription to settle before querying.
+    pub(super) fn awaits_history_start(&self, id: &MessageId) -> bool {
+        self.histories.pending.get(id).is_some_and(|p| !p.started)
+    }
+
+    /// Sends query `query` toward every store its subscription meets.
+    pub(super) fn send_query(&mut self, query: &MessageId, out: &mut Vec<Output>) {
+        let Some(pending) = self.histories.pending.get(query) else { return };
+        let came_from = match &pending.upstream {
+            Upstream::Broker(b) => Some(Hop::Broker(b.clone())),
+            Upstream::Client(_) => None,
+        };
+        let mut waiting: BTreeMap<Hop, BTreeSet<Name>> = BTreeMap::new();
+        for (id, ad) in &self.histories.stores {
+            if Some(&ad.from) != came_from.as_ref() && intersects(&pending.sub, &ad.filter) {
+                waiting.entry(ad.from.clone()).or_default().insert(id.origin.clone());
+            }
+        }
+        let unreachable: BTreeSet<Name> = self
+            .histories
+            .unreachable
+            .iter()
+            .filter(|(_, filter)| intersects(&pending.sub, filter))
+            .map(|(id, _)| id.origin.clone())
+            .collect();
+        let (sub, limit) = (pending.sub.clone(), pending.limit);
+        for hop in waiting.keys() {
+            match hop {
+                Hop::Broker(to) => out.push(Output::ToBroker {
+                    to: to.clone(),
+                    message: BrokerMessage::HistoryQuery { query: query.clone(), sub: sub.clone(), limit },
+                }),
+                Hop::History => {
+                    out.push(Output::HistoryQuery { query: query.clone(), sub: sub.clone(), limit });
+                }
+                Hop::Client(_) | Hop::Detector => {}
+            }
+        }
+        let deadline = self.now.saturating_add(self.histories.timeout_ms);
+        let Some(pending) = self.histories.pending.get_mut(query) else { return };
+        pending.started = true;
+        pending.deadline = deadline;
+        pending.waiting = waiting;
+        pending.missing.extend(unreachable);
+        if pending.waiting.is_empty() {
+            self.finish_query(query, out);
+        }
+    }
+
+    /// The local store's answer to `query` (`Err`: it could not answer).
+    pub(super) fn local_answer(
+        &mut self,
+        query: &MessageId,
+        result: Result<Vec<Stamped>, String>,
+        out: &mut Vec<Output>,
+    ) {
+        match result {
+            Ok(pubs) => {
+                let pubs: Vec<Arc<Stamped>> = pubs.into_iter().map(Arc::new).collect();
+                for chunk in pubs.chunks(CHUNK) {
+                    self.history_answer(query, &Hop::History, chunk.to_vec(), out);
+                }
+                self.history_done(query, &Hop::History, Vec::new(), out);
+            }
+            Err(why) => {
+                tracing::warn!(%query, %why, "history store could not answer");
+                self.history_done(query, &Hop::History, vec![self.name.clone()], out);
+            }
+        }
+    }
+
+    fn history_answer(
+        &mut self,
+        query: &MessageId,
+        from: &Hop,
+        pubs: Vec<Arc<Stamped>>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(pending) = self.histories.pending.get_mut(query) else { return };
+        if !pending.waiting.contains_key(from) {
+            return;
+        }
+        match &pending.upstream {
+            Upstream::Broker(to) => out.push(Output::ToBroker {
+                to: to.clone(),
+                message: BrokerMessage::HistoryAnswer { query: query.clone(), pubs },
+            }),
+            Upstream::Client(_) => pending.collected.extend(pubs),
+        }
+    }
+
+    fn history_done(&mut self, query: &MessageId, from: &Hop, missing: Vec<Name>, out: &mut Vec<Output>) {
+        let Some(pending) = self.histories.pending.get_mut(query) else { return };
+        if pending.waiting.remove(from).is_none() {
+            return;
+        }
+        pending.missing.extend(missing);
+        if pending.waiting.is_empty() {
+            self.finish_query(query, out);
+        }
+    }
+
+    /// Every hop has answered (or timed out): report upstream, or deliver.
+    fn finish_query(&mut self, query: &MessageId, out: &mut Vec<Output>) {
+        let Some(pending) = self.histories.pending.remove(query) else { return };
+        let missing: Vec<Name> = pending.missing.into_iter().collect();
+        match pending.upstream {
+            Upstream::Broker(to) => {
+                out.push(Output::ToBroker {
+                    to,
+                    message: BrokerMessage::HistoryDone { query: query.clone(), missing },
+                });
+            }
+            Upstream::Client(client) => {
+                let mut stored = pending.collected;
+                stored.sort_by(|a, b| {
+                    a.publication.time().cmp(&b.publication.time()).then_with(|| a.stamp.cmp(&b.stamp))
+                });
+                let mut seen = HashSet::new();
+                stored.retain(|s| seen.insert(key(s)));
+                let limit = usize::try_from(pending.limit).unwrap_or(usize::MAX);
+                let truncated = stored.len() > limit;
+                stored.truncate(limit);
+                let count = stored.len() as u64;
+                for s in stored {
+                    out.push(Output::Notify {
+                        client,
+                        subs: vec![query.clone()],
+                        publication: s.publication.clone(),
+                    });
+                }
+                out.push(Output::EndOfHistory { client, sub: query.clone(), count, missing, truncated });
+                for s in pending.live {
+                    if !seen.contains(&key(&s)) {
+                        out.push(Output::Notify {
+                            client,
+                            subs: vec![query.clone()],
+                            publication: s.publication.clone(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queries whose deadline has passed finish with the stores still silent named.
+    pub(super) fn history_timeouts(&mut self, now: u64, out: &mut Vec<Output>) {
+        let expired: Vec<MessageId> = self
+            .histories
+            .pending
+            .iter()
+            .filter(|(_, p)| p.started && p.deadline <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for query in expired {
+            if let Some(pending) = self.histories.pending.get_mut(&query) {
+                let silent = std::mem::take(&mut pending.waiting);
+                pending.missing.extend(silent.into_values().flatten());
+            }
+            self.finish_query(&query, out);
+        }
+    }
+
+    /// Live copies for subscriptions still waiting for their history are held back.
+    pub(super) fn hold_live(&mut self, next: &mut Next, stamped: impl Fn() -> Arc<Stamped>) {
+        if self.histories.pending.is_empty() {
+            return;
+        }
+        let mut held: Option<Arc<Stamped>> = None;
+        for (client, subs) in &mut next.clients {
+            subs.retain(|id| match self.histories.pending.get_mut(id) {
+                Some(p) if p.upstream == Upstream::Client(*client) => {
+                    p.live.push(held.get_or_insert_with(&stamped).clone());
+                    false
+                }
+                _ => true,
+            });
+        }
+        next.clients.retain(|_, subs| !subs.is_empty());
+    }
+
+    /// A client's subscription `id` is gone (unsubscribed, or the client left).
+    pub(super) fn drop_history(&mut self, id: &MessageId) {
+        self.histories.pending.remove(id);
+    }
+}

@@ -1,0 +1,214 @@
+//! Historic subscriptions in the simulator: stores at two brokers of a 5-broker tree,
+//! publishers at three, queries from every broker checked against the reference over all
+//! publications; the boundary to live delivery while publishers go on; a store that never
+//! answers.
+
+use padres_broker::sim::Sim;
+use padres_lang::{MessageId, Publication, Subscription, Timestamp, matches};
+
+/// A timestamp's text at `ms` after the epoch (the simulator's clock).
+fn t(ms: u64) -> String {
+    Timestamp::from_millis(i64::try_from(ms).expect("small")).expect("in range").to_rfc3339()
+}
+
+const STORE_ERRORS: &str = "[class,eq,'log'],[level,eq,'error']";
+const STORE_APP1: &str = "[class,eq,'log'],[app,eq,'a1']";
+
+/// B1 is the hub's parent: B1 — B2, B1 — B3, B3 — B4, B3 — B5. Stores at B2 and B4;
+/// publishers (clients 11, 13, 15) at B1, B3 and B5; a client 20+b at every broker b.
+fn federation(seed: u64) -> Sim {
+    let mut sim = Sim::new(5);
+    sim.set_jitter(3, seed);
+    for (a, b) in [(0, 1), (0, 2), (2, 3), (2, 4)] {
+        sim.link(a, b, 2);
+    }
+    for b in 0..5 {
+        sim.attach(20 + b as u64, b);
+    }
+    for (client, broker) in [(11, 0), (13, 2), (15, 4)] {
+        sim.attach(client, broker);
+    }
+    sim.run();
+    sim.keep_history(1, STORE_ERRORS);
+    sim.keep_history(3, STORE_APP1);
+    sim.run();
+    for p in [11, 13, 15] {
+        sim.id(p, "a [class,eq,'log'],[level,isPresent,''],[app,isPresent,''],[n,isPresent,0]");
+    }
+    sim
+}
+
+/// Publishes `count` random logs from the three publishers, `gap` ms apart; returns them
+/// (with the time their broker gave them, read back from a store or stamped here).
+fn publish(sim: &mut Sim, rng: &mut fastrand::Rng, first: u64, count: u64, gap: u64) -> Vec<(u64, String)> {
+    let mut sent = Vec::new();
+    for n in first..first + count {
+        let level = ["error", "info", "warn"][rng.usize(..3)];
+        let app = ["a1", "a2", "a3"][rng.usize(..3)];
+        let publisher = [11, 13, 15][rng.usize(..3)];
+        let text = format!("[class,'log'],[level,'{level}'],[app,'{app}'],[n,{n}]");
+        sim.send(publisher, &format!("p {text}"));
+        sent.push((sim.now(), text));
+        sim.advance(gap);
+        for _ in 0..rng.usize(..4) {
+            sim.step();
+        }
+    }
+    sim.run();
+    sent
+}
+
+/// The `n` of every publication delivered for `sub` after delivery `from`, before and
+/// after its end-of-history marker.
+fn numbers(sim: &Sim, sub: &MessageId, from: usize) -> Vec<i64> {
+    sim.deliveries[from..]
+        .iter()
+        .filter(|d| d.subs.contains(sub))
+        .map(|d| match d.publication.get("n") {
+            Some(padres_lang::Value::Int(n)) => *n,
+            other => panic!("no n: {other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn historic_subscriptions_from_every_broker_get_what_the_stores_kept_once_in_time_order() {
+    let mut total = 0;
+    for seed in 0..40 {
+        let mut sim = federation(seed);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let sent = publish(&mut sim, &mut rng, 0, 120, 5);
+        // Every publication as its broker stamped it: with the time it was sent at.
+        let all: Vec<(u64, Publication)> = sent
+            .iter()
+            .map(|(at, text)| {
+                let p: Publication = text.parse().expect("valid");
+                let at = Timestamp::from_millis(i64::try_from(*at).expect("small")).expect("in range");
+                (at.millis().try_into().expect("positive"), p.with_time(at))
+            })
+            .collect();
+        let stores: Vec<Subscription> =
+            [STORE_ERRORS, STORE_APP1].iter().map(|f| f.parse().expect("valid")).collect();
+        let end = sim.now();
+        for b in 0..5u64 {
+            let from = rng.u64(0..end / 2);
+            let to = from + rng.u64(50..end);
+            let filters = [
+                format!("[class,eq,'log'],[time,>=,{}],[time,<,{}]", t(from), t(to)),
+                format!("[class,eq,'log'],[level,eq,'error'],[time,<=,{}]", t(to)),
+                format!("[class,eq,'log'],[app,neq,'a3'],[time,>,{}],[time,<,{}]", t(from), t(end)),
+            ];
+            let text = &filters[rng.usize(..filters.len())];
+            let sub: Subscription = text.parse().expect("valid");
+            let expected: Vec<i64> = {
+                let mut selected: Vec<&(u64, Publication)> = all
+                    .iter()
+                    .filter(|(_, p)| stores.iter().any(|s| matches(s, p)) && matches(&sub, p))
+                    .collect();
+                selected.sort_by_key(|(at, _)| *at);
+                selected
+                    .iter()
+                    .map(|(_, p)| match p.get("n") {
+                        Some(padres_lang::Value::Int(n)) => *n,
+                        _ => unreachable!(),
+                    })
+                    .collect()
+            };
+            let before = sim.deliveries.len();
+            let ends = sim.ends.len();
+            let id = sim.id(20 + b, &format!("s {text}"));
+            sim.run();
+            let got = numbers(&sim, &id, before);
+            let context = format!("seed {seed}, broker B{}, {text}", b + 1);
+            assert_eq!(got, expected, "{context}");
+            total += expected.len();
+            let markers: Vec<_> = sim.ends[ends..].iter().filter(|e| e.sub == id).collect();
+            assert_eq!(markers.len(), 1, "{context}: one marker");
+            assert_eq!(markers[0].count, expected.len() as u64, "{context}");
+            assert!(markers[0].missing.is_empty() && !markers[0].truncated, "{context}");
+        }
+    }
+    assert!(total > 2_000, "the queries select something: {total}");
+}
+
+#[test]
+fn an_open_ended_historic_subscription_gets_every_publication_once_across_the_boundary() {
+    for seed in 0..30 {
+        let mut sim = federation(seed);
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
+        let mut sent = publish(&mut sim, &mut rng, 0, 60, 3);
+        let since = rng.u64(0..sim.now());
+        let before = sim.deliveries.len();
+        let req = sim.send(21, &format!("s [class,eq,'log'],[level,eq,'error'],[time,>=,{}]", t(since)));
+        // Publishers go on while the subscription settles, the query travels and the
+        // answers come back.
+        sent.extend(publish(&mut sim, &mut rng, 1_000, 60, 1));
+        let id = match sim.replies.get(&(21, req)) {
+            Some(Ok(Some(id))) => id.clone(),
+            other => panic!("seed {seed}: {other:?}"),
+        };
+        let got = numbers(&sim, &id, before);
+        let mut expected: Vec<i64> = sent
+            .iter()
+            .filter(|(at, text)| *at >= since && text.contains("'error'"))
+            .map(|(_, text)| {
+                let p: Publication = text.parse().expect("valid");
+                match p.get("n") {
+                    Some(padres_lang::Value::Int(n)) => *n,
+                    _ => unreachable!(),
+                }
+            })
+            .collect();
+        let mut sorted = got.clone();
+        sorted.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(sorted, expected, "seed {seed}: every error log since {since} exactly once");
+        let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker");
+        assert_eq!(sim.ends.iter().filter(|e| e.sub == id).count(), 1);
+        // What came before the marker is the stored part, in time order.
+        let stored = &got[..usize::try_from(marker.count).expect("small")];
+        assert!(stored.windows(2).all(|w| w[0] < w[1] || w[0] >= 1_000), "seed {seed}: {stored:?}");
+    }
+}
+
+#[test]
+fn a_store_that_does_not_answer_is_named_in_the_marker_after_the_timeout() {
+    let mut sim = federation(1);
+    let mut rng = fastrand::Rng::with_seed(1);
+    publish(&mut sim, &mut rng, 0, 40, 5);
+    sim.store_delay.insert(3, None); // B4's store never answers
+    let start = sim.now();
+    let id = sim.id(20, &format!("s [class,eq,'log'],[time,<,{}]", t(sim.now())));
+    sim.run();
+    let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker, after the timeout");
+    assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B4"]);
+    assert!(marker.time >= start + padres_broker::router::DEFAULT_TIMEOUT_MS, "{} {}", marker.time, start);
+    // B2's errors were delivered all the same.
+    let got = numbers(&sim, &id, 0);
+    assert_eq!(got.len() as u64, marker.count);
+    assert!(marker.count > 0);
+}
+
+#[test]
+fn a_store_cut_off_is_named_at_once_and_answers_again_when_its_link_returns() {
+    let mut sim = federation(2);
+    let mut rng = fastrand::Rng::with_seed(2);
+    publish(&mut sim, &mut rng, 0, 40, 5);
+    sim.unlink(2, 3); // B3 — B4: B4's store is cut off
+    sim.run();
+    let start = sim.now();
+    let query = format!("s [class,eq,'log'],[app,eq,'a1'],[time,<,{}]", t(sim.now()));
+    let id = sim.id(24, &query);
+    sim.run();
+    let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker").clone();
+    assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B4"]);
+    assert!(marker.time < start + 100, "named at once, not after the timeout");
+    let partial = marker.count;
+    sim.link(2, 3, 2);
+    sim.run();
+    let id = sim.id(24, &query);
+    sim.run();
+    let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker");
+    assert!(marker.missing.is_empty(), "{marker:?}");
+    assert!(marker.count > partial, "B4's a1 logs are back: {} > {partial}", marker.count);
+}
