@@ -33,6 +33,15 @@ fn start_broker() -> Broker {
 
 /// Broker `name`, linked to `neighbour` if given (trusted through the local registry).
 fn start_named(name: &str, neighbour: Option<&Broker>) -> Broker {
+    start_configured(name, neighbour, Vec::new())
+}
+
+/// Broker `name` keeping `history` in its store.
+fn start_configured(
+    name: &str,
+    neighbour: Option<&Broker>,
+    history: Vec<padres_broker::config::HistoryFilter>,
+) -> Broker {
     static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("padres-cli-test-{}-{n}", std::process::id()));
@@ -41,6 +50,7 @@ fn start_named(name: &str, neighbour: Option<&Broker>) -> Broker {
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: dir.clone(),
         neighbours: neighbour.map(|b| vec![b.url.clone()]).unwrap_or_default(),
+        history,
         ..Config::default()
     };
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -294,4 +304,68 @@ fn a_local_broker_is_trusted_without_flags_and_a_remote_one_needs_ca() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn sub_since_until_prints_the_stored_publications_then_one_marker_and_exits() {
+    use std::io::Write as _;
+    let filter = padres_broker::config::HistoryFilter { filter: "[class,eq,'job_status']".into() };
+    let broker = start_configured("B1", None, vec![filter]);
+    let mut publish = padres(
+        &broker,
+        &[
+            "pub",
+            "--advertise",
+            "[class,eq,'job_status'],[appl,isPresent,''],[job,isPresent,''],[status,isPresent,'']",
+        ],
+    );
+    publish.args([
+        "[class,'job_status'],[appl,'payroll'],[job,'A'],[status,'SUCCESS']",
+        "[class,'job_status'],[appl,'payroll'],[job,'B'],[status,'FAILED']",
+        "[class,'job_status'],[appl,'billing'],[job,'A'],[status,'FAILED']",
+    ]);
+    assert!(publish.status().expect("pub runs").success());
+    let failed = "[class,eq,'job_status'],[appl,eq,'payroll'],[status,eq,'FAILED']";
+    // The store writes on its own thread: ask until it has them.
+    let mut lines = Vec::new();
+    for _ in 0..50 {
+        let output = padres(&broker, &["sub", "--since", "1h", "--until", "now", "--json", failed])
+            .output()
+            .expect("sub runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        lines = String::from_utf8(output.stdout).expect("utf-8").lines().map(str::to_owned).collect();
+        if lines.len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let stored: serde_json::Value = serde_json::from_str(&lines[0]).expect("JSON");
+    assert_eq!((stored["type"].as_str(), stored["attrs"]["job"].as_str()), (Some("notification"), Some("B")));
+    assert!(stored["attrs"]["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{stored}");
+    let marker: serde_json::Value = serde_json::from_str(&lines[1]).expect("JSON");
+    assert_eq!(marker["type"], "end_of_history", "{marker}");
+    assert_eq!((marker["count"].as_u64(), marker["missing"].as_array().map(Vec::len)), (Some(1), Some(0)));
+
+    // In a session: the reply, the stored publication, the marker; then live ones.
+    let (mut session, mut input, output) = session(&broker);
+    writeln!(input, "s [class,eq,'job_status'],[status,eq,'FAILED'],[time,>=,'now-1h']").expect("written");
+    assert_eq!(output.json()["type"], "reply");
+    let mut jobs = Vec::new();
+    loop {
+        let line = output.json();
+        if line["type"] == "end_of_history" {
+            assert_eq!(line["count"], 2, "{line}");
+            break;
+        }
+        jobs.push(line["attrs"]["appl"].as_str().expect("an appl").to_owned());
+    }
+    assert_eq!(jobs, ["payroll", "billing"], "in time order");
+    writeln!(input, "quit").expect("written");
+    assert!(exit_status(&mut session).success());
+
+    let bad =
+        padres(&broker, &["sub", "--since", "yesterday", "[class,eq,'job_status']"]).output().expect("runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--since: invalid time bound 'yesterday'"));
 }

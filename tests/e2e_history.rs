@@ -139,3 +139,251 @@ fn a_broker_refuses_to_start_on_a_store_that_is_not_a_database_or_in_use() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("in use by another broker process"), "{stderr}");
 }
+
+/// Collects the `n` and `time` of every publication for `sub` until its end-of-history
+/// marker; returns them with the marker.
+async fn until_marker(
+    client: &mut padres_client::Client,
+    sub: &padres_lang::MessageId,
+) -> (Vec<(i64, i64)>, padres_client::Notification) {
+    let mut got = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(20), client.next_notification())
+            .await
+            .expect("the marker within 20 s")
+            .expect("the connection stays");
+        match &next {
+            padres_client::Notification::Publication { subs, publication } if subs.contains(sub) => {
+                let n = match publication.get("n") {
+                    Some(Value::Int(n)) => *n,
+                    other => panic!("no n: {other:?}"),
+                };
+                got.push((n, publication.time().expect("timed").millis()));
+            }
+            padres_client::Notification::EndOfHistory { sub: s, .. } if s == sub => return (got, next),
+            _ => {}
+        }
+    }
+}
+
+fn flags(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test]
+async fn historic_subscriptions_from_every_broker_of_a_five_broker_tree() {
+    // B1 — B2, B1 — B3, B3 — B4, B3 — B5; stores at B2 (errors) and B4 (application a1).
+    let test = "history-tree";
+    let b1 = start_with("B1", test, &[]);
+    let mut with_b1 = padres_tests::broker::neighbour_of(&b1);
+    with_b1.extend(flags(&["--history", "[class,eq,'log'],[level,eq,'error']"]));
+    let b2 = start_with("B2", test, &with_b1);
+    let b3 = start_with("B3", test, &padres_tests::broker::neighbour_of(&b1));
+    let mut with_b3 = padres_tests::broker::neighbour_of(&b3);
+    with_b3.extend(flags(&["--history", "[class,eq,'log'],[app,eq,'a1']", "--history-index", "app"]));
+    let b4 = start_with("B4", test, &with_b3);
+    let b5 = start_with("B5", test, &padres_tests::broker::neighbour_of(&b3));
+    let brokers = [&b1, &b2, &b3, &b4, &b5];
+    let mut publishers = Vec::new();
+    for b in [&b1, &b3, &b5] {
+        let publisher = client(b, "pub").await;
+        publisher
+            .send("a [class,eq,'log'],[level,isPresent,''],[app,isPresent,''],[n,isPresent,0]")
+            .await
+            .expect("advertised");
+        padres_tests::broker::until_routes(
+            &publisher,
+            "both store filters reach the publisher's broker",
+            |r| r.prt.iter().filter(|e| e.text.starts_with("[class,eq,'log'],")).count() >= 2,
+        )
+        .await;
+        publishers.push(publisher);
+    }
+    let since = padres_client::check::now();
+    let mut kept = BTreeSet::new();
+    let (mut errors, mut a1s) = (0, 0);
+    let mut rng = 7_u64;
+    for n in 0..300_i64 {
+        rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let level = ["error", "info", "warn"][usize::try_from(rng >> 62).expect("small") % 3];
+        let app = ["a1", "a2", "a3"][usize::try_from((rng >> 40) % 3).expect("small")];
+        if level == "error" || app == "a1" {
+            kept.insert(n);
+        }
+        errors += u64::from(level == "error");
+        a1s += u64::from(app == "a1");
+        let publisher = &publishers[usize::try_from(n % 3).expect("small")];
+        publisher
+            .send(&format!("p [class,'log'],[level,'{level}'],[app,'{app}'],[n,{n}]"))
+            .await
+            .expect("published");
+    }
+    // Until both stores have written what reached them.
+    for (store, expected) in [(&b2, errors), (&b4, a1s)] {
+        let observer = client(store, "obs").await;
+        for _ in 0..200 {
+            if observer.stats().await.expect("stats").history_stored >= expected {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    let queries = [
+        format!("[class,eq,'log'],[time,>=,{}]", since.to_rfc3339()),
+        format!("[class,eq,'log'],[app,neq,'a3'],[time,>=,{}]", since.to_rfc3339()),
+    ];
+    for (i, b) in brokers.iter().enumerate() {
+        let mut subscriber = client(b, "sub").await;
+        let text = &queries[i % 2];
+        let id = subscriber.send(&format!("s {text}")).await.expect("subscribed").expect("an id");
+        let (got, marker) = until_marker(&mut subscriber, &id).await;
+        let numbers: Vec<i64> = got.iter().map(|(n, _)| *n).collect();
+        let unique: BTreeSet<i64> = numbers.iter().copied().collect();
+        assert_eq!(unique.len(), numbers.len(), "B{}: each once", i + 1);
+        let expected: BTreeSet<i64> = if i % 2 == 0 {
+            kept.clone()
+        } else {
+            // app neq a3: what the stores kept but a3's that only the error store has.
+            kept.iter().copied().filter(|n| !a3(*n)).collect()
+        };
+        assert_eq!(unique, expected, "B{}: {text}", i + 1);
+        assert!(got.windows(2).all(|w| w[0].1 <= w[1].1), "B{}: in time order", i + 1);
+        match marker {
+            padres_client::Notification::EndOfHistory { count, missing, truncated, .. } => {
+                assert_eq!((count, missing.len(), truncated), (numbers.len() as u64, 0, false));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Whether publication `n` above went to application a3 (the same generator).
+    fn a3(n: i64) -> bool {
+        let mut rng = 7_u64;
+        for _ in 0..=n {
+            rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        }
+        (rng >> 40) % 3 == 2
+    }
+}
+
+#[tokio::test]
+async fn an_open_ended_historic_subscription_misses_nothing_at_10000_publications_per_second() {
+    // B2 — B1 — B3: the publisher at B1, the store at B2, the subscriber at B3.
+    let test = "history-boundary";
+    let b1 = start_with("B1", test, &[]);
+    let mut with_b1 = padres_tests::broker::neighbour_of(&b1);
+    with_b1.extend(flags(&["--history", "[class,eq,'tick']"]));
+    let _b2 = start_with("B2", test, &with_b1);
+    let b3 = start_with("B3", test, &padres_tests::broker::neighbour_of(&b1));
+    let publisher = client(&b1, "pub").await;
+    publisher.send("a [class,eq,'tick'],[n,isPresent,0]").await.expect("advertised");
+    padres_tests::broker::until_routes(&publisher, "the store's filter reaches B1", |r| {
+        r.prt.iter().any(|e| e.text == "[class,eq,'tick']")
+    })
+    .await;
+    let since = padres_client::check::now();
+    let total: i64 = 20_000;
+    // 10,000 a second: 100 every 10 ms, for two seconds.
+    let publishing = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        for batch in 0..total / 100 {
+            tick.tick().await;
+            for n in batch * 100..(batch + 1) * 100 {
+                let p: Publication = format!("[class,'tick'],[n,{n}]").parse().expect("valid");
+                publisher.publish(p).await.expect("published");
+            }
+        }
+        publisher
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut subscriber = client(&b3, "sub").await;
+    let id = subscriber
+        .send(&format!("s [class,eq,'tick'],[time,>=,{}]", since.to_rfc3339()))
+        .await
+        .expect("subscribed")
+        .expect("an id");
+    let (stored, _) = until_marker(&mut subscriber, &id).await;
+    let publisher = publishing.await.expect("the publisher ran");
+    drop(publisher);
+    let mut all: Vec<i64> = stored.iter().map(|(n, _)| *n).collect();
+    while all.len() < usize::try_from(total).expect("fits") {
+        match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
+            Ok(Some(padres_client::Notification::Publication { publication, .. })) => {
+                match publication.get("n") {
+                    Some(Value::Int(n)) => all.push(*n),
+                    other => panic!("no n: {other:?}"),
+                }
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => break,
+        }
+    }
+    let unique: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len(), "no publication twice");
+    let missing: Vec<i64> = (0..total).filter(|n| !unique.contains(n)).take(10).collect();
+    assert!(
+        missing.is_empty(),
+        "missing (first 10): {missing:?}; {} stored, {} in all",
+        stored.len(),
+        all.len()
+    );
+    assert!(stored.len() > 5_000, "the first second came from the store: {}", stored.len());
+}
+
+#[tokio::test]
+async fn a_store_that_is_down_is_named_in_the_marker_within_the_timeout() {
+    let test = "history-down";
+    let b1 = start_with("B1", test, &flags(&["--history-query-timeout-ms", "1000"]));
+    let mut with_b1 = padres_tests::broker::neighbour_of(&b1);
+    with_b1.extend(flags(&["--history", "[class,eq,'log']"]));
+    let mut b2 = start_with("B2", test, &with_b1);
+    let publisher = client(&b1, "pub").await;
+    publisher.send("a [class,eq,'log'],[n,isPresent,0]").await.expect("advertised");
+    padres_tests::broker::until_routes(&publisher, "the store's filter reaches B1", |r| {
+        r.prt.iter().any(|e| e.text == "[class,eq,'log']")
+    })
+    .await;
+    let _ = b2.child.kill();
+    let _ = b2.child.wait();
+    let mut subscriber = client(&b1, "sub").await;
+    let started = std::time::Instant::now();
+    let id =
+        subscriber.send("s [class,eq,'log'],[time,>=,'now-1h']").await.expect("subscribed").expect("an id");
+    let (got, marker) = until_marker(&mut subscriber, &id).await;
+    assert!(got.is_empty());
+    match marker {
+        padres_client::Notification::EndOfHistory { count, missing, .. } => {
+            assert_eq!(count, 0);
+            assert_eq!(missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B2"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn retention_removes_old_rows_and_a_restart_keeps_the_rest() {
+    let mut broker = start_with(
+        "B1",
+        "history-retention",
+        &flags(&["--history", "[class,eq,'log']", "--history-max-age", "1h"]),
+    );
+    let publisher = client(&broker, "pub").await;
+    publisher.send("a [class,eq,'log'],[n,isPresent,0]").await.expect("advertised");
+    for n in 0..10 {
+        // The first five carry a time of their own, two days old.
+        let old = if n < 5 { ",[time,2020-01-01T00:00:00Z]" } else { "" };
+        publisher.send(&format!("p [class,'log'],[n,{n}]{old}")).await.expect("published");
+    }
+    let mut removed = 0;
+    for _ in 0..100 {
+        removed = publisher.stats().await.expect("stats").history_removed;
+        if removed == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(removed, 5, "retention ran within a few seconds");
+    broker.kill_and_restart();
+    assert_eq!(stored_numbers(&broker.dir, "[class,eq,'log']"), [5, 6, 7, 8, 9]);
+}
