@@ -212,3 +212,50 @@ fn a_store_cut_off_is_named_at_once_and_answers_again_when_its_link_returns() {
     assert!(marker.missing.is_empty(), "{marker:?}");
     assert!(marker.count > partial, "B4's a1 logs are back: {} > {partial}", marker.count);
 }
+
+#[test]
+fn a_composite_subscription_joins_a_stored_trigger_with_a_status_arriving_now() {
+    // B1 — B2: the store and the publisher at B2, the subscriber at B1.
+    let mut sim = Sim::new(2);
+    sim.link(0, 1, 3);
+    sim.attach(1, 1);
+    sim.attach(2, 0);
+    sim.run();
+    sim.keep_history(1, "[class,eq,'trigger']");
+    sim.run();
+    sim.id(1, "a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,'']");
+    sim.id(1, "a [class,eq,'job_status'],[appl,isPresent,''],[gid,isPresent,''],[status,isPresent,'']");
+    sim.advance(1_000);
+    sim.call(1, "p [class,'trigger'],[appl,'payroll'],[gid,'g1']").expect("published");
+    sim.call(1, "p [class,'trigger'],[appl,'billing'],[gid,'g2']").expect("published");
+    sim.advance(60_000);
+    let pattern = |since: &str| {
+        format!(
+            "cs {{[class,eq,'trigger'],[appl,eq,$S$a],[time,>=,{since}]}} & {{[class,eq,'job_status'],[appl,eq,$S$a],[status,eq,'FAILED']}}"
+        )
+    };
+    let historic = sim.id(2, &pattern(&t(0)));
+    // The same pattern without a past: the trigger came before it, so it never completes.
+    let live_only = sim.id(2, &pattern(&t(sim.now())));
+    sim.run();
+    sim.advance(1_000);
+    sim.call(1, "p [class,'job_status'],[appl,'payroll'],[gid,'g1'],[status,'FAILED']").expect("published");
+    sim.call(1, "p [class,'job_status'],[appl,'other'],[gid,'g3'],[status,'FAILED']").expect("published");
+    sim.run();
+    let matched: Vec<(MessageId, Vec<String>)> = sim
+        .composite_deliveries
+        .iter()
+        .map(|d| (d.sub.clone(), d.pubs.iter().map(|(_, p)| p.without_time().to_string()).collect()))
+        .collect();
+    assert_eq!(
+        matched,
+        [(
+            historic,
+            vec![
+                "[class,'trigger'],[appl,'payroll'],[gid,'g1']".to_owned(),
+                "[class,'job_status'],[appl,'payroll'],[gid,'g1'],[status,'FAILED']".to_owned()
+            ]
+        )],
+        "only the pattern reaching into the past sees the stored trigger (not {live_only})"
+    );
+}

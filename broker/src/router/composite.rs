@@ -44,7 +44,10 @@ use crate::detector::{DetectorId, Detectors, Match};
 
 /// A pattern and the upstream broker it came from (`None`: a local client); shared, since
 /// every publication that feeds a detector looks its pattern up by it.
-type PartKey = Arc<(String, Option<Name>)>;
+pub(super) type PartKey = Arc<(String, Option<Name>)>;
+
+/// A leaf reaching into the past: its number and subscription.
+pub(super) type HistoricLeaf = (u32, Arc<Subscription>);
 
 /// Where a node's publications come from, seen from this broker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +108,9 @@ struct Part {
     subscribers: BTreeSet<(Hop, MessageId)>,
     dests: Vec<Dest>,
     placement: Placement,
+    /// A client's pattern with a leaf reaching into the past: detected at the client's
+    /// broker, where the stored publications of those leaves are fed in.
+    historic: bool,
 }
 
 /// A part forwarded to a neighbour, shared by every pattern here that needs the same part
@@ -205,6 +211,8 @@ impl Router {
             self.await_placement(&key);
             return;
         }
+        let historic =
+            matches!(from, Hop::Client(_)) && cs.atoms().any(|s| super::history::is_historic(s, self.now));
         let part = Part {
             detected: cs.clone(),
             leaf_of: (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect(),
@@ -213,9 +221,47 @@ impl Router {
             subscribers: BTreeSet::from([subscriber]),
             dests: Vec::new(),
             placement: Placement::Unplaced,
+            historic,
         };
         self.composites.parts.insert(key.clone(), part);
         self.place(&key, true, out);
+    }
+
+    /// The leaves reaching into the past of client pattern `id` of `from`, if it has any:
+    /// its key, and (leaf number, leaf subscription) for each.
+    pub(super) fn historic_leaves(
+        &self,
+        from: &Hop,
+        id: &MessageId,
+    ) -> Option<(PartKey, Vec<HistoricLeaf>)> {
+        let key = self.composites.subscribers.get(&(from.clone(), id.clone()))?;
+        let part = self.composites.parts.get(key).filter(|p| p.historic)?;
+        let leaves = (0_u32..)
+            .zip(part.cs.atoms())
+            .filter(|(_, sub)| super::history::is_historic(sub, self.now))
+            .map(|(leaf, sub)| (leaf, Arc::new(sub.clone())))
+            .collect();
+        Some((key.clone(), leaves))
+    }
+
+    /// A stored publication for leaf `leaf` of pattern `key`, detected here.
+    pub(super) fn feed_leaf(
+        &mut self,
+        key: &PartKey,
+        leaf: u32,
+        stamped: &Arc<Stamped>,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(Placement::Split { detector, .. }) = self.composites.parts.get(key).map(|p| &p.placement)
+        else {
+            return;
+        };
+        let mut matches = Vec::new();
+        let (detector, leaf) = (*detector, leaf as usize);
+        self.composites.detectors.publication(detector, leaf, stamped, &mut matches);
+        for m in matches {
+            self.deliver(key, m, out);
+        }
     }
 
     /// Withdraws composite subscription `id` of `from`; false if there is none.
@@ -337,7 +383,7 @@ impl Router {
         if !force && dests == part.dests && !matches!(part.placement, Placement::Unplaced) {
             return;
         }
-        let at_subscriber = self.detect_at_subscriber && part.upstream.is_none();
+        let at_subscriber = (self.detect_at_subscriber || part.historic) && part.upstream.is_none();
         self.tear_down(key, out);
         let root = cs.root();
         let mut detected = (cs.clone(), (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect());
@@ -520,6 +566,7 @@ impl Router {
             let mut matches = Vec::new();
             match role {
                 Role::Leaf(leaf) => {
+                    self.saw_live_leaf(&key, u32::try_from(leaf).unwrap_or(u32::MAX), stamped);
                     self.composites.detectors.publication(detector, leaf, stamped, &mut matches);
                 }
                 Role::End => self.composites.detectors.end(now, detector, stamped),

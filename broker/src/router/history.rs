@@ -29,6 +29,7 @@ use padres_lang::semantics::satisfiable;
 use padres_lang::time::TIME;
 use padres_lang::{MessageId, Name, Stamped, Subscription, Timestamp, Value, intersects};
 
+use super::composite::PartKey;
 use super::cycles::Next;
 use super::{BrokerMessage, ClientId, Hop, Output, Router};
 
@@ -50,6 +51,11 @@ struct StoreAd {
 enum Upstream {
     Client(ClientId),
     Broker(Name),
+    /// Leaf `leaf` of a client's composite pattern `key`, detected here.
+    Detector {
+        key: PartKey,
+        leaf: u32,
+    },
 }
 
 /// A query this broker forwarded (or, at the subscriber's broker, is about to).
@@ -67,6 +73,8 @@ struct Pending {
     /// Subscriber's broker: stored publications collected, live ones held back.
     collected: Vec<Arc<Stamped>>,
     live: Vec<Arc<Stamped>>,
+    /// A detector's leaf: the publications it has had live meanwhile (not fed twice).
+    live_keys: HashSet<(Name, u64)>,
 }
 
 /// The historic-subscription state of one router.
@@ -76,6 +84,8 @@ pub(super) struct Histories {
     /// Stores lost with a link (by filter id), named as missing by the queries they meet.
     unreachable: BTreeMap<MessageId, Arc<Subscription>>,
     pending: HashMap<MessageId, Pending>,
+    /// A client's composite pattern → the queries of its leaves reaching into the past.
+    composite_queries: HashMap<MessageId, Vec<MessageId>>,
     timeout_ms: u64,
     max_results: u64,
 }
@@ -86,6 +96,7 @@ impl Histories {
             stores: BTreeMap::new(),
             unreachable: BTreeMap::new(),
             pending: HashMap::new(),
+            composite_queries: HashMap::new(),
             timeout_ms,
             max_results,
         }
@@ -108,7 +119,7 @@ pub(super) fn is_historic(sub: &Subscription, now: u64) -> bool {
     satisfiable(on_time.into_iter().chain(std::iter::once(&before)))
 }
 
-fn key(s: &Stamped) -> (Name, u64) {
+fn key_of(s: &Stamped) -> (Name, u64) {
     (s.stamp.origin.clone(), s.stamp.seq)
 }
 
@@ -233,6 +244,39 @@ impl Router {
             deadline: self.now.saturating_add(self.histories.timeout_ms),
             collected: Vec::new(),
             live: Vec::new(),
+            live_keys: HashSet::new(),
+        }
+    }
+
+    /// Client `client`'s composite pattern `id` has leaves reaching into the past: each
+    /// gets a query, sent once the pattern's placement has settled.
+    pub(super) fn hold_composite_for_history(&mut self, client: ClientId, id: &MessageId) {
+        let Some((key, leaves)) = self.historic_leaves(&Hop::Client(client), id) else { return };
+        let limit = self.histories.max_results;
+        let mut queries = Vec::new();
+        for (leaf, sub) in leaves {
+            let query = self.next_id();
+            let pending = self.new_pending(Upstream::Detector { key: key.clone(), leaf }, sub, limit);
+            self.histories.pending.insert(query.clone(), pending);
+            queries.push(query);
+        }
+        self.histories.composite_queries.insert(id.clone(), queries);
+    }
+
+    /// The leaf queries of composite pattern `id`, taken (to be sent, or dropped).
+    pub(super) fn take_composite_queries(&mut self, id: &MessageId) -> Vec<MessageId> {
+        self.histories.composite_queries.remove(id).unwrap_or_default()
+    }
+
+    /// Leaf `leaf` of pattern `key` had `stamped` live while its history is on its way.
+    pub(super) fn saw_live_leaf(&mut self, key: &PartKey, leaf: u32, stamped: &Stamped) {
+        if self.histories.pending.is_empty() {
+            return;
+        }
+        for p in self.histories.pending.values_mut() {
+            if matches!(&p.upstream, Upstream::Detector { key: k, leaf: l } if **k == **key && *l == leaf) {
+                p.live_keys.insert(key_of(stamped));
+            }
         }
     }
 
@@ -254,7 +298,7 @@ impl Router {
         let Some(pending) = self.histories.pending.get(query) else { return };
         let came_from = match &pending.upstream {
             Upstream::Broker(b) => Some(Hop::Broker(b.clone())),
-            Upstream::Client(_) => None,
+            Upstream::Client(_) | Upstream::Detector { .. } => None,
         };
         let mut waiting: BTreeMap<Hop, BTreeSet<Name>> = BTreeMap::new();
         for (id, ad) in &self.histories.stores {
@@ -331,7 +375,7 @@ impl Router {
                 to: to.clone(),
                 message: BrokerMessage::HistoryAnswer { query: query.clone(), pubs },
             }),
-            Upstream::Client(_) => pending.collected.extend(pubs),
+            Upstream::Client(_) | Upstream::Detector { .. } => pending.collected.extend(pubs),
         }
     }
 
@@ -363,7 +407,7 @@ impl Router {
                     a.publication.time().cmp(&b.publication.time()).then_with(|| a.stamp.cmp(&b.stamp))
                 });
                 let mut seen = HashSet::new();
-                stored.retain(|s| seen.insert(key(s)));
+                stored.retain(|s| seen.insert(key_of(s)));
                 let limit = usize::try_from(pending.limit).unwrap_or(usize::MAX);
                 let truncated = stored.len() > limit;
                 stored.truncate(limit);
@@ -377,13 +421,30 @@ impl Router {
                 }
                 out.push(Output::EndOfHistory { client, sub: query.clone(), count, missing, truncated });
                 for s in pending.live {
-                    if !seen.contains(&key(&s)) {
+                    if !seen.contains(&key_of(&s)) {
                         out.push(Output::Notify {
                             client,
                             subs: vec![query.clone()],
                             publication: s.publication.clone(),
                         });
                     }
+                }
+            }
+            Upstream::Detector { key, leaf } => {
+                // Fed to the detector like late publications of that leaf: in time order,
+                // once each, none it already had live.
+                let mut stored = pending.collected;
+                stored.sort_by(|a, b| {
+                    a.publication.time().cmp(&b.publication.time()).then_with(|| a.stamp.cmp(&b.stamp))
+                });
+                let mut seen = pending.live_keys;
+                stored.retain(|s| seen.insert(key_of(s)));
+                stored.truncate(usize::try_from(pending.limit).unwrap_or(usize::MAX));
+                if !missing.is_empty() {
+                    tracing::warn!(%query, ?missing, "stores did not answer for a composite subscription's leaf");
+                }
+                for s in &stored {
+                    self.feed_leaf(&key, leaf, s, out);
                 }
             }
         }

@@ -502,14 +502,18 @@ impl Router {
         let settled: Vec<MessageId> = out[start..]
             .iter()
             .filter_map(|o| match o {
-                Output::Reply { result: Ok(Some(id)), .. } if self.awaits_history_start(id) => {
-                    Some(id.clone())
-                }
+                Output::Reply { result: Ok(Some(id)), .. } => Some(id.clone()),
                 _ => None,
             })
             .collect();
         for id in settled {
-            self.send_query(&id, out);
+            if self.awaits_history_start(&id) {
+                self.send_query(&id, out);
+            }
+            // A composite pattern's leaves reaching into the past.
+            for query in self.take_composite_queries(&id) {
+                self.send_query(&query, out);
+            }
         }
     }
 
@@ -682,6 +686,7 @@ impl Router {
                 state.composites.insert(id.clone(), atoms);
                 state.composite_atoms += atoms;
                 self.composite_subscribe(Hop::Client(client), id.clone(), Arc::new(cs), out);
+                self.hold_composite_for_history(client, &id);
                 self.settling = Some((Copies::Nothing, Waiter::Client { client, req, id }));
                 return;
             }
@@ -703,6 +708,9 @@ impl Router {
                 } else if self.clients.get_mut(&client).is_some_and(|c| {
                     c.composites.remove(&id).inspect(|atoms| c.composite_atoms -= atoms).is_some()
                 }) {
+                    for query in self.take_composite_queries(&id) {
+                        self.drop_history(&query);
+                    }
                     self.composite_unsubscribe(&Hop::Client(client), &id, out);
                     Ok(None)
                 } else {
@@ -757,6 +765,11 @@ impl Router {
 
     fn client_gone(&mut self, client: ClientId, out: &mut Vec<Output>) {
         let Some(state) = self.clients.remove(&client) else { return };
+        for id in state.composites.keys() {
+            for query in self.take_composite_queries(id) {
+                self.drop_history(&query);
+            }
+        }
         self.composites_of_gone(&Hop::Client(client), out);
         for id in &state.subs {
             self.drop_history(id);
