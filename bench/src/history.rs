@@ -111,6 +111,9 @@ fn raw_ingest(records: &[Record], durability: Durability) -> f64 {
     conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
     let sync = if durability == Durability::Full { "FULL" } else { "NORMAL" };
     conn.pragma_update(None, "synchronous", sync).expect("sync");
+    // The store's own settings, so that the ratio is what the store adds.
+    conn.pragma_update(None, "cache_size", -65_536).expect("cache");
+    conn.pragma_update(None, "wal_autocheckpoint", 10_000).expect("checkpoints");
     let start = Instant::now();
     for batch in rows.chunks(padres_broker::history::writer::MAX_BATCH) {
         let tx = conn.transaction().expect("tx");

@@ -298,14 +298,21 @@ async fn padres_chain(brokers: usize, sizes: Sizes, root: &std::path::Path) -> (
 
 /// One broker, one publisher and one subscriber at max rate; with `store`, the broker
 /// keeps every quote in its history store. Returns the run and the broker's history stats.
-async fn padres_one_stored(sizes: Sizes, root: &std::path::Path, store: bool, n: usize) -> (Outcome, String) {
-    let history = if store {
-        vec![padres_broker::config::HistoryFilter { filter: "[class,eq,'quote']".to_owned() }]
-    } else {
-        Vec::new()
+async fn padres_one_stored(
+    sizes: Sizes,
+    root: &std::path::Path,
+    store: Option<&str>,
+    n: usize,
+) -> (Outcome, String) {
+    let history: Vec<_> = store
+        .map(|filter| padres_broker::config::HistoryFilter { filter: filter.to_owned() })
+        .into_iter()
+        .collect();
+    let tag = match store {
+        None => "p".to_owned(),
+        Some(f) => format!("s{}", f.len()),
     };
-    let addr =
-        start_broker_with(&format!("S{n}{}", if store { "s" } else { "p" }), root, None, history).await;
+    let addr = start_broker_with(&format!("S{n}{tag}"), root, None, history).await;
     let publisher = connect(addr, "pub").await;
     publisher
         .send("a [class,eq,'quote'],[symbol,isPresent,''],[price,>=,0],[volume,>=,0],[t,>=,0]")
@@ -657,23 +664,31 @@ pub(crate) fn run(sizes: Sizes, with_peers: bool, only: &[Scenario]) {
         }
 
         if wanted(Scenario::Stored) {
+            // Every quote, and one in ten (price 100..189 of 100..999).
+            let filters = ["[class,eq,'quote']", "[class,eq,'quote'],[price,<,190]"];
             let mut plain = Vec::new();
-            let mut stored = Vec::new();
-            let mut last = String::new();
+            let mut stored: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
+            let mut last = [String::new(), String::new()];
             for n in 0..sizes.repeat {
-                plain.push(padres_one_stored(sizes, &root, false, n).await.0);
-                let (run, report) = padres_one_stored(sizes, &root, true, n).await;
-                stored.push(run);
-                last = report;
+                plain.push(padres_one_stored(sizes, &root, None, n).await.0);
+                for (i, filter) in filters.iter().enumerate() {
+                    let (run, report) = padres_one_stored(sizes, &root, Some(filter), n).await;
+                    stored[i].push(run);
+                    last[i] = report;
+                }
             }
-            let (plain, stored) = (Median::of(plain), Median::of(stored));
+            let plain = Median::of(plain);
             println!("{}", plain.line("padres one broker, max rate, no store"));
-            println!("{}", stored.line("padres one broker, max rate, storing all"));
-            println!(
-                "  with store / without: {:.2} (alternated, medians of {}); last run's store: {last}",
-                stored.run.per_second() / plain.run.per_second().max(1e-9),
-                sizes.repeat
-            );
+            for (i, what) in ["storing all", "storing 1 in 10"].iter().enumerate() {
+                let runs = Median::of(std::mem::take(&mut stored[i]));
+                println!("{}", runs.line(&format!("padres one broker, max rate, {what}")));
+                println!(
+                    "  {what} / no store: {:.2} (alternated, medians of {}); last run's store: {}",
+                    runs.run.per_second() / plain.run.per_second().max(1e-9),
+                    sizes.repeat,
+                    last[i]
+                );
+            }
         }
 
         if wanted(Scenario::Composite) {

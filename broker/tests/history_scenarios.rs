@@ -259,3 +259,28 @@ fn a_composite_subscription_joins_a_stored_trigger_with_a_status_arriving_now() 
         "only the pattern reaching into the past sees the stored trigger (not {live_only})"
     );
 }
+
+#[test]
+fn in_a_ring_store_advertisements_stop_and_a_query_still_ends_with_one_marker() {
+    // B1 — B2 — B3 — B1, cycles on; the store at B3, the publisher at B2, the subscriber at B1.
+    let mut sim = Sim::with_options(3, padres_broker::router::Options { cycles: true, ..Default::default() });
+    for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+        sim.link(a, b, 2);
+    }
+    sim.attach(1, 1);
+    sim.attach(2, 0);
+    sim.run();
+    sim.keep_history(2, "[class,eq,'log']");
+    assert!(sim.run_bounded(10_000), "the store's advertisement does not circle for ever");
+    sim.id(1, "a [class,eq,'log'],[n,isPresent,0]");
+    for n in 0..5 {
+        sim.call(1, &format!("p [class,'log'],[n,{n}]")).expect("published");
+    }
+    sim.advance(10);
+    let id = sim.id(2, &format!("s [class,eq,'log'],[time,<,{}]", t(sim.now())));
+    assert!(sim.run_bounded(10_000));
+    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
+    assert_eq!(markers.len(), 1);
+    assert_eq!((markers[0].count, markers[0].missing.len()), (5, 0));
+    assert_eq!(numbers(&sim, &id, 0), [0, 1, 2, 3, 4]);
+}

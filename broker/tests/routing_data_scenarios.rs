@@ -3,7 +3,6 @@
 
 mod sim;
 
-use padres_broker::detector::Bounds;
 use padres_broker::router::{Covering, Options};
 use padres_lang::wire::ErrorCode;
 use sim::scenario::{Scenario, Step::*};
@@ -12,33 +11,9 @@ const P: u64 = 1;
 const S: u64 = 2;
 const S2: u64 = 3;
 
-const TREE: Options = Options {
-    covering: Covering::Off,
-    cycles: false,
-    incarnation: 0,
-    max_subscriptions_per_client: None,
-    detect_at_subscriber: false,
-    detector_bounds: Bounds::DEFAULT,
-    ..Options::DEFAULT
-};
-const ACTIVE: Options = Options {
-    covering: Covering::Active,
-    cycles: false,
-    incarnation: 0,
-    max_subscriptions_per_client: None,
-    detect_at_subscriber: false,
-    detector_bounds: Bounds::DEFAULT,
-    ..Options::DEFAULT
-};
-const CYCLES: Options = Options {
-    covering: Covering::Off,
-    cycles: true,
-    incarnation: 0,
-    max_subscriptions_per_client: None,
-    detect_at_subscriber: false,
-    detector_bounds: Bounds::DEFAULT,
-    ..Options::DEFAULT
-};
+const TREE: Options = Options::DEFAULT;
+const ACTIVE: Options = Options { covering: Covering::Active, ..Options::DEFAULT };
+const CYCLES: Options = Options { cycles: true, ..Options::DEFAULT };
 
 const TWO_BROKERS: &[(usize, usize, u64)] = &[(0, 1, 5)];
 const STAR: &[(usize, usize, u64)] = &[(0, 1, 3), (0, 2, 3), (0, 3, 3), (0, 4, 3)];

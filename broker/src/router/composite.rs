@@ -229,11 +229,7 @@ impl Router {
 
     /// The leaves reaching into the past of client pattern `id` of `from`, if it has any:
     /// its key, and (leaf number, leaf subscription) for each.
-    pub(super) fn historic_leaves(
-        &self,
-        from: &Hop,
-        id: &MessageId,
-    ) -> Option<(PartKey, Vec<HistoricLeaf>)> {
+    pub(super) fn historic_leaves(&self, from: &Hop, id: &MessageId) -> Option<(PartKey, Vec<HistoricLeaf>)> {
         let key = self.composites.subscribers.get(&(from.clone(), id.clone()))?;
         let part = self.composites.parts.get(key).filter(|p| p.historic)?;
         let leaves = (0_u32..)

@@ -33,8 +33,22 @@ use super::composite::PartKey;
 use super::cycles::Next;
 use super::{BrokerMessage, ClientId, Hop, Output, Router};
 
-/// Stored publications per [`BrokerMessage::HistoryAnswer`].
+/// Most stored publications per [`BrokerMessage::HistoryAnswer`].
 const CHUNK: usize = 256;
+/// Most bytes (estimated) per [`BrokerMessage::HistoryAnswer`], well under the smallest
+/// frame limit a broker accepts.
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// A rough size of a stored publication on the wire.
+fn size(s: &Stamped) -> usize {
+    let attrs: usize = s
+        .publication
+        .attrs()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.as_str().map_or(9, str::len) + 2)
+        .sum();
+    32 + attrs + s.publication.payload().map_or(0, |p| p.len())
+}
 
 /// How long a broker waits for the stores beyond it, by default.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
@@ -193,7 +207,9 @@ impl Router {
         let hop = Hop::Broker(from.clone());
         match message {
             BrokerMessage::HistoryAdvertise { id, filter } => {
-                if self.histories.stores.get(&id).is_some_and(|ad| ad.from == hop) {
+                // Known already (by this path or, in a cyclic overlay, another): the first
+                // path stays, and the flood stops here.
+                if self.histories.stores.contains_key(&id) {
                     return;
                 }
                 for to in &self.neighbours {
@@ -222,7 +238,15 @@ impl Router {
             }
             BrokerMessage::HistoryQuery { query, sub, limit } => {
                 let limit = limit.min(self.histories.max_results);
-                self.histories.pending.remove(&query);
+                if self.histories.pending.contains_key(&query) {
+                    // A second copy (paths meeting in a cyclic overlay): the first one
+                    // already went on toward every store from here.
+                    out.push(Output::ToBroker {
+                        to: from.clone(),
+                        message: BrokerMessage::HistoryDone { query, missing: Vec::new() },
+                    });
+                    return;
+                }
                 let pending = self.new_pending(Upstream::Broker(from.clone()), sub, limit);
                 self.histories.pending.insert(query.clone(), pending);
                 self.send_query(&query, out);
@@ -346,9 +370,19 @@ impl Router {
     ) {
         match result {
             Ok(pubs) => {
-                let pubs: Vec<Arc<Stamped>> = pubs.into_iter().map(Arc::new).collect();
-                for chunk in pubs.chunks(CHUNK) {
-                    self.history_answer(query, &Hop::History, chunk.to_vec(), out);
+                let mut chunk = Vec::new();
+                let mut bytes = 0;
+                for s in pubs {
+                    let n = size(&s);
+                    if !chunk.is_empty() && (chunk.len() == CHUNK || bytes + n > CHUNK_BYTES) {
+                        self.history_answer(query, &Hop::History, std::mem::take(&mut chunk), out);
+                        bytes = 0;
+                    }
+                    bytes += n;
+                    chunk.push(Arc::new(s));
+                }
+                if !chunk.is_empty() {
+                    self.history_answer(query, &Hop::History, chunk, out);
                 }
                 self.history_done(query, &Hop::History, Vec::new(), out);
             }

@@ -64,7 +64,12 @@
 //! publication is stamped by its publisher's broker ([`padres_lang::Stamp`]), the order
 //! detection uses.
 //!
-//! Not yet here: the history store hop.
+//! **History** (`history.rs`): the broker's history store is a hop too ([`Hop::History`]):
+//! its filters ([`Input::KeepHistory`]) are its subscriptions, and a publication they match
+//! here comes out as [`Output::Store`]. Stores advertise their filters; a subscription
+//! whose `time` range reaches into the past is answered from every store it meets
+//! ([`Output::HistoryQuery`], [`Input::HistoryAnswer`]), then continues live after one
+//! [`Output::EndOfHistory`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
