@@ -98,6 +98,24 @@ async fn publications_reach_matching_subscribers_over_quic() {
 }
 
 #[tokio::test]
+async fn a_publication_is_never_stamped_before_its_publisher_sent_it() {
+    // A subscriber that notes the time, publishes and then asks for what came since must
+    // find its own publication: the broker's stamp may not lag this machine's clock.
+    let broker = start_broker("B1", "stamp");
+    let mut subscriber = client(&broker, "sub").await;
+    let publisher = client(&broker, "pub").await;
+    subscriber.send("s [class,eq,'tick']").await.expect("subscribed");
+    publisher.send("a [class,eq,'tick'],[n,isPresent,0]").await.expect("advertised");
+    for n in 0..200 {
+        let before = padres_client::check::now().millis();
+        publisher.send(&format!("p [class,'tick'],[n,{n}]")).await.expect("published");
+        let (_, publication) = next(&mut subscriber, Duration::from_secs(10)).await.expect("delivered");
+        let time = publication.time().expect("stamped").millis();
+        assert!(time >= before, "publication {n} stamped {time}, {} ms before it was sent", before - time);
+    }
+}
+
+#[tokio::test]
 async fn a_client_that_disconnects_does_not_disturb_the_others() {
     let broker = start_broker("B1", "disconnect");
     let publisher = client(&broker, "pub").await;

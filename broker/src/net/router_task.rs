@@ -99,9 +99,10 @@ struct RouterTask {
     /// Dial and link tasks started here.
     tasks: JoinSet<()>,
     start: Instant,
-    /// Milliseconds since the Unix epoch at `start`: the router runs on `epoch + now`, so
-    /// publication stamps are wall-clock time that never goes backwards.
+    /// Milliseconds since the Unix epoch at `start`; see [`RouterTask::wall`].
     epoch: u64,
+    /// The router's clock when last read: it never goes backwards.
+    last_wall: u64,
     limits: Limits,
     clients: HashMap<ClientId, ClientHandle>,
     links: HashMap<LinkId, LinkHandle>,
@@ -142,6 +143,7 @@ pub(super) async fn run(
         epoch: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        last_wall: 0,
         limits,
         clients: HashMap::new(),
         links: HashMap::new(),
@@ -154,12 +156,16 @@ pub(super) async fn run(
     };
     for filter in filters {
         let now = task.now();
-        task.router.handle(task.epoch + now, Input::KeepHistory(filter), &mut task.out);
+        let wall = task.wall(now);
+        task.router.handle(wall, Input::KeepHistory(filter), &mut task.out);
     }
     'run: loop {
-        // The policy's timers run on the task's clock, the router's (composite windows) on
-        // the wall clock.
-        let router_timer = task.router.poll_timeout().map(|at| at.saturating_sub(task.epoch));
+        // The policy's timers run on the task's clock, the router's (composite windows,
+        // history queries) on the wall clock.
+        let router_timer = task.router.poll_timeout().map(|at| {
+            let now = task.now();
+            now.saturating_add(at.saturating_sub(task.wall(now)))
+        });
         let timer = match (task.policy.poll_timeout(), router_timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -190,7 +196,8 @@ pub(super) async fn run(
                 let now = task.now();
                 task.report_backlogs(now);
                 task.policy.handle_timeout(now);
-                task.router.handle_timeout(task.epoch + now, &mut task.out);
+                let wall = task.wall(now);
+                task.router.handle_timeout(wall, &mut task.out);
                 task.apply_link_actions(now);
                 task.dispatch(now);
             }
@@ -245,6 +252,21 @@ impl RouterTask {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// The router's clock (milliseconds since the Unix epoch) at task time `now`: the later
+    /// of the system clock and `epoch + now`, and never earlier than it was last read. Never
+    /// behind the system clock, so a publication stamped here is not older than a client's
+    /// `now` taken before it was sent (rounding `epoch` and `now` down to milliseconds, or the
+    /// monotonic clock running slower than the system clock, would make it up to a few
+    /// milliseconds older); never going back, so stamps and composite windows stay ordered
+    /// when the system clock is stepped back.
+    fn wall(&mut self, now: u64) -> u64 {
+        let system = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.last_wall = self.last_wall.max(system).max(self.epoch.saturating_add(now));
+        self.last_wall
+    }
+
     fn handle(&mut self, now: u64, event: Event) {
         match event {
             Event::Connected(id, handle) => {
@@ -255,7 +277,8 @@ impl RouterTask {
                 if matches!(message, Message::Publish(_)) {
                     self.counters.publications_in += 1;
                 }
-                self.router.handle(self.epoch + now, Input::Client { client, req, message }, &mut self.out);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::Client { client, req, message }, &mut self.out);
             }
             Event::Query(client, req, query) => {
                 let report = match query {
@@ -268,7 +291,8 @@ impl RouterTask {
             }
             Event::Gone(id) => {
                 self.clients.remove(&id);
-                self.router.handle(self.epoch + now, Input::ClientGone(id), &mut self.out);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::ClientGone(id), &mut self.out);
             }
             Event::LinkUp(handle) => {
                 // What earlier events produced goes out on the links as they were.
@@ -288,7 +312,8 @@ impl RouterTask {
                 }
                 self.counters.broker_messages_in += 1;
                 tracing::trace!(%peer, ?message, "from neighbour");
-                self.router.handle(self.epoch + now, Input::Broker { from: peer, message }, &mut self.out);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::Broker { from: peer, message }, &mut self.out);
             }
             Event::LinkDown { link, code } => {
                 self.dispatch(now);
@@ -304,7 +329,8 @@ impl RouterTask {
             }
             Event::LinkRefused => self.counters.links_refused += 1,
             Event::HistoryAnswer(query, result) => {
-                self.router.handle(self.epoch + now, Input::HistoryAnswer { query, result }, &mut self.out);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::HistoryAnswer { query, result }, &mut self.out);
             }
             Event::Shutdown => {}
         }
@@ -332,10 +358,12 @@ impl RouterTask {
                     self.policy.handle_link_down(now, &peer, link, handle.target, code);
                 }
                 Action::NeighbourUp(peer) => {
-                    self.router.handle(self.epoch + now, Input::NeighbourUp(peer), &mut self.out);
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::NeighbourUp(peer), &mut self.out);
                 }
                 Action::NeighbourDown(peer) => {
-                    self.router.handle(self.epoch + now, Input::NeighbourDown(peer), &mut self.out);
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::NeighbourDown(peer), &mut self.out);
                 }
             }
         }
@@ -463,7 +491,8 @@ impl RouterTask {
                     self.limits.max_queued
                 );
                 handle.connection.close(CloseCode::TooSlow.to_quic().into(), reason.as_bytes());
-                self.router.handle(self.epoch + now, Input::ClientGone(client), &mut self.out);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::ClientGone(client), &mut self.out);
             }
             self.report_backlogs(now);
             self.apply_link_actions(now);
@@ -543,7 +572,8 @@ impl RouterTask {
             }
             None => {
                 let result = Err("this broker has no history store".to_owned());
-                self.router.handle(self.epoch + now, Input::HistoryAnswer { query, result }, &mut self.out);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::HistoryAnswer { query, result }, &mut self.out);
             }
         }
     }
