@@ -78,8 +78,12 @@ impl Publication {
     /// (what its publisher's broker does to every publication).
     #[must_use]
     pub fn with_time(mut self, at: Timestamp) -> Self {
+        thread_local! {
+            // Shared: a broker adds it to every publication it is given.
+            static TIME_NAME: Name = Name::new(TIME).expect("a valid name");
+        }
         if self.get(TIME).is_none() {
-            self.attrs.push((Name::new(TIME).expect("a valid name"), Value::Time(at)));
+            self.attrs.push((TIME_NAME.with(Name::clone), Value::Time(at)));
         }
         self
     }

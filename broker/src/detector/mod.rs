@@ -51,7 +51,7 @@ mod stores;
 
 use std::cell::Cell;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::mem;
 use std::sync::Arc;
 
@@ -59,6 +59,7 @@ pub use padres_lang::Stamped;
 use padres_lang::semantics::composite::stepped;
 use padres_lang::{CompositeSubscription, Publication, Stamp, Value};
 use slab::Slab;
+use smallvec::SmallVec;
 
 use pattern::{Key, KeyPart, Op, Pattern};
 use stores::Stores;
@@ -120,10 +121,16 @@ pub struct Counters {
 pub type DetectorId = u64;
 
 /// A partial match: a match of one node, stored at its parent.
+/// A partial match's publications: inline up to two (most stored partial matches are
+/// one publication or a pair).
+type Pubs = SmallVec<[(u32, Arc<Stamped>); 2]>;
+/// Variable slots' values: inline up to one (one allocation less per partial match).
+type Bindings = SmallVec<[Option<Value>; 1]>;
+
 #[derive(Debug)]
 struct Partial {
-    pubs: Vec<(u32, Arc<Stamped>)>,
-    bindings: Box<[Option<Value>]>,
+    pubs: Pubs,
+    bindings: Bindings,
     /// Indices in `pubs` of the earliest and the latest stamp.
     first: usize,
     last: usize,
@@ -138,11 +145,11 @@ impl Partial {
         &self.pubs[self.last].1.stamp
     }
 
-    fn single(leaf: u32, publication: Arc<Stamped>, bindings: Box<[Option<Value>]>) -> Self {
-        Self { pubs: vec![(leaf, publication)], bindings, first: 0, last: 0 }
+    fn single(leaf: u32, publication: Arc<Stamped>, bindings: Bindings) -> Self {
+        Self { pubs: smallvec::smallvec![(leaf, publication)], bindings, first: 0, last: 0 }
     }
 
-    fn from_pubs(pubs: Vec<(u32, Arc<Stamped>)>, bindings: Box<[Option<Value>]>) -> Self {
+    fn from_pubs(pubs: Pubs, bindings: Bindings) -> Self {
         let by_stamp = |a: &&(u32, Arc<Stamped>), b: &&(u32, Arc<Stamped>)| a.1.stamp.cmp(&b.1.stamp);
         let first = pubs.iter().enumerate().min_by(|a, b| by_stamp(&a.1, &b.1)).map_or(0, |(i, _)| i);
         let last = pubs.iter().enumerate().max_by(|a, b| by_stamp(&a.1, &b.1)).map_or(0, |(i, _)| i);
@@ -199,7 +206,7 @@ struct Detector {
     /// Entries in the order stored (stale ones are skipped).
     order: VecDeque<(usize, u64)>,
     /// `until` publications remembered: binding → stamps.
-    ends: HashMap<Key, Vec<Stamp>>,
+    ends: foldhash::HashMap<Key, Vec<Stamp>>,
     /// When each remembered end is forgotten.
     ends_order: VecDeque<(u64, Key, Stamp)>,
     /// The first stamps of the stored partial matches that do not bind the `until`
@@ -220,7 +227,7 @@ impl Detector {
             pattern,
             entries: Slab::new(),
             order: VecDeque::new(),
-            ends: HashMap::new(),
+            ends: foldhash::HashMap::default(),
             ends_order: VecDeque::new(),
             unbound: BTreeMap::new(),
             formed: vec![0; n],
@@ -413,7 +420,7 @@ impl Detector {
     fn propagate(&mut self, ctx: &mut Ctx<'_>, node: usize, partial: Arc<Partial>, out: &mut Vec<Match>) {
         let Some((parent, side)) = self.pattern.nodes[node].parent else {
             ctx.counters.matches += 1;
-            let mut pubs = partial.pubs.clone();
+            let mut pubs = partial.pubs.to_vec();
             pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
             out.push(Match { pubs });
             return;
@@ -452,7 +459,7 @@ impl Detector {
             }
             let bindings =
                 left.bindings.iter().zip(right.bindings.iter()).map(|(l, r)| l.clone().or_else(|| r.clone()));
-            let mut pubs = Vec::with_capacity(left.pubs.len() + right.pubs.len());
+            let mut pubs = Pubs::with_capacity(left.pubs.len() + right.pubs.len());
             pubs.extend(left.pubs.iter().cloned());
             pubs.extend(right.pubs.iter().cloned());
             let offset = left.pubs.len();
@@ -469,7 +476,7 @@ impl Detector {
     }
 
     fn leaf(&mut self, ctx: &mut Ctx<'_>, leaf: usize, publication: &Arc<Stamped>, out: &mut Vec<Match>) {
-        let mut bindings = vec![None; self.pattern.slots].into_boxed_slice();
+        let mut bindings: Bindings = smallvec::smallvec![None; self.pattern.slots];
         if self.bind(leaf, &publication.publication, &mut bindings).is_none() {
             return;
         }
@@ -575,13 +582,13 @@ impl Detector {
         if !self.well_formed(node, &pubs) {
             return;
         }
-        let mut bindings = vec![None; self.pattern.slots].into_boxed_slice();
+        let mut bindings: Bindings = smallvec::smallvec![None; self.pattern.slots];
         for (leaf, publication) in &pubs {
             if self.bind(*leaf as usize, &publication.publication, &mut bindings).is_none() {
                 return;
             }
         }
-        let partial = Partial::from_pubs(pubs, bindings);
+        let partial = Partial::from_pubs(pubs.into(), bindings);
         if self.admissible(&partial) {
             self.propagate(ctx, node, Arc::new(partial), out);
         }

@@ -67,8 +67,9 @@ pub(super) enum KeyPart {
     Bool(bool),
 }
 
-/// An index key: the values of some slots.
-pub(super) type Key = Box<[KeyPart]>;
+/// An index key: the values of some slots. Inline up to one (a workflow's joins are on
+/// one variable): a key is made, cloned and dropped for every partial match stored.
+pub(super) type Key = smallvec::SmallVec<[KeyPart; 1]>;
 
 impl KeyPart {
     pub(super) fn of(value: &Value) -> Self {

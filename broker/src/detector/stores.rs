@@ -7,7 +7,7 @@
 //! or drops everything a generation has at the detector, instead of one per node (the
 //! lookups are cache misses once a generation is a few thousand publications old).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use super::Stored;
 use super::pattern::{Key, Pattern};
@@ -18,8 +18,8 @@ type Bucket = Box<[Vec<Stored>]>;
 /// The nodes keyed by one list of slots.
 #[derive(Debug)]
 struct KeyClass {
-    /// Binding → its lists.
-    buckets: HashMap<Key, Bucket>,
+    /// Binding → its lists (foldhash, seeded per process: looked up for every input).
+    buckets: foldhash::HashMap<Key, Bucket>,
     /// How many nodes share it.
     width: usize,
     /// How to make its key from an `until` binding (the index in the filter's variables of
@@ -44,7 +44,11 @@ impl Stores {
                 let slots = pattern.key_slots(node)?;
                 let class = slots_of.iter().position(|c| *c == slots).unwrap_or_else(|| {
                     slots_of.push(slots);
-                    classes.push(KeyClass { buckets: HashMap::new(), width: 0, until_key: None });
+                    classes.push(KeyClass {
+                        buckets: foldhash::HashMap::default(),
+                        width: 0,
+                        until_key: None,
+                    });
                     classes.len() - 1
                 });
                 classes[class].width += 1;

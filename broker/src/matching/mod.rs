@@ -110,7 +110,7 @@ const PIVOT_AFTER: usize = 256;
 /// The subscriptions of one class.
 #[derive(Debug)]
 struct Partition<K> {
-    groups: HashMap<Pivot, Group<K>>,
+    groups: FastMap<Pivot, Group<K>>,
     /// How many subscriptions of the class constrain each attribute (for pivot choice).
     uses: HashMap<AttrId, usize>,
     /// How many subscriptions of the class have each `eq` string literal, by attribute.
@@ -134,7 +134,7 @@ struct Partition<K> {
 impl<K> Partition<K> {
     fn new() -> Self {
         Self {
-            groups: HashMap::new(),
+            groups: FastMap::default(),
             uses: HashMap::new(),
             values: HashMap::new(),
             value_pivots: Vec::new(),
@@ -200,7 +200,7 @@ impl<K> Partition<K> {
 /// The `eq` string literals of `sub` other than `class`'s, as (attribute, value).
 fn eq_literals<'s>(
     sub: &'s Subscription,
-    names: &'s HashMap<Name, AttrId>,
+    names: &'s FastMap<Name, AttrId>,
 ) -> impl Iterator<Item = (AttrId, &'s Arc<str>)> + 's {
     sub.predicates().iter().filter_map(move |p| {
         if p.op() != Op::Eq || p.attr() == "class" {
@@ -221,8 +221,9 @@ pub struct Scratch {
 /// An index of subscriptions under keys of type `K` (see the module docs).
 #[derive(Debug)]
 pub struct SubscriptionIndex<K> {
-    names: HashMap<Name, AttrId>,
-    class_ids: HashMap<Arc<str>, u32>,
+    /// Attribute names and classes, looked up for every publication (foldhash, as below).
+    names: FastMap<Name, AttrId>,
+    class_ids: FastMap<Arc<str>, u32>,
     /// Indexed by class id; a class keeps its (possibly empty) partition once seen.
     partitions: Vec<Partition<K>>,
     locations: HashMap<K, Location>,
@@ -231,8 +232,8 @@ pub struct SubscriptionIndex<K> {
 impl<K> Default for SubscriptionIndex<K> {
     fn default() -> Self {
         Self {
-            names: HashMap::new(),
-            class_ids: HashMap::new(),
+            names: FastMap::default(),
+            class_ids: FastMap::default(),
             partitions: Vec::new(),
             locations: HashMap::new(),
         }

@@ -71,7 +71,7 @@
 //! ([`Output::HistoryQuery`], [`Input::HistoryAnswer`]), then continues live after one
 //! [`Output::EndOfHistory`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -342,7 +342,7 @@ pub struct Router {
     seq: u64,
     max_subs_per_client: usize,
     neighbours: BTreeSet<Name>,
-    clients: HashMap<ClientId, ClientState>,
+    clients: foldhash::HashMap<ClientId, ClientState>,
     /// The SRT.
     advs: Table<Advertisements>,
     adv_index: AdvertisementIndex<MessageId>,
@@ -350,6 +350,8 @@ pub struct Router {
     subs: Table<Subscriptions>,
     sub_index: SubscriptionIndex<MessageId>,
     scratch: Scratch,
+    /// The subscriptions a publication matched, reused from one to the next.
+    matched: Vec<MessageId>,
     settle: Settle,
     /// While the current input is handled: every copy offered to a neighbour (sent now,
     /// sent earlier, or held back behind a cover), with the copy its settling waits for.
@@ -419,12 +421,13 @@ impl Router {
             covering: options.covering,
             overlay: if options.cycles { Overlay::Cyclic(Cycles::default()) } else { Overlay::Acyclic },
             neighbours: BTreeSet::new(),
-            clients: HashMap::new(),
+            clients: foldhash::HashMap::default(),
             advs: Table::default(),
             adv_index: AdvertisementIndex::new(),
             subs: Table::default(),
             sub_index: SubscriptionIndex::new(),
             scratch: Scratch::default(),
+            matched: Vec::new(),
             settle: Settle::default(),
             awaited: Vec::new(),
             settling: None,
@@ -1180,7 +1183,8 @@ impl Router {
         last: &Hop,
         out: &mut Vec<Output>,
     ) {
-        let mut matched = Vec::new();
+        let mut matched = std::mem::take(&mut self.matched);
+        matched.clear();
         self.sub_index.matches_into(&publication, &mut self.scratch, &mut matched);
         let mut next = Next::default();
         for id in &matched {
@@ -1188,6 +1192,7 @@ impl Router {
                 next.add(id, &e.last, last);
             }
         }
+        self.matched = matched;
         self.emit(next, publication, stamp, None, out);
     }
 
