@@ -284,3 +284,42 @@ fn in_a_ring_store_advertisements_stop_and_a_query_still_ends_with_one_marker() 
     assert_eq!((markers[0].count, markers[0].missing.len()), (5, 0));
     assert_eq!(numbers(&sim, &id, 0), [0, 1, 2, 3, 4]);
 }
+
+#[test]
+fn an_answer_cut_at_max_results_is_marked_truncated_and_live_copies_past_the_cut_still_arrive() {
+    // B1 — B2; B2 keeps every log and publishes; at most 4 results per historic query.
+    let options = padres_broker::router::Options { history_max_results: 4, ..Default::default() };
+    let mut sim = Sim::with_options(2, options);
+    sim.link(0, 1, 10);
+    sim.attach(21, 0);
+    sim.attach(12, 1);
+    sim.run();
+    sim.keep_history(1, "[class,eq,'log']");
+    sim.run();
+    sim.id(12, "a [class,eq,'log'],[n,isPresent,0]");
+    for n in 0..3 {
+        sim.call(12, &format!("p [class,'log'],[n,{n}]"));
+        sim.advance(1);
+    }
+    let before = sim.deliveries.len();
+    let t0 = sim.now();
+    let req = sim.send(21, &format!("s [class,eq,'log'],[time,>=,{}]", t(0)));
+    // Once the subscription has reached B2, two more logs: routed live to B1 (held there
+    // while the query runs) and stored at B2 before the query gets there.
+    while sim.now() < t0 + 10 {
+        assert!(sim.step(), "the subscription travels");
+    }
+    for n in [100, 101] {
+        sim.send(12, &format!("p [class,'log'],[n,{n}]"));
+    }
+    sim.run();
+    let id = match sim.replies.get(&(21, req)) {
+        Some(Ok(Some(id))) => id.clone(),
+        other => panic!("{other:?}"),
+    };
+    // The first four stored in time order, the marker, then the live copy the cut left out.
+    assert_eq!(numbers(&sim, &id, before), [0, 1, 2, 100, 101]);
+    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
+    assert_eq!(markers.len(), 1);
+    assert_eq!((markers[0].count, markers[0].truncated), (4, true));
+}

@@ -70,11 +70,12 @@ pub(super) enum Event {
     DialFailed(Target),
     /// A broker was refused at the hello.
     LinkRefused,
-    /// The history store answered a historic query.
-    HistoryAnswer(MessageId, Result<Vec<Stamped>, String>),
     /// Close every link and client queue, then stop.
     Shutdown,
 }
+
+/// A history store's answer to a historic query.
+type HistoryAnswer = (MessageId, Result<Vec<Stamped>, String>);
 
 /// Counters kept for `broker stats`.
 #[derive(Debug, Default)]
@@ -112,6 +113,10 @@ struct RouterTask {
     out: Vec<Output>,
     /// The history store's writer, if this broker keeps history.
     history: Option<History>,
+    /// Where the writer sends its answers to historic queries: a channel of its own,
+    /// unbounded (one answer per query asked), so that the writer never waits on the
+    /// router task's inbox, nor the router task on itself when the writer answers at once.
+    answers: mpsc::UnboundedSender<HistoryAnswer>,
     /// When a dropped publication was last logged, and how many went since.
     history_drops_logged: Option<Instant>,
     history_drops_unlogged: u64,
@@ -128,6 +133,7 @@ pub(super) async fn run(
     open: Arc<AtomicUsize>,
     history: Option<(History, Vec<Subscription>)>,
 ) {
+    let (answers, mut answered) = mpsc::unbounded_channel::<HistoryAnswer>();
     let (history, filters) = match history {
         Some((history, filters)) => (Some(history), filters),
         None => (None, Vec::new()),
@@ -151,6 +157,7 @@ pub(super) async fn run(
         open,
         out: Vec::new(),
         history,
+        answers,
         history_drops_logged: None,
         history_drops_unlogged: 0,
     };
@@ -199,6 +206,12 @@ pub(super) async fn run(
                 let wall = task.wall(now);
                 task.router.handle_timeout(wall, &mut task.out);
                 task.apply_link_actions(now);
+                task.dispatch(now);
+            }
+            Some((query, result)) = answered.recv() => {
+                let now = task.now();
+                let wall = task.wall(now);
+                task.router.handle(wall, Input::HistoryAnswer { query, result }, &mut task.out);
                 task.dispatch(now);
             }
             Some(_) = task.tasks.join_next(), if !task.tasks.is_empty() => {}
@@ -328,10 +341,6 @@ impl RouterTask {
                 self.apply_link_actions(now);
             }
             Event::LinkRefused => self.counters.links_refused += 1,
-            Event::HistoryAnswer(query, result) => {
-                let wall = self.wall(now);
-                self.router.handle(wall, Input::HistoryAnswer { query, result }, &mut self.out);
-            }
             Event::Shutdown => {}
         }
     }
@@ -443,7 +452,7 @@ impl RouterTask {
                     }
                     Output::Store { stamp, publication, ack } => {
                         match self.store(Record { stamp, publication }, ack) {
-                            Some((client, req)) => (client, Frame::Ok { req, id: None }, 0),
+                            Some((client, frame)) => (client, frame, 0),
                             None => continue,
                         }
                     }
@@ -501,11 +510,12 @@ impl RouterTask {
 
     /// Hands `record` to the history writer. With `full` durability a waiting publisher
     /// (`ack`) is answered by the writer once the record is on disk; otherwise the answer
-    /// is returned, to be sent now. A record the writer's queue has no room for is dropped,
-    /// counted and logged (at most once a second); a publisher waiting on it under `full`
-    /// gets an error saying it was routed but not stored.
-    fn store(&mut self, record: Record, ack: Option<(ClientId, u64)>) -> Option<(ClientId, u64)> {
-        let Some(history) = &self.history else { return ack };
+    /// is returned, to be sent now (queued: success). A record the writer's queue has no
+    /// room for is dropped, counted and logged (at most once a second); a publisher waiting
+    /// on it gets an error saying it was routed but not stored.
+    fn store(&mut self, record: Record, ack: Option<(ClientId, u64)>) -> Option<(ClientId, Frame)> {
+        let ok = |(client, req): (ClientId, u64)| (client, Frame::Ok { req, id: None });
+        let Some(history) = &self.history else { return ack.map(ok) };
         let (waiting, answer_now) = match (history.durability(), ack) {
             (Durability::Full, Some((client, req))) => {
                 let queue = self.clients.get(&client).map(|c| c.queue.clone());
@@ -526,11 +536,10 @@ impl RouterTask {
             }
             (_, ack) => (None, ack),
         };
+        let full = "its queue is full (history_store.queue); publish more slowly or raise it";
         if let Err(refused) = history.offer(record, waiting) {
             if let Some(ack) = refused {
-                ack(Err(
-                    "its queue is full (history_store.queue); publish more slowly or raise it".to_owned()
-                ));
+                ack(Err(full.to_owned()));
             }
             self.history_drops_unlogged += 1;
             if self.history_drops_logged.is_none_or(|at| at.elapsed().as_secs() >= 1) {
@@ -541,8 +550,12 @@ impl RouterTask {
                 self.history_drops_logged = Some(Instant::now());
                 self.history_drops_unlogged = 0;
             }
+            return answer_now.map(|(client, req)| {
+                let message = format!("routed, but the history store could not keep it: {full}");
+                (client, Frame::Error { req: Some(req), code: ErrorCode::Internal, message })
+            });
         }
-        answer_now
+        answer_now.map(ok)
     }
 
     /// Hands a historic query to the history writer, whose answer comes back as an event.
@@ -550,25 +563,10 @@ impl RouterTask {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         match &self.history {
             Some(history) => {
-                let events = self.events.clone();
-                let id = query.clone();
-                history.query(
-                    sub,
-                    limit,
-                    Box::new(move |result| {
-                        // From the writer thread. Never blocks for long: at shutdown the
-                        // router task stops reading and waits for this thread; an answer
-                        // given up on leaves its query to time out.
-                        let mut event = Event::HistoryAnswer(id, result);
-                        for _ in 0..1000 {
-                            match events.try_send(event) {
-                                Err(mpsc::error::TrySendError::Full(back)) => event = back,
-                                _ => return,
-                            }
-                            std::thread::sleep(std::time::Duration::from_millis(1));
-                        }
-                    }),
-                );
+                let answers = self.answers.clone();
+                // From the writer thread, or at once here if its queue is full: never waits.
+                // After shutdown nobody reads it, and the answer is dropped.
+                history.query(sub, limit, Box::new(move |result| drop(answers.send((query, result)))));
             }
             None => {
                 let result = Err("this broker has no history store".to_owned());

@@ -345,6 +345,9 @@ impl Router {
                     message: BrokerMessage::HistoryQuery { query: query.clone(), sub: sub.clone(), limit },
                 }),
                 Hop::History => {
+                    // One row more than wanted: a store holding more says so by it, and the
+                    // answer is marked truncated.
+                    let limit = limit.saturating_add(1);
                     out.push(Output::HistoryQuery { query: query.clone(), sub: sub.clone(), limit });
                 }
                 Hop::Client(_) | Hop::Detector => {}
@@ -444,7 +447,13 @@ impl Router {
                 stored.retain(|s| seen.insert(key_of(s)));
                 let limit = usize::try_from(pending.limit).unwrap_or(usize::MAX);
                 let truncated = stored.len() > limit;
-                stored.truncate(limit);
+                if truncated {
+                    // What is cut off was not delivered: a live copy of it still is.
+                    for s in &stored[limit..] {
+                        seen.remove(&key_of(s));
+                    }
+                    stored.truncate(limit);
+                }
                 let count = stored.len() as u64;
                 for s in stored {
                     out.push(Output::Notify {
