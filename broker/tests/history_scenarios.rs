@@ -298,7 +298,7 @@ fn an_answer_cut_at_max_results_is_marked_truncated_and_live_copies_past_the_cut
     sim.run();
     sim.id(12, "a [class,eq,'log'],[n,isPresent,0]");
     for n in 0..3 {
-        sim.call(12, &format!("p [class,'log'],[n,{n}]"));
+        sim.call(12, &format!("p [class,'log'],[n,{n}]")).expect("published");
         sim.advance(1);
     }
     let before = sim.deliveries.len();
