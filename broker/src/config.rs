@@ -139,6 +139,9 @@ pub struct HistoryStoreConfig {
     pub max_results: u64,
 }
 
+/// The largest `history_store.queue` accepted.
+pub const MAX_HISTORY_QUEUE: usize = 1 << 24;
+
 impl Default for HistoryStoreConfig {
     fn default() -> Self {
         Self {
@@ -367,11 +370,14 @@ impl Config {
                 Ok(sub)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let indexed = h
-            .index
-            .iter()
-            .map(|a| Name::new(a).map_err(|e| invalid(format!("history_store.index: {e}"))))
-            .collect::<Result<Vec<_>, _>>()?;
+        // An attribute named twice (in the file and again with --history-index) is one index.
+        let mut indexed: Vec<Name> = Vec::new();
+        for attr in &h.index {
+            let name = Name::new(attr).map_err(|e| invalid(format!("history_store.index: {e}")))?;
+            if !indexed.contains(&name) {
+                indexed.push(name);
+            }
+        }
         let max_age_ms = match h.max_age.trim() {
             "" => None,
             text => Some(padres_lang::time::parse_duration(text).filter(|&ms| ms > 0).ok_or_else(|| {
@@ -388,6 +394,10 @@ impl Config {
             if value == 0 {
                 return Err(invalid(format!("{name} must be at least 1")));
             }
+        }
+        // The writer's queue is allocated whole when the broker starts.
+        if h.queue > MAX_HISTORY_QUEUE {
+            return Err(invalid(format!("history_store.queue must be at most {MAX_HISTORY_QUEUE}")));
         }
         if filters.is_empty() {
             return Ok(None);
@@ -600,6 +610,15 @@ mod tests {
             ..HistoryStoreConfig::default()
         }));
         assert!(e.contains("history_store.index"), "{e}");
+        let e = err(store(HistoryStoreConfig { queue: usize::MAX, ..HistoryStoreConfig::default() }));
+        assert!(e.contains("history_store.queue must be at most"), "{e}");
+        // An attribute named twice is indexed once (it used to stop the broker at start).
+        let twice = store(HistoryStoreConfig {
+            index: vec!["appl".into(), "gid".into(), "appl".into()],
+            ..HistoryStoreConfig::default()
+        });
+        let indexed = twice.validate().expect("valid").history.expect("a store").store.indexed;
+        assert_eq!(indexed.iter().map(Name::as_str).collect::<Vec<_>>(), ["appl", "gid"]);
         assert!(toml::from_str::<Config>("[history_store]\ndurability = \"sometimes\"\n").is_err());
         assert_eq!(Config::default().validate().expect("valid").history, None, "no filter, no store");
     }

@@ -8,7 +8,7 @@ use std::sync::mpsc;
 
 use padres_broker::history::writer::History;
 use padres_broker::history::{Durability, HistoryError, Reader, Record, Store, StoreOptions};
-use padres_lang::{Name, Publication, Stamp, Subscription, Timestamp, matches};
+use padres_lang::{Name, Publication, Stamp, Subscription, Timestamp, Value, matches};
 
 fn dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("padres-history-{}-{test}", std::process::id()));
@@ -141,6 +141,47 @@ fn retention_removes_old_rows_and_a_restart_keeps_the_rest() {
     let reader = Reader::open(&dir).expect("opens");
     let left = reader.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
     assert!(left.iter().all(|s| s.stamp.time >= clock - 30_000), "only the last 30 s are left");
+}
+
+#[test]
+fn max_rows_keeps_exactly_that_many_when_age_retention_left_gaps() {
+    let dir = dir("retention-gaps");
+    let now = 1_763_632_800_000_i64;
+    // Every other publication carries a time of its own an hour old: age retention takes
+    // those from between the others, leaving gaps in the row numbers.
+    let origin = Name::new("B1").expect("name");
+    let all: Vec<Record> = (0..100_u64)
+        .map(|i| {
+            let age = if i % 2 == 0 { 3_600_000 } else { 0 };
+            let at = now - age + i64::try_from(i).expect("small");
+            let time = Timestamp::from_millis(at).expect("in range");
+            let p: Publication = format!("[class,'job_status'],[n,{i}]").parse().expect("valid");
+            Record {
+                stamp: Stamp::new(u64::try_from(at).expect("fits"), origin.clone(), i),
+                publication: Arc::new(p.with_time(time)),
+            }
+        })
+        .collect();
+    let both = StoreOptions { max_age_ms: Some(60_000), max_rows: Some(30), ..options(&[]) };
+    let mut store = Store::open(&dir, both).expect("opens");
+    store.insert(&all).expect("stored");
+    assert_eq!(store.rows().expect("rows"), 100);
+    let clock = u64::try_from(now + 1_000).expect("fits");
+    assert_eq!(store.apply_retention(clock).expect("retention"), 70);
+    assert_eq!(store.rows().expect("rows"), 30);
+    // The newest 30 of the 50 recent ones are left.
+    let left = store.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
+    let numbers: Vec<i64> = left
+        .iter()
+        .map(|s| match s.publication.get("n") {
+            Some(Value::Int(n)) => *n,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(numbers, (40..100).filter(|n| n % 2 == 1).collect::<Vec<i64>>());
+    drop(store);
+    let store = Store::open(&dir, options(&[])).expect("reopens");
+    assert_eq!(store.rows().expect("rows"), 30, "counted again at open");
 }
 
 #[test]

@@ -51,6 +51,10 @@ pub const FILE: &str = "history.sqlite";
 pub const LOCK: &str = "history.lock";
 /// The schema this code writes (kept in the database's `user_version`).
 const SCHEMA: i64 = 1;
+/// Rows deleted per retention statement.
+pub const DELETE_CHUNK: u64 = 10_000;
+/// Rows deleted per retention pass at most.
+pub const DELETE_PER_PASS: u64 = 200_000;
 
 /// When an acknowledged publication is safe (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +132,9 @@ pub struct Store {
     /// Declared attributes, in column order (`k0`, `k1`, …).
     columns: Vec<Name>,
     options: StoreOptions,
+    /// Rows stored: counted once at open, then kept up to date (a count every second
+    /// would read the whole table).
+    rows: u64,
     /// Held while the store is open: a second broker on the same directory is refused.
     _lock: File,
 }
@@ -191,7 +198,9 @@ impl Store {
              CREATE TABLE IF NOT EXISTS key_columns (column INTEGER PRIMARY KEY, attr TEXT NOT NULL UNIQUE);
              PRAGMA user_version = 1;",
         )?;
-        let mut store = Self { conn, path, columns: Vec::new(), options, _lock: lock };
+        let rows: i64 = conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?;
+        let rows = u64::try_from(rows).unwrap_or(0);
+        let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock };
         store.declare_columns()?;
         Ok(store)
     }
@@ -226,23 +235,29 @@ impl Store {
                 ))?;
                 columns.push(attr);
             }
-            // Rows stored before an attribute was declared get its column filled now.
-            let rows: Vec<(i64, Vec<u8>)> = {
-                let mut stmt = tx.prepare("SELECT row, bytes FROM publications")?;
-                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
-            };
-            if !rows.is_empty() {
-                let sets: Vec<String> = (0..columns.len()).map(|c| format!("k{c} = ?{}", c + 2)).collect();
+            // Rows stored before an attribute was declared get its column filled now, read
+            // a chunk at a time (a large store is not read into memory at once).
+            let sets: Vec<String> = (0..columns.len()).map(|c| format!("k{c} = ?{}", c + 2)).collect();
+            {
                 let mut update =
                     tx.prepare(&format!("UPDATE publications SET {} WHERE row = ?1", sets.join(", ")))?;
-                for (row, bytes) in rows {
-                    let publication = decode(&bytes).map_err(|message| HistoryError::Corrupt {
-                        path: self.path.clone(),
-                        message: format!("row {row}: {message}"),
-                    })?;
-                    let mut values = vec![SqlValue::Integer(row)];
-                    values.extend(columns.iter().map(|a| key_value(publication.get(a))));
-                    update.execute(params_from_iter(values))?;
+                let mut read = tx
+                    .prepare("SELECT row, bytes FROM publications WHERE row > ?1 ORDER BY row LIMIT 10000")?;
+                let mut after = i64::MIN;
+                loop {
+                    let rows: Vec<(i64, Vec<u8>)> =
+                        read.query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+                    let Some(&(last, _)) = rows.last() else { break };
+                    after = last;
+                    for (row, bytes) in rows {
+                        let publication = decode(&bytes).map_err(|message| HistoryError::Corrupt {
+                            path: self.path.clone(),
+                            message: format!("row {row}: {message}"),
+                        })?;
+                        let mut values = vec![SqlValue::Integer(row)];
+                        values.extend(columns.iter().map(|a| key_value(publication.get(a))));
+                        update.execute(params_from_iter(values))?;
+                    }
                 }
             }
             tx.commit()?;
@@ -271,6 +286,7 @@ impl Store {
             marks.concat()
         );
         let tx = self.conn.transaction()?;
+        let mut inserted = 0;
         {
             let mut stmt = tx.prepare_cached(&sql)?;
             let mut bytes = Vec::new();
@@ -292,40 +308,74 @@ impl Store {
                     SqlValue::Blob(bytes.clone()),
                 ];
                 values.extend(self.columns.iter().map(|a| key_value(p.get(a))));
-                stmt.execute(params_from_iter(values))?;
+                inserted += stmt.execute(params_from_iter(values))?;
             }
         }
         tx.commit()?;
+        self.rows += u64::try_from(inserted).unwrap_or(0);
         Ok(())
     }
 
     /// Deletes what the retention settings no longer keep, as of `now` (epoch
-    /// milliseconds); returns how many rows went.
+    /// milliseconds); returns how many rows went. Deletes go [`DELETE_CHUNK`] rows per
+    /// statement (each its own transaction, so the journal stays small), at most
+    /// [`DELETE_PER_PASS`] rows per call: a large backlog (retention just enabled or
+    /// shortened on a big store) goes over several calls instead of stalling the writer.
     pub fn apply_retention(&mut self, now: u64) -> Result<u64, HistoryError> {
-        let mut removed = 0;
+        let mut removed: u64 = 0;
         if let Some(age) = self.options.max_age_ms {
             let cutoff = i64::try_from(now.saturating_sub(age)).unwrap_or(i64::MAX);
-            // Through the (class, time) index, one range per class: no index on time alone,
-            // which would cost every insert more than it saves retention.
-            removed += self.conn.execute(
-                "DELETE FROM publications WHERE class IN (SELECT DISTINCT class FROM publications) AND time < ?1",
-                [cutoff],
+            // Through the (class, time) index, one range per class; the classes found by
+            // skipping from one to the next in that index, not by reading it all.
+            let classes: Vec<String> = {
+                let mut stmt = self.conn.prepare_cached(
+                    "WITH RECURSIVE c(class) AS (
+                         SELECT MIN(class) FROM publications
+                         UNION ALL
+                         SELECT (SELECT MIN(class) FROM publications WHERE class > c.class) FROM c
+                         WHERE c.class IS NOT NULL
+                     )
+                     SELECT class FROM c WHERE class IS NOT NULL",
+                )?;
+                stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?
+            };
+            let mut delete = self.conn.prepare_cached(
+                "DELETE FROM publications WHERE row IN
+                     (SELECT row FROM publications WHERE class = ?1 AND time < ?2 LIMIT ?3)",
             )?;
+            for class in &classes {
+                loop {
+                    let budget = DELETE_PER_PASS.saturating_sub(removed).min(DELETE_CHUNK);
+                    let n = delete.execute(rusqlite::params![class, cutoff, budget])? as u64;
+                    removed += n;
+                    if n < DELETE_CHUNK || removed >= DELETE_PER_PASS {
+                        break;
+                    }
+                }
+            }
         }
+        self.rows = self.rows.saturating_sub(removed);
         if let Some(max) = self.options.max_rows {
-            let max = i64::try_from(max).unwrap_or(i64::MAX);
-            removed += self.conn.execute(
-                "DELETE FROM publications WHERE row <= (SELECT MAX(row) FROM publications) - ?1",
-                [max],
+            // The oldest stored first, by row number (which may have gaps).
+            let mut delete = self.conn.prepare_cached(
+                "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
             )?;
+            while self.rows > max && removed < DELETE_PER_PASS {
+                let budget = (self.rows - max).min(DELETE_CHUNK).min(DELETE_PER_PASS - removed);
+                let n = delete.execute([budget])? as u64;
+                removed += n;
+                self.rows = self.rows.saturating_sub(n);
+                if n == 0 {
+                    break;
+                }
+            }
         }
-        Ok(u64::try_from(removed).unwrap_or(u64::MAX))
+        Ok(removed)
     }
 
     /// How many rows are stored.
     pub fn rows(&self) -> Result<u64, HistoryError> {
-        let n: i64 = self.conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(self.rows)
     }
 
     /// The stored publications `sub` matches, in time order (see [`Reader::query`]).
