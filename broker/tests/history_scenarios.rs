@@ -182,7 +182,11 @@ fn a_store_that_does_not_answer_is_named_in_the_marker_after_the_timeout() {
     sim.run();
     let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker, after the timeout");
     assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B4"]);
-    assert!(marker.time >= start + padres_broker::router::DEFAULT_TIMEOUT_MS, "{} {}", marker.time, start);
+    // Each broker on the way waits three quarters as long as the one before: B4 gives up
+    // on its own store first and says so, and B1 is told within its timeout.
+    let timeout = padres_broker::router::DEFAULT_TIMEOUT_MS;
+    assert!(marker.time >= start + timeout / 4 * 3 / 4 * 3, "{} {}", marker.time, start);
+    assert!(marker.time < start + timeout, "{} {}", marker.time, start);
     // B2's errors were delivered all the same.
     let got = numbers(&sim, &id, 0);
     assert_eq!(got.len() as u64, marker.count);
@@ -322,4 +326,28 @@ fn an_answer_cut_at_max_results_is_marked_truncated_and_live_copies_past_the_cut
     let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
     assert_eq!(markers.len(), 1);
     assert_eq!((markers[0].count, markers[0].truncated), (4, true));
+}
+
+#[test]
+fn a_silent_store_two_hops_away_is_named_alone_not_with_the_store_that_answered_on_its_way() {
+    // B1 — B2 — B3, stores at B2 and B3; B3's never answers.
+    let mut sim = Sim::new(3);
+    sim.link(0, 1, 2);
+    sim.link(1, 2, 2);
+    sim.attach(21, 0);
+    sim.attach(13, 2);
+    sim.run();
+    sim.keep_history(1, "[class,eq,'log']");
+    sim.keep_history(2, "[class,eq,'log']");
+    sim.run();
+    sim.id(13, "a [class,eq,'log'],[n,isPresent,0]");
+    for n in 0..5 {
+        sim.call(13, &format!("p [class,'log'],[n,{n}]")).expect("published");
+    }
+    sim.store_delay.insert(2, None);
+    let id = sim.id(21, &format!("s [class,eq,'log'],[time,>=,{}]", t(0)));
+    sim.run();
+    let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker");
+    assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B3"]);
+    assert_eq!(numbers(&sim, &id, 0), [0, 1, 2, 3, 4], "B2's store answered");
 }

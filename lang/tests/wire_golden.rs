@@ -207,7 +207,7 @@ fn samples() -> Vec<Frame> {
         },
         BrokerMessage::HistoryAdvertise { id: id(4), filter: sub() },
         BrokerMessage::HistoryUnadvertise { id: id(4) },
-        BrokerMessage::HistoryQuery { query: id(2), sub: sub(), limit: 100 },
+        BrokerMessage::HistoryQuery { query: id(2), sub: sub(), limit: 100, timeout_ms: 3_750 },
         BrokerMessage::HistoryAnswer {
             query: id(2),
             pubs: vec![Arc::new(Stamped { stamp: stamp(), publication: publication() })],
@@ -302,7 +302,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Broker/HistoryUnadvertise", "00000006070d02423104"),
     (
         "Broker/HistoryQuery",
-        "00000028070e024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f64",
+        "0000002b070e024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f64fba60e",
     ),
     (
         "Broker/HistoryAnswer",

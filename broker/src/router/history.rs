@@ -83,6 +83,8 @@ struct Pending {
     /// Hops that have not reported done, with the stores behind each.
     waiting: BTreeMap<Hop, BTreeSet<Name>>,
     missing: BTreeSet<Name>,
+    /// How long this broker waits for the hops beyond it (ms).
+    timeout_ms: u64,
     deadline: u64,
     /// Subscriber's broker: stored publications collected, live ones held back.
     collected: Vec<Arc<Stamped>>,
@@ -236,7 +238,7 @@ impl Router {
                 }
                 self.flood_store_withdrawal(&id, &hop, out);
             }
-            BrokerMessage::HistoryQuery { query, sub, limit } => {
+            BrokerMessage::HistoryQuery { query, sub, limit, timeout_ms } => {
                 let limit = limit.min(self.histories.max_results);
                 if self.histories.pending.contains_key(&query) {
                     // A second copy (paths meeting in a cyclic overlay): the first one
@@ -247,7 +249,8 @@ impl Router {
                     });
                     return;
                 }
-                let pending = self.new_pending(Upstream::Broker(from.clone()), sub, limit);
+                let mut pending = self.new_pending(Upstream::Broker(from.clone()), sub, limit);
+                pending.timeout_ms = pending.timeout_ms.min(timeout_ms);
                 self.histories.pending.insert(query.clone(), pending);
                 self.send_query(&query, out);
             }
@@ -265,6 +268,7 @@ impl Router {
             started: false,
             waiting: BTreeMap::new(),
             missing: BTreeSet::new(),
+            timeout_ms: self.histories.timeout_ms,
             deadline: self.now.saturating_add(self.histories.timeout_ms),
             collected: Vec::new(),
             live: Vec::new(),
@@ -337,12 +341,20 @@ impl Router {
             .filter(|(_, filter)| intersects(&pending.sub, filter))
             .map(|(id, _)| id.origin.clone())
             .collect();
-        let (sub, limit) = (pending.sub.clone(), pending.limit);
+        let (sub, limit, timeout_ms) = (pending.sub.clone(), pending.limit, pending.timeout_ms);
+        // The next broker waits three quarters as long: it reports which stores beyond it
+        // were silent while this one still listens (a quarter left for its report).
+        let beyond = timeout_ms / 4 * 3;
         for hop in waiting.keys() {
             match hop {
                 Hop::Broker(to) => out.push(Output::ToBroker {
                     to: to.clone(),
-                    message: BrokerMessage::HistoryQuery { query: query.clone(), sub: sub.clone(), limit },
+                    message: BrokerMessage::HistoryQuery {
+                        query: query.clone(),
+                        sub: sub.clone(),
+                        limit,
+                        timeout_ms: beyond,
+                    },
                 }),
                 Hop::History => {
                     // One row more than wanted: a store holding more says so by it, and the
@@ -353,7 +365,7 @@ impl Router {
                 Hop::Client(_) | Hop::Detector => {}
             }
         }
-        let deadline = self.now.saturating_add(self.histories.timeout_ms);
+        let deadline = self.now.saturating_add(timeout_ms);
         let Some(pending) = self.histories.pending.get_mut(query) else { return };
         pending.started = true;
         pending.deadline = deadline;

@@ -45,7 +45,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,6 +236,10 @@ pub enum BrokerMessage {
         sub: Arc<Subscription>,
         /// Most publications wanted.
         limit: u64,
+        /// How long the sender waits for this broker's `HistoryDone` (ms): this broker
+        /// gives up on the stores beyond it sooner, so that the sender learns which of them
+        /// were silent instead of naming them all.
+        timeout_ms: u64,
     },
     /// Stored publications answering `query`, some of them (answers come in chunks).
     HistoryAnswer {
