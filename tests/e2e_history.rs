@@ -387,3 +387,38 @@ async fn retention_removes_old_rows_and_a_restart_keeps_the_rest() {
     broker.kill_and_restart();
     assert_eq!(stored_numbers(&broker.dir, "[class,eq,'log']"), [5, 6, 7, 8, 9]);
 }
+
+#[tokio::test]
+async fn a_historic_answer_larger_than_a_clients_backlog_limit_is_delivered_whole() {
+    // 2,000 stored publications of about 300 bytes: 600 kB answered at once, to a client
+    // cut off past 100 kB of backlog.
+    let extra = flags(&["--history", "[class,eq,'blob']", "--max-queued-bytes-per-client", "100000"]);
+    let broker = start_with("B1", "history-burst", &extra);
+    let publisher = client(&broker, "pub").await;
+    publisher.send("a [class,eq,'blob'],[n,isPresent,0]").await.expect("advertised");
+    let since = padres_client::check::now();
+    for n in 0..2_000_i64 {
+        let p: Publication = format!("[class,'blob'],[n,{n}]").parse().expect("valid");
+        publisher.publish(p.with_payload(vec![7_u8; 250])).await.expect("published");
+    }
+    let observer = client(&broker, "obs").await;
+    for _ in 0..400 {
+        if observer.stats().await.expect("stats").history_stored >= 2_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut subscriber = client(&broker, "sub").await;
+    let text = format!("s [class,eq,'blob'],[time,>=,{}]", since.to_rfc3339());
+    let id = subscriber.send(&text).await.expect("subscribed").expect("an id");
+    let (got, marker) = until_marker(&mut subscriber, &id).await;
+    assert_eq!(got.len(), 2_000);
+    assert!(matches!(marker, padres_client::Notification::EndOfHistory { count: 2_000, .. }), "{marker:?}");
+    // Still connected, and live delivery goes on.
+    publisher.send("p [class,'blob'],[n,2000]").await.expect("published");
+    let next = tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification())
+        .await
+        .expect("live after the marker")
+        .expect("still connected");
+    assert!(matches!(next, padres_client::Notification::Publication { .. }), "{next:?}");
+}

@@ -347,7 +347,7 @@ impl Sim {
                     let req = req.expect("the simulator numbers every request");
                     self.replies.insert((client, req), result);
                 }
-                Output::Notify { client, subs, publication } => {
+                Output::Notify { client, subs, publication, .. } => {
                     self.deliveries.push(Delivery { client, subs, publication, time: self.now });
                 }
                 Output::HistoryQuery { query, sub, limit } => {

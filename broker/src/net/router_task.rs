@@ -445,9 +445,12 @@ impl RouterTask {
                         },
                         0,
                     ),
-                    Output::Notify { client, subs, publication } => {
+                    Output::Notify { client, subs, publication, historic } => {
                         self.counters.notifications_out += 1;
-                        let size = estimated_size(subs.len(), &publication);
+                        // A historic answer comes all at once, up to max_results of it: it
+                        // is held in memory already, and the client is given time to read
+                        // it (what follows live counts as usual).
+                        let size = if historic { 0 } else { estimated_size(subs.len(), &publication) };
                         (client, Frame::Notification { subs, publication }, size)
                     }
                     Output::Store { stamp, publication, ack } => {

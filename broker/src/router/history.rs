@@ -472,6 +472,7 @@ impl Router {
                         client,
                         subs: vec![query.clone()],
                         publication: s.publication.clone(),
+                        historic: true,
                     });
                 }
                 out.push(Output::EndOfHistory { client, sub: query.clone(), count, missing, truncated });
@@ -481,6 +482,7 @@ impl Router {
                             client,
                             subs: vec![query.clone()],
                             publication: s.publication.clone(),
+                            historic: false,
                         });
                     }
                 }

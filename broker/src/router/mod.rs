@@ -194,6 +194,11 @@ pub enum Output {
         subs: Vec<MessageId>,
         /// The publication.
         publication: Arc<Publication>,
+        /// A stored publication answering a historic subscription: one of a burst of up
+        /// to `max_results`, already held in memory, that the client is not expected to
+        /// read as fast as it comes (the shell does not count it toward a slow client's
+        /// backlog).
+        historic: bool,
     },
     /// Keep a publication in this broker's history store. When `ack` names a client's
     /// request, the router has not answered it: the shell does, once the publication is
@@ -1252,6 +1257,6 @@ fn emit(
     }
     for (client, mut subs) in next.clients {
         subs.sort();
-        out.push(Output::Notify { client, subs, publication: publication.clone() });
+        out.push(Output::Notify { client, subs, publication: publication.clone(), historic: false });
     }
 }
