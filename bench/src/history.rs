@@ -113,7 +113,8 @@ fn raw_ingest(records: &[Record], durability: Durability) -> f64 {
     conn.pragma_update(None, "synchronous", sync).expect("sync");
     // The store's own settings, so that the ratio is what the store adds.
     conn.pragma_update(None, "cache_size", -65_536).expect("cache");
-    conn.pragma_update(None, "wal_autocheckpoint", 10_000).expect("checkpoints");
+    let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).expect("page size");
+    conn.pragma_update(None, "wal_autocheckpoint", 40_960_000 / page).expect("checkpoints");
     let start = Instant::now();
     for batch in rows.chunks(padres_broker::history::writer::MAX_BATCH) {
         let tx = conn.transaction().expect("tx");
