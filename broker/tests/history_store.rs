@@ -259,3 +259,33 @@ fn the_writer_batches_acknowledges_and_counts_what_it_cannot_take() {
     let stats = history.stats();
     assert_eq!(stats.dropped, refused);
 }
+
+#[test]
+fn a_query_through_the_writer_sees_everything_offered_before_it() {
+    let dir = dir("writer-query");
+    let all = records(3_000, 1_763_632_800_000, 9);
+    let store = Store::open(&dir, options(&["appl"])).expect("opens");
+    let mut history = History::start(store, 1_000_000);
+    let sub: Arc<Subscription> = Arc::new("[class,eq,'job_status']".parse().expect("valid"));
+    let (tx, rx) = mpsc::channel();
+    let mut expected = Vec::new();
+    for (round, chunk) in all.chunks(1_000).enumerate() {
+        for record in chunk {
+            assert!(history.offer(record.clone(), None).is_ok(), "room");
+        }
+        let offered = all[..(round + 1) * 1_000].iter().filter(|r| r.publication.class() == "job_status");
+        expected.push(offered.count());
+        let tx = tx.clone();
+        history.query(sub.clone(), usize::MAX, Box::new(move |answer| drop(tx.send((round, answer)))));
+    }
+    drop(tx);
+    let mut answers: Vec<(usize, usize)> =
+        rx.iter().map(|(round, answer)| (round, answer.expect("answered").len())).collect();
+    answers.sort_unstable();
+    assert_eq!(answers, expected.into_iter().enumerate().collect::<Vec<_>>());
+    history.close();
+    // A closed store answers at once, with an error.
+    let (tx, rx) = mpsc::channel();
+    history.query(sub, 10, Box::new(move |answer| drop(tx.send(answer))));
+    assert!(rx.recv().expect("answered").is_err());
+}

@@ -399,6 +399,12 @@ pub struct Reader {
 impl Reader {
     /// Opens the store in `dir` for reading.
     pub fn open(dir: &Path) -> Result<Self, HistoryError> {
+        Self::open_with(dir, true)
+    }
+
+    /// Opens the store in `dir` for reading, without the integrity check if `check` is
+    /// false (the writer's own reader: the store was checked when the writer opened it).
+    pub(crate) fn open_with(dir: &Path, check: bool) -> Result<Self, HistoryError> {
         let path = dir.join(FILE);
         if !path.exists() {
             return Err(HistoryError::Io {
@@ -406,7 +412,13 @@ impl Reader {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no history store here"),
             });
         }
-        let conn = open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let conn = if check {
+            open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
+        } else {
+            Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
+        };
+        // Reading beside a writer: wait out the moments the journal's index is locked.
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let columns = {
             let mut stmt = conn.prepare("SELECT attr FROM key_columns ORDER BY column")?;
             let attrs: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;

@@ -5,17 +5,23 @@
 //! refused there and counted (`dropped`), so routing never waits on the disk. The thread
 //! takes everything queued (up to [`MAX_BATCH`]) into one transaction, commits it, then
 //! calls the acknowledgements waiting on that batch (with `full` durability each commit is
-//! synced first). Every second it applies the retention settings.
+//! synced first). Every second it applies the retention settings. A query waits in the
+//! same queue until everything offered before it is committed, then goes to a reader
+//! thread with a connection of its own (WAL lets it read while the writer writes), so a
+//! query that reads much does not hold up ingest. An acknowledgement or answer that the
+//! threads drop unanswered (they stopped, or panicked) answers with an error as it goes:
+//! no publisher or query waits for ever.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError, channel, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use padres_lang::{Stamped, Subscription};
 
-use super::{Durability, Record, Store};
+use super::{Durability, Reader, Record, Store};
 
 /// Most publications written in one transaction.
 pub const MAX_BATCH: usize = 8192;
@@ -28,16 +34,47 @@ pub type Ack = Box<dyn FnOnce(Result<(), String>) + Send>;
 /// Called with a query's answer: the stored publications it selects, in time order.
 pub type Answer = Box<dyn FnOnce(Result<Vec<Stamped>, String>) + Send>;
 
+/// A callback given its result once.
+type Callback<T> = Box<dyn FnOnce(Result<T, String>) + Send>;
+
+/// A callback that answers with an error if it is dropped without being called.
+struct Owed<T: 'static>(Option<Callback<T>>);
+
+impl<T: 'static> Owed<T> {
+    fn new(callback: Callback<T>) -> Self {
+        Self(Some(callback))
+    }
+
+    fn answer(mut self, result: Result<T, String>) {
+        if let Some(callback) = self.0.take() {
+            callback(result);
+        }
+    }
+
+    /// The callback back, not called.
+    fn take(mut self) -> Option<Callback<T>> {
+        self.0.take()
+    }
+}
+
+impl<T: 'static> Drop for Owed<T> {
+    fn drop(&mut self) {
+        if let Some(callback) = self.0.take() {
+            callback(Err("the history store stopped before it could answer".to_owned()));
+        }
+    }
+}
+
 enum Job {
     Store {
         record: Record,
-        ack: Option<Ack>,
+        ack: Option<Owed<()>>,
     },
     /// Answered once everything queued before it is committed.
     Query {
         sub: Arc<Subscription>,
         limit: usize,
-        answer: Answer,
+        answer: Owed<Vec<Stamped>>,
     },
 }
 
@@ -98,9 +135,22 @@ impl History {
         let counters = Arc::new(Counters::default());
         let durability = store.options().durability;
         let thread_counters = counters.clone();
+        let dir = store.path().parent().map(PathBuf::from).unwrap_or_default();
+        let (queries, asked) = channel();
+        let reader = std::thread::Builder::new()
+            .name("history-reader".to_owned())
+            .spawn(move || read_loop(&dir, &asked))
+            .expect("a thread can be started");
         let thread = std::thread::Builder::new()
             .name("history-writer".to_owned())
-            .spawn(move || write_loop(store, &rx, &thread_counters))
+            .spawn(move || {
+                write_loop(store, &rx, &thread_counters, &queries);
+                // The reader answers what it was given, then ends.
+                drop(queries);
+                if reader.join().is_err() {
+                    tracing::error!("the history reader thread panicked");
+                }
+            })
             .expect("a thread can be started");
         Self { tx: Some(tx), counters, durability, thread: Some(thread) }
     }
@@ -115,13 +165,13 @@ impl History {
     pub fn offer(&self, record: Record, ack: Option<Ack>) -> Result<(), Option<Ack>> {
         let Some(tx) = &self.tx else { return Err(ack) };
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        match tx.try_send(Job::Store { record, ack }) {
+        match tx.try_send(Job::Store { record, ack: ack.map(Owed::new) }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
                 self.counters.queued.fetch_sub(1, Ordering::Relaxed);
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 match job {
-                    Job::Store { ack, .. } => Err(ack),
+                    Job::Store { ack, .. } => Err(ack.and_then(Owed::take)),
                     Job::Query { .. } => Err(None),
                 }
             }
@@ -138,9 +188,9 @@ impl History {
         if let Err(
             TrySendError::Full(Job::Query { answer, .. })
             | TrySendError::Disconnected(Job::Query { answer, .. }),
-        ) = tx.try_send(Job::Query { sub, limit, answer })
+        ) = tx.try_send(Job::Query { sub, limit, answer: Owed::new(answer) })
         {
-            answer(Err("the history store's queue is full".to_owned()));
+            answer.answer(Err("the history store's queue is full".to_owned()));
         }
     }
 
@@ -175,7 +225,12 @@ impl Drop for History {
 }
 
 /// Writes `records` in one transaction and answers their acknowledgements.
-fn commit(store: &mut Store, records: &mut Vec<Record>, acks: &mut Vec<Option<Ack>>, counters: &Counters) {
+fn commit(
+    store: &mut Store,
+    records: &mut Vec<Record>,
+    acks: &mut Vec<Option<Owed<()>>>,
+    counters: &Counters,
+) {
     if records.is_empty() {
         return;
     }
@@ -191,7 +246,7 @@ fn commit(store: &mut Store, records: &mut Vec<Record>, acks: &mut Vec<Option<Ac
     };
     counters.queued.fetch_sub(n, Ordering::Relaxed);
     for ack in acks.drain(..).flatten() {
-        ack(result.clone());
+        ack.answer(result.clone());
     }
 }
 
@@ -201,7 +256,28 @@ fn epoch_millis() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters) {
+/// A query for the reader thread.
+type Asked = (Arc<Subscription>, usize, Owed<Vec<Stamped>>);
+
+/// Answers queries on a connection of its own until the writer stops.
+fn read_loop(dir: &std::path::Path, asked: &Receiver<Asked>) {
+    let mut reader: Option<Reader> = None;
+    while let Ok((sub, limit, answer)) = asked.recv() {
+        if reader.is_none() {
+            match Reader::open_with(dir, false) {
+                Ok(opened) => reader = Some(opened),
+                Err(e) => {
+                    answer.answer(Err(e.to_string()));
+                    continue;
+                }
+            }
+        }
+        let result = reader.as_ref().expect("opened above").query(&sub, limit);
+        answer.answer(result.map_err(|e| e.to_string()));
+    }
+}
+
+fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters, queries: &Sender<Asked>) {
     let mut last_retention: Option<Instant> = None;
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut records: Vec<Record> = Vec::with_capacity(MAX_BATCH);
@@ -218,7 +294,7 @@ fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters) {
             }
         }
         // Stores up to each query are committed before it runs, so that it sees them.
-        let mut acks: Vec<Option<Ack>> = Vec::new();
+        let mut acks: Vec<Option<Owed<()>>> = Vec::new();
         for job in batch.drain(..) {
             match job {
                 Job::Store { record, ack } => {
@@ -226,8 +302,10 @@ fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters) {
                     acks.push(ack);
                 }
                 Job::Query { sub, limit, answer } => {
+                    // Committed first, so that the reader sees it. A reader that is gone
+                    // drops the answer, which then says so.
                     commit(&mut store, &mut records, &mut acks, counters);
-                    answer(store.query(&sub, limit).map_err(|e| e.to_string()));
+                    let _ = queries.send((sub, limit, answer));
                 }
             }
         }
@@ -244,5 +322,21 @@ fn write_loop(mut store: Store, rx: &Receiver<Job>, counters: &Counters) {
                 counters.rows.store(rows, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callback_dropped_unanswered_answers_with_an_error() {
+        let (tx, rx) = channel();
+        let sent = tx.clone();
+        drop(Owed::<()>::new(Box::new(move |r| drop(sent.send(r)))));
+        assert!(rx.recv().expect("answered").is_err());
+        let owed = Owed::<()>::new(Box::new(move |r| drop(tx.send(r))));
+        owed.answer(Ok(()));
+        assert_eq!(rx.iter().collect::<Vec<_>>(), [Ok(())], "answered once");
     }
 }
