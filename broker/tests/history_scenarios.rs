@@ -38,6 +38,29 @@ fn federation(seed: u64) -> Sim {
     sim
 }
 
+/// Brokers B1 — B2 — … in a chain with `latency` ms links, client `subscriber` at B1,
+/// client `publisher` at the last, and a store at each broker of `stores` (index, filter).
+fn chain(
+    options: padres_broker::router::Options,
+    n: usize,
+    latency: u64,
+    clients: (u64, u64),
+    stores: &[(usize, &str)],
+) -> Sim {
+    let mut sim = Sim::with_options(n, options);
+    for b in 1..n {
+        sim.link(b - 1, b, latency);
+    }
+    sim.attach(clients.0, 0);
+    sim.attach(clients.1, n - 1);
+    sim.run();
+    for (broker, filter) in stores {
+        sim.keep_history(*broker, filter);
+    }
+    sim.run();
+    sim
+}
+
 /// Publishes `count` random logs from the three publishers, `gap` ms apart; returns them
 /// (with the time their broker gave them, read back from a store or stamped here).
 fn publish(sim: &mut Sim, rng: &mut fastrand::Rng, first: u64, count: u64, gap: u64) -> Vec<(u64, String)> {
@@ -220,13 +243,8 @@ fn a_store_cut_off_is_named_at_once_and_answers_again_when_its_link_returns() {
 #[test]
 fn a_composite_subscription_joins_a_stored_trigger_with_a_status_arriving_now() {
     // B1 — B2: the store and the publisher at B2, the subscriber at B1.
-    let mut sim = Sim::new(2);
-    sim.link(0, 1, 3);
-    sim.attach(1, 1);
-    sim.attach(2, 0);
-    sim.run();
-    sim.keep_history(1, "[class,eq,'trigger']");
-    sim.run();
+    let mut sim =
+        chain(padres_broker::router::Options::default(), 2, 3, (2, 1), &[(1, "[class,eq,'trigger']")]);
     sim.id(1, "a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,'']");
     sim.id(1, "a [class,eq,'job_status'],[appl,isPresent,''],[gid,isPresent,''],[status,isPresent,'']");
     sim.advance(1_000);
@@ -293,13 +311,7 @@ fn in_a_ring_store_advertisements_stop_and_a_query_still_ends_with_one_marker() 
 fn an_answer_cut_at_max_results_is_marked_truncated_and_live_copies_past_the_cut_still_arrive() {
     // B1 — B2; B2 keeps every log and publishes; at most 4 results per historic query.
     let options = padres_broker::router::Options { history_max_results: 4, ..Default::default() };
-    let mut sim = Sim::with_options(2, options);
-    sim.link(0, 1, 10);
-    sim.attach(21, 0);
-    sim.attach(12, 1);
-    sim.run();
-    sim.keep_history(1, "[class,eq,'log']");
-    sim.run();
+    let mut sim = chain(options, 2, 10, (21, 12), &[(1, "[class,eq,'log']")]);
     sim.id(12, "a [class,eq,'log'],[n,isPresent,0]");
     for n in 0..3 {
         sim.call(12, &format!("p [class,'log'],[n,{n}]")).expect("published");
@@ -331,15 +343,8 @@ fn an_answer_cut_at_max_results_is_marked_truncated_and_live_copies_past_the_cut
 #[test]
 fn a_silent_store_two_hops_away_is_named_alone_not_with_the_store_that_answered_on_its_way() {
     // B1 — B2 — B3, stores at B2 and B3; B3's never answers.
-    let mut sim = Sim::new(3);
-    sim.link(0, 1, 2);
-    sim.link(1, 2, 2);
-    sim.attach(21, 0);
-    sim.attach(13, 2);
-    sim.run();
-    sim.keep_history(1, "[class,eq,'log']");
-    sim.keep_history(2, "[class,eq,'log']");
-    sim.run();
+    let stores = [(1, "[class,eq,'log']"), (2, "[class,eq,'log']")];
+    let mut sim = chain(padres_broker::router::Options::default(), 3, 2, (21, 13), &stores);
     sim.id(13, "a [class,eq,'log'],[n,isPresent,0]");
     for n in 0..5 {
         sim.call(13, &format!("p [class,'log'],[n,{n}]")).expect("published");
