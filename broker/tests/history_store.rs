@@ -289,3 +289,24 @@ fn a_query_through_the_writer_sees_everything_offered_before_it() {
     history.query(sub, 10, Box::new(move |answer| drop(tx.send(answer))));
     assert!(rx.recv().expect("answered").is_err());
 }
+
+#[test]
+fn a_store_damaged_after_a_broker_died_with_it_open_is_refused_at_start() {
+    let dir = dir("damaged");
+    let clean = dir.join(padres_broker::history::CLEAN);
+    let mut store = Store::open(&dir, options(&["appl"])).expect("opens");
+    store.insert(&records(2_000, 1_763_632_800_000, 4)).expect("stored");
+    assert!(!clean.exists(), "open: not marked closed normally");
+    drop(store);
+    assert!(clean.exists(), "closed normally");
+    // As a broker that died with the store open leaves it: no marker. And its second page
+    // (the table's root) overwritten.
+    std::fs::remove_file(&clean).expect("removed");
+    let path = dir.join(padres_broker::history::FILE);
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[16_384..16_384 + 4_096].fill(0xa5);
+    std::fs::write(&path, bytes).expect("written");
+    let err = Store::open(&dir, options(&["appl"])).expect_err("damaged");
+    assert!(matches!(err, HistoryError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("history.sqlite"), "{err}");
+}
