@@ -310,3 +310,20 @@ fn a_store_damaged_after_a_broker_died_with_it_open_is_refused_at_start() {
     assert!(matches!(err, HistoryError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("history.sqlite"), "{err}");
 }
+
+#[test]
+fn a_store_written_before_the_row_count_was_kept_is_counted_once_at_open() {
+    let dir = dir("version-1");
+    let mut store = Store::open(&dir, options(&[])).expect("opens");
+    store.insert(&records(250, 1_763_632_800_000, 2)).expect("stored");
+    drop(store);
+    // As a version-1 store is: no `meta` table.
+    let conn = rusqlite::Connection::open(dir.join(padres_broker::history::FILE)).expect("opens");
+    conn.execute_batch("DROP TABLE meta; PRAGMA user_version = 1;").expect("made version 1");
+    drop(conn);
+    let mut store = Store::open(&dir, options(&[])).expect("opens a version-1 store");
+    assert_eq!(store.rows().expect("rows"), 250);
+    store.insert(&records(50, 1_763_632_900_000, 3)).expect("stored");
+    drop(store);
+    assert_eq!(Store::open(&dir, options(&[])).expect("reopens").rows().expect("rows"), 300);
+}

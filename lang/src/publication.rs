@@ -123,4 +123,21 @@ impl Publication {
     pub fn payload(&self) -> Option<&Bytes> {
         self.payload.as_ref()
     }
+
+    /// A rough size of its attributes and payload on the wire (bytes): cheap to compute,
+    /// within a small factor of the encoded size, for limits and chunking.
+    pub fn estimated_size(&self) -> usize {
+        let attrs: usize = self
+            .attrs
+            .iter()
+            .map(|(name, value)| {
+                name.as_str().len()
+                    + match value {
+                        Value::Str(s) => s.len() + 2,
+                        _ => 9,
+                    }
+            })
+            .sum();
+        attrs + self.payload.as_ref().map_or(0, Bytes::len)
+    }
 }

@@ -120,13 +120,13 @@ pub struct Counters {
 /// A detector's handle in [`Detectors`].
 pub type DetectorId = u64;
 
-/// A partial match: a match of one node, stored at its parent.
 /// A partial match's publications: inline up to two (most stored partial matches are
 /// one publication or a pair).
 type Pubs = SmallVec<[(u32, Arc<Stamped>); 2]>;
 /// Variable slots' values: inline up to one (one allocation less per partial match).
 type Bindings = SmallVec<[Option<Value>; 1]>;
 
+/// A partial match: a match of one node, stored at its parent.
 #[derive(Debug)]
 struct Partial {
     pubs: Pubs,

@@ -43,7 +43,7 @@ use padres_lang::wire::Frame;
 use padres_lang::wire::codec;
 use padres_lang::{Name, Number, Publication, Stamp, Stamped, Subscription, Value, matches};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OpenFlags, params_from_iter};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params_from_iter};
 use serde::{Deserialize, Serialize};
 
 /// The database's file name in the broker's data directory.
@@ -52,12 +52,13 @@ pub const FILE: &str = "history.sqlite";
 pub const LOCK: &str = "history.lock";
 /// Beside it while no broker has it open, if the last one closed it normally.
 pub const CLEAN: &str = "history.clean";
-/// The schema this code writes (kept in the database's `user_version`).
-const SCHEMA: i64 = 1;
-/// Rows deleted per retention statement.
-pub const DELETE_CHUNK: u64 = 10_000;
+/// The schema this code writes (kept in the database's `user_version`). 2 added `meta`
+/// (the row count); a store of version 1 gets it when opened.
+const SCHEMA: i64 = 2;
+/// Rows deleted per retention statement, and read per step when an index is added.
+const CHUNK_ROWS: u64 = 10_000;
 /// Rows deleted per retention pass at most.
-pub const DELETE_PER_PASS: u64 = 200_000;
+const DELETE_PER_PASS: u64 = 200_000;
 
 /// When an acknowledged publication is safe (see the module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,14 +143,18 @@ pub struct Store {
     _lock: File,
 }
 
-/// Opens `path` and checks it is a usable database.
-fn open_checked(path: &Path, flags: OpenFlags) -> Result<Connection, HistoryError> {
+/// Opens `path`, and with `check` runs SQLite's integrity check on it (which reads the
+/// whole file).
+fn open_checked(path: &Path, flags: OpenFlags, check: bool) -> Result<Connection, HistoryError> {
     let corrupt =
         |e: &dyn std::fmt::Display| HistoryError::Corrupt { path: path.to_owned(), message: e.to_string() };
     let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt(&e))?;
-    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| corrupt(&e))?;
-    if check != "ok" {
-        return Err(corrupt(&format!("integrity check failed: {check}")));
+    if check {
+        let result: String =
+            conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| corrupt(&e))?;
+        if result != "ok" {
+            return Err(corrupt(&format!("integrity check failed: {result}")));
+        }
     }
     Ok(conn)
 }
@@ -185,12 +190,7 @@ impl Store {
         // are read (a failed write or query, logged and counted).
         let clean_path = dir.join(CLEAN);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
-        let conn = if clean_path.exists() {
-            Connection::open_with_flags(&path, flags)
-                .map_err(|e| HistoryError::Corrupt { path: path.clone(), message: e.to_string() })?
-        } else {
-            open_checked(&path, flags)?
-        };
+        let conn = open_checked(&path, flags, !clean_path.exists())?;
         // Open from now on: a crash leaves no marker behind.
         if let Err(source) = std::fs::remove_file(&clean_path)
             && source.kind() != std::io::ErrorKind::NotFound
@@ -206,8 +206,8 @@ impl Store {
                 message: format!("schema version {version} is newer than this broker's ({SCHEMA})"),
             });
         }
-        // 16 KiB pages for a new store (an existing one keeps its own): about 15% less per
-        // insert than the default 4 KiB, checkpointing the same bytes.
+        // 16 KiB pages for a new store (an existing one keeps its own): about 7% more rows
+        // per second than the default 4 KiB, checkpointing the same bytes (BENCHMARKS.md).
         conn.pragma_update(None, "page_size", 16_384)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         let sync = match options.durability {
@@ -232,9 +232,21 @@ impl Store {
              );
              CREATE INDEX IF NOT EXISTS publications_by_class_time ON publications (class, time);
              CREATE TABLE IF NOT EXISTS key_columns (column INTEGER PRIMARY KEY, attr TEXT NOT NULL UNIQUE);
-             PRAGMA user_version = 1;",
+             CREATE TABLE IF NOT EXISTS meta (rows INTEGER NOT NULL);
+             PRAGMA user_version = 2;",
         )?;
-        let rows: i64 = conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?;
+        // The row count, kept in `meta` by every insert and delete: counting the rows reads
+        // a whole index (3 s for 1,000,000 rows from a cold cache), so it is done once, for
+        // a store written before `meta` was.
+        let kept: Option<i64> = conn.query_row("SELECT rows FROM meta", [], |r| r.get(0)).optional()?;
+        let rows = match kept {
+            Some(rows) => rows,
+            None => {
+                let rows: i64 = conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?;
+                conn.execute("INSERT INTO meta (rows) VALUES (?1)", [rows])?;
+                rows
+            }
+        };
         let rows = u64::try_from(rows).unwrap_or(0);
         let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock };
         store.declare_columns()?;
@@ -277,12 +289,13 @@ impl Store {
             {
                 let mut update =
                     tx.prepare(&format!("UPDATE publications SET {} WHERE row = ?1", sets.join(", ")))?;
-                let mut read = tx
-                    .prepare("SELECT row, bytes FROM publications WHERE row > ?1 ORDER BY row LIMIT 10000")?;
+                let mut read =
+                    tx.prepare("SELECT row, bytes FROM publications WHERE row > ?1 ORDER BY row LIMIT ?2")?;
                 let mut after = i64::MIN;
                 loop {
-                    let rows: Vec<(i64, Vec<u8>)> =
-                        read.query_map([after], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+                    let rows: Vec<(i64, Vec<u8>)> = read
+                        .query_map(rusqlite::params![after, CHUNK_ROWS], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect::<Result<_, _>>()?;
                     let Some(&(last, _)) = rows.last() else { break };
                     after = last;
                     for (row, bytes) in rows {
@@ -347,15 +360,16 @@ impl Store {
                 inserted += stmt.execute(params_from_iter(values))?;
             }
         }
+        tx.execute("UPDATE meta SET rows = rows + ?1", [i64::try_from(inserted).unwrap_or(i64::MAX)])?;
         tx.commit()?;
         self.rows += u64::try_from(inserted).unwrap_or(0);
         Ok(())
     }
 
     /// Deletes what the retention settings no longer keep, as of `now` (epoch
-    /// milliseconds); returns how many rows went. Deletes go [`DELETE_CHUNK`] rows per
+    /// milliseconds); returns how many rows went. Deletes go 10,000 rows per
     /// statement (each its own transaction, so the journal stays small), at most
-    /// [`DELETE_PER_PASS`] rows per call: a large backlog (retention just enabled or
+    /// 200,000 rows per call: a large backlog (retention just enabled or
     /// shortened on a big store) goes over several calls instead of stalling the writer.
     pub fn apply_retention(&mut self, now: u64) -> Result<u64, HistoryError> {
         let mut removed: u64 = 0;
@@ -375,38 +389,47 @@ impl Store {
                 )?;
                 stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?
             };
-            let mut delete = self.conn.prepare_cached(
-                "DELETE FROM publications WHERE row IN
-                     (SELECT row FROM publications WHERE class = ?1 AND time < ?2 LIMIT ?3)",
-            )?;
             for class in &classes {
                 loop {
-                    let budget = DELETE_PER_PASS.saturating_sub(removed).min(DELETE_CHUNK);
-                    let n = delete.execute(rusqlite::params![class, cutoff, budget])? as u64;
+                    let budget = DELETE_PER_PASS.saturating_sub(removed).min(CHUNK_ROWS);
+                    let n = self.delete(
+                        "DELETE FROM publications WHERE row IN
+                             (SELECT row FROM publications WHERE class = ?1 AND time < ?2 LIMIT ?3)",
+                        rusqlite::params![class, cutoff, budget],
+                    )?;
                     removed += n;
-                    if n < DELETE_CHUNK || removed >= DELETE_PER_PASS {
+                    if n < CHUNK_ROWS || removed >= DELETE_PER_PASS {
                         break;
                     }
                 }
             }
         }
-        self.rows = self.rows.saturating_sub(removed);
         if let Some(max) = self.options.max_rows {
             // The oldest stored first, by row number (which may have gaps).
-            let mut delete = self.conn.prepare_cached(
-                "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
-            )?;
             while self.rows > max && removed < DELETE_PER_PASS {
-                let budget = (self.rows - max).min(DELETE_CHUNK).min(DELETE_PER_PASS - removed);
-                let n = delete.execute([budget])? as u64;
+                let budget = (self.rows - max).min(CHUNK_ROWS).min(DELETE_PER_PASS - removed);
+                let n = self.delete(
+                    "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
+                    [budget],
+                )?;
                 removed += n;
-                self.rows = self.rows.saturating_sub(n);
                 if n == 0 {
                     break;
                 }
             }
         }
         Ok(removed)
+    }
+
+    /// Runs one delete statement and counts what it removed, in one transaction.
+    fn delete(&mut self, sql: &str, params: impl rusqlite::Params) -> Result<u64, HistoryError> {
+        let tx = self.conn.transaction()?;
+        let n = tx.prepare_cached(sql)?.execute(params)?;
+        tx.execute("UPDATE meta SET rows = rows - ?1", [i64::try_from(n).unwrap_or(i64::MAX)])?;
+        tx.commit()?;
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.rows = self.rows.saturating_sub(n);
+        Ok(n)
     }
 
     /// How many rows are stored.
@@ -444,11 +467,7 @@ impl Reader {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no history store here"),
             });
         }
-        let conn = if check {
-            open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
-        } else {
-            Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
-        };
+        let conn = open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY, check)?;
         // Reading beside a writer: wait out the moments the journal's index is locked.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let columns = {

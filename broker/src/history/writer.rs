@@ -28,14 +28,14 @@ pub const MAX_BATCH: usize = 8192;
 /// How often retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(1);
 
+/// A callback given its result once.
+pub type Callback<T> = Box<dyn FnOnce(Result<T, String>) + Send>;
+
 /// Called once a publication is stored (`Ok`) or could not be (`Err` with why).
-pub type Ack = Box<dyn FnOnce(Result<(), String>) + Send>;
+pub type Ack = Callback<()>;
 
 /// Called with a query's answer: the stored publications it selects, in time order.
-pub type Answer = Box<dyn FnOnce(Result<Vec<Stamped>, String>) + Send>;
-
-/// A callback given its result once.
-type Callback<T> = Box<dyn FnOnce(Result<T, String>) + Send>;
+pub type Answer = Callback<Vec<Stamped>>;
 
 /// A callback that answers with an error if it is dropped without being called.
 struct Owed<T: 'static>(Option<Callback<T>>);

@@ -12,7 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use padres_lang::wire::{
     BrokerMessage, BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, RouteEntry, RoutesReport,
 };
-use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription, Value};
+use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -242,21 +242,9 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// A rough size of a notification on the wire, for the slow-client limit: cheap to
-/// compute in the router task, within a small factor of the encoded size.
+/// A rough size of a notification on the wire, for the slow-client limit.
 fn estimated_size(subs: usize, publication: &Publication) -> usize {
-    let attrs: usize = publication
-        .attrs()
-        .iter()
-        .map(|(name, value)| {
-            name.as_str().len()
-                + match value {
-                    Value::Str(s) => s.len() + 2,
-                    _ => 9,
-                }
-        })
-        .sum();
-    16 + 16 * subs + attrs + publication.payload().map_or(0, |p| p.len())
+    16 + 16 * subs + publication.estimated_size()
 }
 
 impl RouterTask {

@@ -39,17 +39,6 @@ const CHUNK: usize = 256;
 /// frame limit a broker accepts.
 const CHUNK_BYTES: usize = 256 << 10;
 
-/// A rough size of a stored publication on the wire.
-fn size(s: &Stamped) -> usize {
-    let attrs: usize = s
-        .publication
-        .attrs()
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.as_str().map_or(9, str::len) + 2)
-        .sum();
-    32 + attrs + s.publication.payload().map_or(0, |p| p.len())
-}
-
 /// How long a broker waits for the stores beyond it, by default.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
 /// Most stored publications delivered for one subscription, by default.
@@ -388,7 +377,7 @@ impl Router {
                 let mut chunk = Vec::new();
                 let mut bytes = 0;
                 for s in pubs {
-                    let n = size(&s);
+                    let n = 32 + s.publication.estimated_size();
                     if !chunk.is_empty() && (chunk.len() == CHUNK || bytes + n > CHUNK_BYTES) {
                         self.history_answer(query, &Hop::History, std::mem::take(&mut chunk), out);
                         bytes = 0;
