@@ -41,6 +41,7 @@ use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription,
 
 use super::{Hop, Output, Router};
 use crate::detector::{DetectorId, Detectors, Match};
+use smallvec::SmallVec;
 
 /// A pattern and the upstream broker it came from (`None`: a local client); shared, since
 /// every publication that feeds a detector looks its pattern up by it.
@@ -135,8 +136,8 @@ pub(super) struct Composites {
     sent: HashMap<MessageId, Outgoing>,
     /// The id of the part forwarded with this text to this neighbour.
     outgoing: HashMap<(String, Name), MessageId>,
-    /// A detector subscription → (its pattern, role).
-    subs: foldhash::HashMap<MessageId, (PartKey, Role)>,
+    /// A detector subscription → (its pattern, role, the pattern's detector here).
+    subs: foldhash::HashMap<MessageId, (PartKey, Role, DetectorId)>,
     pub(super) detectors: Detectors,
 }
 
@@ -414,12 +415,12 @@ impl Router {
                         None => {
                             let leaf = leaves[node].expect("the frontier's local nodes are leaves");
                             let sub = Arc::new(leaf_sub(&cs, node).clone());
-                            subs.push(self.detector_sub(key, Role::Leaf(leaf), sub, out));
+                            subs.push(self.detector_sub(key, Role::Leaf(leaf), detector, sub, out));
                         }
                     }
                 }
                 if let Some(until) = cs.until_filter() {
-                    subs.push(self.detector_sub(key, Role::End, Arc::new(until.clone()), out));
+                    subs.push(self.detector_sub(key, Role::End, detector, Arc::new(until.clone()), out));
                 }
                 Placement::Split { detector, subs, parts }
             }
@@ -485,11 +486,12 @@ impl Router {
         &mut self,
         key: &PartKey,
         role: Role,
+        detector: DetectorId,
         sub: Arc<Subscription>,
         out: &mut Vec<Output>,
     ) -> MessageId {
         let id = self.next_id();
-        self.composites.subs.insert(id.clone(), (key.clone(), role));
+        self.composites.subs.insert(id.clone(), (key.clone(), role, detector));
         let before = self.awaited.len();
         self.install_sub(id.clone(), sub, Hop::Detector, out);
         // Its copies are waited for by whatever input placed the pattern.
@@ -543,23 +545,19 @@ impl Router {
     /// Publications that matched detector subscriptions `ids`: feed the detectors, send
     /// the matches they complete.
     pub(super) fn detect(&mut self, ids: &[MessageId], stamped: &Arc<Stamped>, out: &mut Vec<Output>) {
-        let mut inputs: Vec<(Role, PartKey)> = ids
+        // A detector subscription is removed with its placement: the detector it names is
+        // the pattern's here.
+        let mut inputs: SmallVec<[(Role, DetectorId, PartKey); 2]> = ids
             .iter()
             .filter_map(|id| self.composites.subs.get(id))
-            .map(|(key, role)| (*role, key.clone()))
+            .map(|(key, role, detector)| (*role, *detector, key.clone()))
             .collect();
         // Leaves before ends: a publication that completes a match and ends its binding
         // does both, in that order.
-        inputs.sort();
+        inputs.sort_unstable_by_key(|&(role, detector, _)| (role, detector));
         let now = self.now;
-        for (role, key) in inputs {
-            let Some(Placement::Split { detector, .. }) =
-                self.composites.parts.get(&key).map(|p| &p.placement)
-            else {
-                continue;
-            };
-            let detector = *detector;
-            let mut matches = Vec::new();
+        let mut matches = Vec::new();
+        for (role, detector, key) in inputs {
             match role {
                 Role::Leaf(leaf) => {
                     self.saw_live_leaf(&key, u32::try_from(leaf).unwrap_or(u32::MAX), stamped);
@@ -567,7 +565,7 @@ impl Router {
                 }
                 Role::End => self.composites.detectors.end(now, detector, stamped),
             }
-            for m in matches {
+            for m in matches.drain(..) {
                 self.deliver(&key, m, out);
             }
         }
