@@ -42,7 +42,7 @@ use padres_lang::time::TIME;
 use padres_lang::wire::Frame;
 use padres_lang::wire::codec;
 use padres_lang::{Name, Number, Publication, Stamp, Stamped, Subscription, Value, matches};
-use rusqlite::types::Value as SqlValue;
+use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params_from_iter};
 use serde::{Deserialize, Serialize};
 
@@ -303,7 +303,7 @@ impl Store {
                             path: self.path.clone(),
                             message: format!("row {row}: {message}"),
                         })?;
-                        let mut values = vec![SqlValue::Integer(row)];
+                        let mut values = vec![ToSqlOutput::Borrowed(ValueRef::Integer(row))];
                         values.extend(columns.iter().map(|a| key_value(publication.get(a))));
                         update.execute(params_from_iter(values))?;
                     }
@@ -348,16 +348,17 @@ impl Store {
                 }
                 let p = &record.publication;
                 let time = p.time().map_or_else(|| stamp_millis(&record.stamp), |t| t.millis());
-                let mut values = vec![
-                    SqlValue::Integer(time),
-                    SqlValue::Text(p.class().to_owned()),
-                    SqlValue::Integer(stamp_millis(&record.stamp)),
-                    SqlValue::Text(record.stamp.origin.to_string()),
-                    SqlValue::Integer(i64::try_from(record.stamp.seq).unwrap_or(i64::MAX)),
-                    SqlValue::Blob(bytes.clone()),
-                ];
-                values.extend(self.columns.iter().map(|a| key_value(p.get(a))));
-                inserted += stmt.execute(params_from_iter(values))?;
+                // Bound in place, borrowed: no copy of the row's text or bytes is made.
+                stmt.raw_bind_parameter(1, time)?;
+                stmt.raw_bind_parameter(2, p.class())?;
+                stmt.raw_bind_parameter(3, stamp_millis(&record.stamp))?;
+                stmt.raw_bind_parameter(4, record.stamp.origin.as_str())?;
+                stmt.raw_bind_parameter(5, i64::try_from(record.stamp.seq).unwrap_or(i64::MAX))?;
+                stmt.raw_bind_parameter(6, bytes.as_slice())?;
+                for (at, attr) in self.columns.iter().enumerate() {
+                    stmt.raw_bind_parameter(7 + at, key_value(p.get(attr)))?;
+                }
+                inserted += stmt.raw_execute()?;
             }
         }
         tx.execute("UPDATE meta SET rows = rows + ?1", [i64::try_from(inserted).unwrap_or(i64::MAX)])?;
@@ -573,14 +574,14 @@ fn stamp_millis(stamp: &Stamp) -> i64 {
 
 /// A declared attribute's value as its column holds it (strings and numbers; anything
 /// else is not narrowed on).
-fn key_value(value: Option<&Value>) -> SqlValue {
-    match value {
-        Some(Value::Str(s)) => SqlValue::Text(s.to_string()),
-        Some(Value::Int(i)) => SqlValue::Integer(*i),
-        Some(Value::Time(t)) => SqlValue::Integer(t.millis()),
-        Some(Value::Float(f)) => SqlValue::Real(*f),
-        Some(Value::Bool(_)) | None => SqlValue::Null,
-    }
+fn key_value(value: Option<&Value>) -> ToSqlOutput<'_> {
+    ToSqlOutput::Borrowed(match value {
+        Some(Value::Str(s)) => ValueRef::Text(s.as_bytes()),
+        Some(Value::Int(i)) => ValueRef::Integer(*i),
+        Some(Value::Time(t)) => ValueRef::Integer(t.millis()),
+        Some(Value::Float(f)) => ValueRef::Real(*f),
+        Some(Value::Bool(_)) | None => ValueRef::Null,
+    })
 }
 
 fn decode(bytes: &[u8]) -> Result<Publication, String> {
