@@ -179,6 +179,43 @@ fn routing(records: &[Record], with_store: bool) -> (f64, Option<(Duration, u64,
     (rate, written)
 }
 
+/// CPU time (ns) the threads named `name` have been on a CPU, from Linux's
+/// `/proc/self/task/*/schedstat`; `None` where that cannot be read.
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    let mut total = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let path = task.path();
+        if std::fs::read_to_string(path.join("comm")).ok().as_deref().map(str::trim) == Some(name) {
+            let stat = std::fs::read_to_string(path.join("schedstat")).ok()?;
+            *total.get_or_insert(0) += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    total
+}
+
+/// The writer thread's CPU time per stored row when `records` are offered at `rate` per
+/// second (a millisecond's worth at a time), and how many were dropped.
+fn paced_writer_cost(records: &[Record], rate: usize) -> (Option<f64>, u64) {
+    let dir = dir("paced");
+    let history = History::start(Store::open(&dir, options(Durability::Normal)).expect("opens"), 65_536);
+    let start = Instant::now();
+    for (tick, chunk) in records.chunks((rate / 1000).max(1)).enumerate() {
+        let due = start + Duration::from_millis(tick as u64);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        for record in chunk {
+            let _ = history.offer(record.clone(), None);
+        }
+    }
+    while history.stats().queued > 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let cpu = thread_cpu_ns("history-writer");
+    let stats = history.stats();
+    drop(history);
+    let _ = std::fs::remove_dir_all(&dir);
+    (cpu.map(|ns| ns as f64 / stats.stored.max(1) as f64), stats.dropped)
+}
+
 /// Runs the history benchmarks.
 pub(crate) fn run(quick: bool) {
     let n_ingest = if quick { 50_000 } else { 200_000 };
@@ -227,6 +264,26 @@ pub(crate) fn run(quick: bool) {
             "  last run: {stored} stored, {dropped} dropped (queue full); everything on disk after {}",
             fmt(all)
         );
+    }
+
+    println!("\nthe writer thread's CPU time per stored row, publications offered at a steady rate:");
+    for rate in [20_000, 100_000] {
+        let mut costs = Vec::new();
+        let mut dropped = 0;
+        for _ in 0..3 {
+            let (cost, d) = paced_writer_cost(&records[..rate.min(records.len())], rate);
+            costs.extend(cost);
+            dropped += d;
+        }
+        costs.sort_by(f64::total_cmp);
+        match costs.get(costs.len() / 2) {
+            Some(ns) => println!(
+                "  {rate:>7}/s: {:.2} µs per row (median of {}), {dropped} dropped",
+                ns / 1000.0,
+                costs.len()
+            ),
+            None => println!("  {rate:>7}/s: the thread's CPU time cannot be read here"),
+        }
     }
 
     // Query latency.
