@@ -356,3 +356,108 @@ fn a_silent_store_two_hops_away_is_named_alone_not_with_the_store_that_answered_
     assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B3"]);
     assert_eq!(numbers(&sim, &id, 0), [0, 1, 2, 3, 4], "B2's store answered");
 }
+
+#[test]
+fn a_query_holding_more_live_copies_than_max_results_is_cut_short_and_nothing_is_lost() {
+    // B1 — B2; B2 keeps every log and publishes, and its store never answers; at most 4
+    // results per historic query, and so at most 4 live copies held while one runs.
+    let options = padres_broker::router::Options { history_max_results: 4, ..Default::default() };
+    let mut sim = chain(options, 2, 10, (21, 12), &[(1, "[class,eq,'log']")]);
+    sim.id(12, "a [class,eq,'log'],[n,isPresent,0]");
+    sim.store_delay.insert(1, None);
+    let start = sim.now();
+    let req = sim.send(21, &format!("s [class,eq,'log'],[time,>=,{}]", t(0)));
+    // Once the subscription has reached B2, ten logs, routed live to B1 while the query
+    // waits for B2's store.
+    while sim.now() < start + 10 {
+        assert!(sim.step(), "the subscription travels");
+    }
+    for n in 0..10 {
+        sim.send(12, &format!("p [class,'log'],[n,{n}]"));
+        sim.advance(1);
+    }
+    sim.run();
+    let id = match sim.replies.get(&(21, req)) {
+        Some(Ok(Some(id))) => id.clone(),
+        other => panic!("{other:?}"),
+    };
+    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
+    assert_eq!(markers.len(), 1);
+    let marker = markers[0];
+    // Cut short when the fifth live copy came, not at the timeout, naming the silent store.
+    assert!(marker.time < start + 100, "{} {start}", marker.time);
+    assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B2"]);
+    assert_eq!((marker.count, marker.truncated), (0, false));
+    // Every live log once, in order: the held ones after the marker, then the rest.
+    assert_eq!(numbers(&sim, &id, 0), (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_query_cut_short_before_it_went_out_names_every_store_it_would_have_asked() {
+    // B1 — B2 (50 ms), a store at B2, at most 4 results per historic query; a publisher at
+    // B1 beside the subscriber publishes while the subscription is still settling at B2.
+    let options = padres_broker::router::Options { history_max_results: 4, ..Default::default() };
+    let mut sim = chain(options, 2, 50, (21, 12), &[(1, "[class,eq,'log']")]);
+    sim.attach(11, 0);
+    sim.run();
+    sim.id(11, "a [class,eq,'log'],[n,isPresent,0]");
+    let start = sim.now();
+    let req = sim.send(21, &format!("s [class,eq,'log'],[time,>=,{}]", t(0)));
+    for n in 0..10 {
+        sim.send(11, &format!("p [class,'log'],[n,{n}]"));
+    }
+    sim.run();
+    let id = match sim.replies.get(&(21, req)) {
+        Some(Ok(Some(id))) => id.clone(),
+        other => panic!("{other:?}"),
+    };
+    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
+    assert_eq!(markers.len(), 1);
+    assert!(markers[0].time < start + 50, "before the subscription settled: {} {start}", markers[0].time);
+    assert_eq!(markers[0].missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B2"]);
+    assert_eq!(numbers(&sim, &id, 0), (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_composite_leaf_query_is_cut_short_past_max_results_live_publications_and_detection_goes_on() {
+    // B1 — B2: a slow store of triggers and the publisher at B2, the subscriber at B1; at
+    // most 4 results per historic query.
+    let options = padres_broker::router::Options { history_max_results: 4, ..Default::default() };
+    let mut sim = chain(options, 2, 3, (2, 1), &[(1, "[class,eq,'trigger']")]);
+    sim.id(1, "a [class,eq,'trigger'],[appl,isPresent,'']");
+    sim.id(1, "a [class,eq,'job_status'],[appl,isPresent,''],[status,isPresent,'']");
+    sim.call(1, "p [class,'trigger'],[appl,'payroll']").expect("published");
+    sim.advance(1_000);
+    sim.store_delay.insert(1, Some(1_000));
+    // Settled: the trigger leaf's query is out, its store to answer in a second.
+    let id = sim.id_settled(
+        2,
+        &format!(
+            "cs {{[class,eq,'trigger'],[appl,eq,$S$a],[time,>=,{}]}} & {{[class,eq,'job_status'],[appl,eq,$S$a],[status,eq,'FAILED']}}",
+            t(0)
+        ),
+    );
+    // Five live triggers while the trigger leaf's query waits for the store: one more than
+    // the query may have had live, so it ends without the stored trigger.
+    for n in 0..5 {
+        sim.send(1, &format!("p [class,'trigger'],[appl,'x{n}']"));
+    }
+    sim.run();
+    sim.call(1, "p [class,'job_status'],[appl,'payroll'],[status,'FAILED']").expect("published");
+    sim.call(1, "p [class,'job_status'],[appl,'x3'],[status,'FAILED']").expect("published");
+    sim.run();
+    let matched: Vec<Vec<String>> = sim
+        .composite_deliveries
+        .iter()
+        .filter(|d| d.sub == id)
+        .map(|d| d.pubs.iter().map(|(_, p)| p.without_time().to_string()).collect())
+        .collect();
+    assert_eq!(
+        matched,
+        [vec![
+            "[class,'trigger'],[appl,'x3']".to_owned(),
+            "[class,'job_status'],[appl,'x3'],[status,'FAILED']".to_owned()
+        ]],
+        "live detection goes on; the stored trigger never came"
+    );
+}

@@ -560,7 +560,7 @@ impl Router {
         for (role, detector, key) in inputs {
             match role {
                 Role::Leaf(leaf) => {
-                    self.saw_live_leaf(&key, u32::try_from(leaf).unwrap_or(u32::MAX), stamped);
+                    self.saw_live_leaf(&key, u32::try_from(leaf).unwrap_or(u32::MAX), stamped, out);
                     self.composites.detectors.publication(detector, leaf, stamped, &mut matches);
                 }
                 Role::End => self.composites.detectors.end(now, detector, stamped),

@@ -286,14 +286,28 @@ impl Router {
     }
 
     /// Leaf `leaf` of pattern `key` had `stamped` live while its history is on its way.
-    pub(super) fn saw_live_leaf(&mut self, key: &PartKey, leaf: u32, stamped: &Stamped) {
+    pub(super) fn saw_live_leaf(
+        &mut self,
+        key: &PartKey,
+        leaf: u32,
+        stamped: &Stamped,
+        out: &mut Vec<Output>,
+    ) {
         if self.histories.pending.is_empty() {
             return;
         }
-        for p in self.histories.pending.values_mut() {
+        let cap = self.histories.max_results;
+        let mut over = Vec::new();
+        for (query, p) in &mut self.histories.pending {
             if matches!(&p.upstream, Upstream::Detector { key: k, leaf: l } if **k == **key && *l == leaf) {
                 p.live_keys.insert(key_of(stamped));
+                if p.live_keys.len() as u64 > cap {
+                    over.push(query.clone());
+                }
             }
+        }
+        for query in over {
+            self.cut_short(&query, out);
         }
     }
 
@@ -514,22 +528,67 @@ impl Router {
         }
     }
 
-    /// Live copies for subscriptions still waiting for their history are held back.
-    pub(super) fn hold_live(&mut self, next: &mut Next, stamped: impl Fn() -> Arc<Stamped>) {
+    /// Live copies for subscriptions still waiting for their history are held back, at
+    /// most `max_results` for one query: past that it is cut short ([`Self::cut_short`]).
+    pub(super) fn hold_live(
+        &mut self,
+        next: &mut Next,
+        stamped: impl Fn() -> Arc<Stamped>,
+        out: &mut Vec<Output>,
+    ) {
         if self.histories.pending.is_empty() {
             return;
         }
+        let cap = self.histories.max_results;
         let mut held: Option<Arc<Stamped>> = None;
+        let mut over = Vec::new();
         for (client, subs) in &mut next.clients {
             subs.retain(|id| match self.histories.pending.get_mut(id) {
                 Some(p) if p.upstream == Upstream::Client(*client) => {
                     p.live.push(held.get_or_insert_with(&stamped).clone());
+                    if p.live.len() as u64 > cap {
+                        over.push(id.clone());
+                    }
                     false
                 }
                 _ => true,
             });
         }
         next.clients.retain(|_, subs| !subs.is_empty());
+        for query in over {
+            self.cut_short(&query, out);
+        }
+    }
+
+    /// Query `query` has had more live publications meanwhile than `max_results`: it ends
+    /// now, as if its deadline had passed, so that what it holds stays bounded. The stores
+    /// that have not answered (every store it meets, if it has not gone out yet) are named
+    /// in its marker; what was collected is delivered, then what was held.
+    fn cut_short(&mut self, query: &MessageId, out: &mut Vec<Output>) {
+        let Some(pending) = self.histories.pending.get(query) else { return };
+        let silent: BTreeSet<Name> = if pending.started {
+            pending.waiting.values().flatten().cloned().collect()
+        } else {
+            self.histories
+                .stores
+                .iter()
+                .map(|(id, ad)| (id, &ad.filter))
+                .chain(self.histories.unreachable.iter())
+                .filter(|(_, filter)| intersects(&pending.sub, filter))
+                .map(|(id, _)| id.origin.clone())
+                .collect()
+        };
+        tracing::warn!(
+            %query,
+            max_results = self.histories.max_results,
+            ?silent,
+            "a historic query was cut short: more live publications arrived while it ran than it may hold"
+        );
+        if let Some(pending) = self.histories.pending.get_mut(query) {
+            pending.waiting.clear();
+            pending.missing.extend(silent);
+        }
+        self.finish_query(query, out);
     }
 
     /// A client's subscription `id` is gone (unsubscribed, or the client left).

@@ -1225,9 +1225,11 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         let detected = std::mem::take(&mut next.detected);
-        self.hold_live(&mut next, || {
-            Arc::new(Stamped { stamp: stamp.clone(), publication: publication.clone() })
-        });
+        self.hold_live(
+            &mut next,
+            || Arc::new(Stamped { stamp: stamp.clone(), publication: publication.clone() }),
+            out,
+        );
         if next.stored {
             let ack = self.publishing.take();
             out.push(Output::Store { stamp: stamp.clone(), publication: publication.clone(), ack });
