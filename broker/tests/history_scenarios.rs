@@ -461,3 +461,28 @@ fn a_composite_leaf_query_is_cut_short_past_max_results_live_publications_and_de
         "live detection goes on; the stored trigger never came"
     );
 }
+
+#[test]
+fn two_publications_with_the_same_broker_and_counter_but_other_times_are_both_delivered() {
+    // B1 — B2, B2 keeps every log and publishes. A second run of B2 that lost its
+    // incarnation counts from where the first did: its store then holds two publications
+    // with the same broker and counter, stamped at different times. A copy kept twice is one
+    // publication; these are two.
+    let mut sim =
+        chain(padres_broker::router::Options::default(), 2, 2, (21, 12), &[(1, "[class,eq,'log']")]);
+    sim.id(12, "a [class,eq,'log'],[n,isPresent,0]");
+    sim.call(12, "p [class,'log'],[n,1]").expect("published");
+    let (_, first) = sim.stored.iter().find(|(b, _)| *b == 1).cloned().expect("stored at B2");
+    let later = first.stamp.time + 1_000;
+    let at = Timestamp::from_millis(i64::try_from(later).expect("small")).expect("in range");
+    let other: Publication = "[class,'log'],[n,2]".parse().expect("valid");
+    let again = padres_lang::Stamped {
+        stamp: padres_lang::Stamp::new(later, first.stamp.origin.clone(), first.stamp.seq),
+        publication: std::sync::Arc::new(other.with_time(at)),
+    };
+    sim.stored.push((1, std::sync::Arc::new(again)));
+    sim.advance(2_000);
+    let id = sim.id(21, &format!("s [class,eq,'log'],[time,<,{}]", t(sim.now())));
+    sim.run();
+    assert_eq!(numbers(&sim, &id, 0), [1, 2]);
+}

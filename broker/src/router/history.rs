@@ -27,7 +27,7 @@ use std::sync::Arc;
 use padres_lang::predicate::{Op, Predicate};
 use padres_lang::semantics::satisfiable;
 use padres_lang::time::TIME;
-use padres_lang::{MessageId, Name, Stamped, Subscription, Timestamp, Value, intersects};
+use padres_lang::{MessageId, Name, Stamp, Stamped, Subscription, Timestamp, Value, intersects};
 
 use super::composite::PartKey;
 use super::cycles::Next;
@@ -79,7 +79,7 @@ struct Pending {
     collected: Vec<Arc<Stamped>>,
     live: Vec<Arc<Stamped>>,
     /// A detector's leaf: the publications it has had live meanwhile (not fed twice).
-    live_keys: HashSet<(Name, u64)>,
+    live_keys: HashSet<Stamp>,
 }
 
 /// The historic-subscription state of one router.
@@ -124,8 +124,11 @@ pub(super) fn is_historic(sub: &Subscription, now: u64) -> bool {
     satisfiable(on_time.into_iter().chain(std::iter::once(&before)))
 }
 
-fn key_of(s: &Stamped) -> (Name, u64) {
-    (s.stamp.origin.clone(), s.stamp.seq)
+/// What makes two copies of a publication one: its whole stamp. The broker and counter
+/// alone are not enough: a broker that lost its incarnation file counts from where an
+/// earlier run did, and stores may hold both runs' publications.
+fn key_of(s: &Stamped) -> Stamp {
+    s.stamp.clone()
 }
 
 impl Router {
