@@ -309,6 +309,12 @@ fn a_store_damaged_after_a_broker_died_with_it_open_is_refused_at_start() {
     let err = Store::open(&dir, options(&["appl"])).expect_err("damaged");
     assert!(matches!(err, HistoryError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("history.sqlite"), "{err}");
+    // A reader that checks refuses it too; one asked not to (`padres-broker history`
+    // without --check) opens it, and the query that reads the damaged page fails.
+    assert!(Reader::open(&dir).is_err(), "checked at open");
+    let reader = Reader::open_with(&dir, false).expect("the header is sound");
+    let sub: Subscription = "[class,eq,'job_status']".parse().expect("valid");
+    assert!(reader.query(&sub, 10_000).is_err(), "the damage shows when it is read");
 }
 
 #[test]
