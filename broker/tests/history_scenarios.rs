@@ -3,7 +3,7 @@
 //! publications; the boundary to live delivery while publishers go on; a store that never
 //! answers.
 
-use padres_broker::sim::Sim;
+use padres_broker::sim::{EndOfHistory, Sim};
 use padres_lang::{MessageId, Publication, Subscription, Timestamp, matches};
 
 /// A timestamp's text at `ms` after the epoch (the simulator's clock).
@@ -92,6 +92,17 @@ fn numbers(sim: &Sim, sub: &MessageId, from: usize) -> Vec<i64> {
             other => panic!("no n: {other:?}"),
         })
         .collect()
+}
+
+/// The id client 21's request `req` was given, and the one end-of-history marker it got.
+fn id_and_marker(sim: &Sim, req: u64) -> (MessageId, EndOfHistory) {
+    let id = match sim.replies.get(&(21, req)) {
+        Some(Ok(Some(id))) => id.clone(),
+        other => panic!("{other:?}"),
+    };
+    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
+    assert_eq!(markers.len(), 1, "exactly one marker");
+    (id, markers[0].clone())
 }
 
 #[test]
@@ -329,15 +340,10 @@ fn an_answer_cut_at_max_results_is_marked_truncated_and_live_copies_past_the_cut
         sim.send(12, &format!("p [class,'log'],[n,{n}]"));
     }
     sim.run();
-    let id = match sim.replies.get(&(21, req)) {
-        Some(Ok(Some(id))) => id.clone(),
-        other => panic!("{other:?}"),
-    };
+    let (id, marker) = id_and_marker(&sim, req);
     // The first four stored in time order, the marker, then the live copy the cut left out.
     assert_eq!(numbers(&sim, &id, before), [0, 1, 2, 100, 101]);
-    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
-    assert_eq!(markers.len(), 1);
-    assert_eq!((markers[0].count, markers[0].truncated), (4, true));
+    assert_eq!((marker.count, marker.truncated), (4, true));
 }
 
 #[test]
@@ -377,13 +383,7 @@ fn a_query_holding_more_live_copies_than_max_results_is_cut_short_and_nothing_is
         sim.advance(1);
     }
     sim.run();
-    let id = match sim.replies.get(&(21, req)) {
-        Some(Ok(Some(id))) => id.clone(),
-        other => panic!("{other:?}"),
-    };
-    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
-    assert_eq!(markers.len(), 1);
-    let marker = markers[0];
+    let (id, marker) = id_and_marker(&sim, req);
     // Cut short when the fifth live copy came, not at the timeout, naming the silent store.
     assert!(marker.time < start + 100, "{} {start}", marker.time);
     assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B2"]);
@@ -407,14 +407,9 @@ fn a_query_cut_short_before_it_went_out_names_every_store_it_would_have_asked() 
         sim.send(11, &format!("p [class,'log'],[n,{n}]"));
     }
     sim.run();
-    let id = match sim.replies.get(&(21, req)) {
-        Some(Ok(Some(id))) => id.clone(),
-        other => panic!("{other:?}"),
-    };
-    let markers: Vec<_> = sim.ends.iter().filter(|e| e.sub == id).collect();
-    assert_eq!(markers.len(), 1);
-    assert!(markers[0].time < start + 50, "before the subscription settled: {} {start}", markers[0].time);
-    assert_eq!(markers[0].missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B2"]);
+    let (id, marker) = id_and_marker(&sim, req);
+    assert!(marker.time < start + 50, "before the subscription settled: {} {start}", marker.time);
+    assert_eq!(marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>(), ["B2"]);
     assert_eq!(numbers(&sim, &id, 0), (0..10).collect::<Vec<_>>());
 }
 
