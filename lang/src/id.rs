@@ -13,12 +13,27 @@ use crate::error::InvalidMessage;
 use crate::name::Name;
 
 /// The federation-wide id of an advertisement, subscription or composite subscription.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MessageId {
     /// The broker that assigned it.
     pub origin: Name,
     /// That broker's counter.
     pub seq: u64,
+}
+
+/// The counter first: ids looked up in a table mostly share their origin, and differ
+/// in the counter.
+impl PartialEq for MessageId {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq && self.origin == other.origin
+    }
+}
+
+impl std::hash::Hash for MessageId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.origin.hash(state);
+        self.seq.hash(state);
+    }
 }
 
 impl MessageId {

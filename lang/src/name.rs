@@ -11,9 +11,24 @@ use serde::{Deserialize, Serialize};
 use crate::error::InvalidMessage;
 
 /// A validated identifier: an attribute, broker or variable name.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Eq, PartialOrd, Ord, Serialize)]
 #[serde(into = "Arc<str>")]
 pub struct Name(Arc<str>);
+
+/// Equal texts; copies of one name (the usual case in routing tables) are told equal by
+/// their pointer, without comparing the text (`Arc<str>` itself always compares it).
+impl PartialEq for Name {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+/// The text's hash, as `str`'s (a name is looked up by its text: `Borrow<str>`).
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 /// Names decoded recently on this thread. Publications repeat the same few attribute
 /// names, so a decoded name is usually a reference count away instead of an allocation.
