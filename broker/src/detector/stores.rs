@@ -12,8 +12,12 @@ use std::collections::BTreeSet;
 use super::Stored;
 use super::pattern::{Key, Pattern};
 
+/// One side's stored matches for one binding: usually one (a generation's job status),
+/// kept inline, so a bucket is one allocation however many nodes share it.
+pub(super) type List = smallvec::SmallVec<[Stored; 1]>;
+
 /// One binding's lists: two per node of the key class (left side, right side).
-type Bucket = Box<[Vec<Stored>]>;
+type Bucket = Box<[List]>;
 
 /// The nodes keyed by one list of slots.
 #[derive(Debug)]
@@ -81,19 +85,19 @@ impl Stores {
         let (class, list) = self.at(node, side);
         let class = &mut self.classes[class];
         let width = class.width;
-        let bucket = class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| Vec::new()).collect());
+        let bucket = class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| List::new()).collect());
         bucket[list].push(stored);
     }
 
     /// Takes the list of `node`'s `side` for `key` out, to be put back with
     /// [`Self::put_back`] (storing at other nodes meanwhile is allowed).
-    pub(super) fn take(&mut self, node: usize, side: usize, key: &Key) -> Option<Vec<Stored>> {
+    pub(super) fn take(&mut self, node: usize, side: usize, key: &Key) -> Option<List> {
         let (class, list) = self.at(node, side);
         let bucket = self.classes[class].buckets.get_mut(key)?;
         Some(std::mem::take(&mut bucket[list]))
     }
 
-    pub(super) fn put_back(&mut self, node: usize, side: usize, key: &Key, stored: Vec<Stored>) {
+    pub(super) fn put_back(&mut self, node: usize, side: usize, key: &Key, stored: List) {
         let (class, list) = self.at(node, side);
         if let Some(bucket) = self.classes[class].buckets.get_mut(key) {
             bucket[list] = stored;
@@ -106,7 +110,7 @@ impl Stores {
         let map = &mut self.classes[class].buckets;
         let bucket = map.get_mut(key)?;
         let removed = bucket[list].iter().position(|s| s.entry == entry).map(|at| bucket[list].remove(at));
-        if bucket.iter().all(Vec::is_empty) {
+        if bucket.iter().all(List::is_empty) {
             map.remove(key);
         }
         removed
@@ -120,7 +124,7 @@ impl Stores {
         for list in bucket.iter_mut() {
             list.retain(|stored| !drop(stored));
         }
-        if bucket.iter().all(Vec::is_empty) {
+        if bucket.iter().all(List::is_empty) {
             map.remove(key);
         }
     }
