@@ -85,7 +85,8 @@ impl Stores {
         let (class, list) = self.at(node, side);
         let class = &mut self.classes[class];
         let width = class.width;
-        let bucket = class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| List::new()).collect());
+        let bucket =
+            class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| List::new()).collect());
         bucket[list].push(stored);
     }
 
