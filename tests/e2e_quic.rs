@@ -285,6 +285,83 @@ async fn clients_reconnect_and_reissue_after_their_broker_restarts() {
     }
 }
 
+/// A broker may notify a subscription before replying to it (the reply waits for the
+/// subscription to settle among its neighbours): after a reconnect, such a notification
+/// names the re-issued subscription's new id, and the client must still report the first.
+/// A broker played by hand makes the order certain.
+#[tokio::test]
+async fn a_notification_before_a_reissued_subscriptions_reply_names_the_first_id() {
+    let dir = data_dir("early-notification", "B1");
+    std::fs::remove_dir_all(&dir).ok();
+    padres_broker::net::cert::load_or_create(&dir, &[]).expect("a certificate");
+    let identity = padres_transport::Identity::from_pem_files(&dir.join("cert.pem"), &dir.join("key.pem"))
+        .expect("identity");
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a port");
+    let addr = socket.local_addr().expect("bound");
+    let config = tls::server_config(&identity, None).expect("server config");
+    let endpoint = tls::server_endpoint(socket, config, &identity).expect("endpoint");
+    let publication: std::sync::Arc<padres_lang::Publication> =
+        std::sync::Arc::new("[class,'stock'],[price,150]".parse().expect("publication"));
+    let id = |seq| padres_lang::MessageId::new(Name::new("B1").expect("name"), seq);
+
+    let broker = {
+        let publication = publication.clone();
+        tokio::spawn(async move {
+            // Each connection: hello, then the subscription's request. The first life replies
+            // then notifies, and goes away; the second notifies under its new id first.
+            for (seq, notify_first) in [(1, false), (7, true)] {
+                let connection = endpoint.accept().await.expect("a client").await.expect("connects");
+                let (mut send, mut recv) = connection.accept_bi().await.expect("a stream");
+                let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
+                let (_, s) =
+                    padres_transport::handshake::await_hello(send, &mut recv, &mut reader, DEFAULT_MAX_FRAME)
+                        .await
+                        .expect("hello");
+                send = s;
+                padres_transport::handshake::welcome(
+                    &mut send,
+                    Name::new("B1").expect("name"),
+                    DEFAULT_MAX_FRAME,
+                )
+                .await
+                .expect("welcome");
+                let req = match read_frame(&mut recv, &mut reader).await.expect("reads") {
+                    Some(Frame::Request { req, message: Message::Subscribe(_) }) => req,
+                    other => panic!("expected the subscription, got {other:?}"),
+                };
+                let notification =
+                    Frame::Notification { subs: vec![id(seq)], publication: publication.clone() };
+                let ok = Frame::Ok { req, id: Some(id(seq)) };
+                let frames = if notify_first { [notification, ok] } else { [ok, notification] };
+                for frame in &frames {
+                    write_frame(&mut send, frame, DEFAULT_MAX_FRAME).await.expect("written");
+                }
+                if notify_first {
+                    // Keep the connection until the client has read everything.
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    connection.close(0_u32.into(), b"restarting");
+                }
+            }
+        })
+    };
+
+    let mut subscriber =
+        Client::connect(addr, "localhost", &dir.join("cert.pem"), "sub").await.expect("connects");
+    let sub = subscriber.send("s [class,eq,'stock'],[price,>,100]").await.expect("subscribed").expect("id");
+    assert_eq!(sub, id(1));
+    let (first, _) =
+        next(&mut subscriber, Duration::from_secs(5)).await.expect("the first life's notification");
+    assert_eq!(first, [id(1)]);
+    let (second, p) =
+        next(&mut subscriber, Duration::from_secs(10)).await.expect("the notification after reconnecting");
+    assert_eq!(second, [id(1)], "the notification that came before the reply names the first id");
+    assert_eq!(p.get("price"), Some(&Value::Int(150)));
+    broker.abort();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A raw QUIC connection that speaks frames by hand, for input the client library would
 /// never send.
 struct Raw {

@@ -688,12 +688,18 @@ fn first_ids(shared: &Shared, subs: Vec<MessageId>) -> Vec<MessageId> {
 
 /// Re-issues every advertisement and subscription in force on a new connection, in the
 /// order first made, and records their new ids.
+///
+/// A broker may notify a subscription before it replies to it (the reply waits for the
+/// subscription to settle among its neighbours; a local publication matches at once), and
+/// such a notification names the new id, which is known only from the reply: what arrives
+/// before a request's reply is held until it, then handed on under the first ids.
 async fn reissue(
     shared: &Shared,
     link: &mut Link,
     notify: &mpsc::Sender<Notification>,
 ) -> Result<(), String> {
     let live = shared.with(|s| s.issued.live.clone());
+    let mut early = Vec::new();
     for (req, (first, message)) in (1_u64..).zip(live) {
         // Numbers from the top of the range, apart from the client's own.
         let req = u64::MAX - req;
@@ -717,13 +723,14 @@ async fn reissue(
                     frame @ (Frame::Notification { .. }
                     | Frame::CompositeNotification { .. }
                     | Frame::EndOfHistory { .. }),
-                ) => {
-                    if let Some(notification) = notification(shared, frame) {
-                        let _ = notify.send(notification).await;
-                    }
-                }
+                ) => early.push(frame),
                 Some(_) => {}
                 None => return Err("the broker closed the connection while re-issuing".to_owned()),
+            }
+        }
+        for frame in early.drain(..) {
+            if let Some(notification) = notification(shared, frame) {
+                let _ = notify.send(notification).await;
             }
         }
     }
