@@ -481,3 +481,31 @@ fn two_publications_with_the_same_broker_and_counter_but_other_times_are_both_de
     sim.run();
     assert_eq!(numbers(&sim, &id, 0), [1, 2]);
 }
+
+#[test]
+fn a_query_this_broker_issued_that_comes_back_from_a_neighbour_is_not_asked_of_its_store_again() {
+    // In a cyclic overlay a copy of a broker's own query can come back to it after the
+    // query has ended there (cut short, or timed out): the store must not be asked again
+    // for an answer nobody waits for. A query issued elsewhere still is asked of it.
+    use padres_broker::router::{BrokerMessage, Input, Options, Output, Router};
+    let name = |n: &str| padres_lang::Name::new(n).expect("name");
+    let mut router = Router::with_options(name("B1"), Options { cycles: true, ..Options::default() });
+    let mut out = Vec::new();
+    router.handle(0, Input::NeighbourUp(name("B2")), &mut out);
+    router.handle(0, Input::KeepHistory("[class,eq,'log']".parse().expect("filter")), &mut out);
+    let sub: std::sync::Arc<Subscription> =
+        std::sync::Arc::new(format!("[class,eq,'log'],[time,>=,{}]", t(0)).parse().expect("subscription"));
+    let mut ask = |router: &mut Router, origin: &str| {
+        let query = MessageId::new(name(origin), 7);
+        let message = BrokerMessage::HistoryQuery { query, sub: sub.clone(), limit: 10, timeout_ms: 1000 };
+        out.clear();
+        router.handle(1, Input::Broker { from: name("B2"), message }, &mut out);
+        let asked_store = out.iter().any(|o| matches!(o, Output::HistoryQuery { .. }));
+        let done = out.iter().any(|o| {
+            matches!(o, Output::ToBroker { message: BrokerMessage::HistoryDone { missing, .. }, .. } if missing.is_empty())
+        });
+        (asked_store, done)
+    };
+    assert_eq!(ask(&mut router, "B3"), (true, false), "another broker's query is asked of the store");
+    assert_eq!(ask(&mut router, "B1"), (false, true), "its own query coming back is done at once");
+}

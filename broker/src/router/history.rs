@@ -232,9 +232,11 @@ impl Router {
             }
             BrokerMessage::HistoryQuery { query, sub, limit, timeout_ms } => {
                 let limit = limit.min(self.histories.max_results);
-                if self.histories.pending.contains_key(&query) {
-                    // A second copy (paths meeting in a cyclic overlay): the first one
-                    // already went on toward every store from here.
+                // A second copy (paths meeting in a cyclic overlay): the first one already
+                // went on toward every store from here. A query this broker issued that
+                // comes back around a cycle is one too, even once it has ended here (its
+                // marker is out; asking the store again would only be answered to no one).
+                if self.histories.pending.contains_key(&query) || query.origin == self.name {
                     out.push(Output::ToBroker {
                         to: from.clone(),
                         message: BrokerMessage::HistoryDone { query, missing: Vec::new() },
