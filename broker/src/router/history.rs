@@ -332,23 +332,7 @@ impl Router {
     /// Sends query `query` toward every store its subscription meets.
     pub(super) fn send_query(&mut self, query: &MessageId, out: &mut Vec<Output>) {
         let Some(pending) = self.histories.pending.get(query) else { return };
-        let came_from = match &pending.upstream {
-            Upstream::Broker(b) => Some(Hop::Broker(b.clone())),
-            Upstream::Client(_) | Upstream::Detector { .. } => None,
-        };
-        let mut waiting: BTreeMap<Hop, BTreeSet<Name>> = BTreeMap::new();
-        for (id, ad) in &self.histories.stores {
-            if Some(&ad.from) != came_from.as_ref() && intersects(&pending.sub, &ad.filter) {
-                waiting.entry(ad.from.clone()).or_default().insert(id.origin.clone());
-            }
-        }
-        let unreachable: BTreeSet<Name> = self
-            .histories
-            .unreachable
-            .iter()
-            .filter(|(_, filter)| intersects(&pending.sub, filter))
-            .map(|(id, _)| id.origin.clone())
-            .collect();
+        let (waiting, unreachable) = self.stores_met(pending);
         let (sub, limit, timeout_ms) = (pending.sub.clone(), pending.limit, pending.timeout_ms);
         // The next broker waits three quarters as long: it reports which stores beyond it
         // were silent while this one still listens (a quarter left for its report).
@@ -382,6 +366,29 @@ impl Router {
         if pending.waiting.is_empty() {
             self.finish_query(query, out);
         }
+    }
+
+    /// The stores `pending`'s subscription meets, by the hop toward them (not back where
+    /// the query came from), and those it meets that cannot be reached now.
+    fn stores_met(&self, pending: &Pending) -> (BTreeMap<Hop, BTreeSet<Name>>, BTreeSet<Name>) {
+        let came_from = match &pending.upstream {
+            Upstream::Broker(b) => Some(Hop::Broker(b.clone())),
+            Upstream::Client(_) | Upstream::Detector { .. } => None,
+        };
+        let mut waiting: BTreeMap<Hop, BTreeSet<Name>> = BTreeMap::new();
+        for (id, ad) in &self.histories.stores {
+            if Some(&ad.from) != came_from.as_ref() && intersects(&pending.sub, &ad.filter) {
+                waiting.entry(ad.from.clone()).or_default().insert(id.origin.clone());
+            }
+        }
+        let unreachable = self
+            .histories
+            .unreachable
+            .iter()
+            .filter(|(_, filter)| intersects(&pending.sub, filter))
+            .map(|(id, _)| id.origin.clone())
+            .collect();
+        (waiting, unreachable)
     }
 
     /// The local store's answer to `query` (`Err`: it could not answer).
@@ -574,14 +581,9 @@ impl Router {
         let silent: BTreeSet<Name> = if pending.started {
             pending.waiting.values().flatten().cloned().collect()
         } else {
-            self.histories
-                .stores
-                .iter()
-                .map(|(id, ad)| (id, &ad.filter))
-                .chain(self.histories.unreachable.iter())
-                .filter(|(_, filter)| intersects(&pending.sub, filter))
-                .map(|(id, _)| id.origin.clone())
-                .collect()
+            let (waiting, mut unreachable) = self.stores_met(pending);
+            unreachable.extend(waiting.into_values().flatten());
+            unreachable
         };
         tracing::warn!(
             %query,
