@@ -183,11 +183,11 @@ impl Store {
         if lock.try_lock().is_err() {
             return Err(HistoryError::Locked { path, lock: lock_path });
         }
-        // SQLite's integrity check reads the whole file (about 12 s for 1,000,000 rows): it
-        // runs when the last broker to hold the store did not close it normally (a crash, a
-        // kill, a power cut), and for a new store. After a normal close only the header is
-        // read here; damage done to the file while no broker held it shows when its pages
-        // are read (a failed write or query, logged and counted).
+        // SQLite's integrity check reads the whole file (1,000,000 rows: 274 MB, 1.4 s from a
+        // cold cache): it runs when the last broker to hold the store did not close it
+        // normally (a crash, a kill, a power cut), and for a new store. After a normal close
+        // only the header is read here; damage done to the file while no broker held it
+        // shows when its pages are read (a failed write or query, logged and counted).
         let clean_path = dir.join(CLEAN);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
         let conn = open_checked(&path, flags, !clean_path.exists())?;
@@ -460,8 +460,8 @@ impl Reader {
 
     /// Opens the store in `dir` for reading, without the integrity check if `check` is
     /// false: the writer's own reader (the store was checked when the writer opened it),
-    /// and `padres-broker history` unless asked (the check reads the whole file, about
-    /// 12 s per 1,000,000 rows). Damage then shows as an error from a query that reads it.
+    /// and `padres-broker history` unless asked (the check reads the whole file: for
+    /// 1,000,000 rows, 274 MB, 1.4 s from a cold cache). Damage then shows as an error from a query that reads it.
     pub fn open_with(dir: &Path, check: bool) -> Result<Self, HistoryError> {
         let path = dir.join(FILE);
         if !path.exists() {

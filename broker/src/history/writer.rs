@@ -8,8 +8,8 @@
 //! synced first). A batch that nobody waits for (no acknowledgement, no query) is given
 //! up to [`GATHER`] from its first publication to fill before it is written: a transaction
 //! writes every page it touched whole, so a few rows cost nearly what hundreds do (at a
-//! steady 20,000 publications/s the writer took about 11 µs of CPU per row committing
-//! what it found, against about 7 µs gathering for 20 ms; BENCHMARKS.md). It looks every
+//! steady 20,000 publications/s the writer took about 13.5 µs of CPU per row committing
+//! what it found, against 7.4–9.2 µs gathering for 20 ms; BENCHMARKS.md). It looks every
 //! millisecond for an acknowledgement or a query, which end the wait. Every second it
 //! applies the retention settings. A query waits in the same queue until everything
 //! offered before it is committed, then goes to a reader thread with a connection of its
