@@ -304,6 +304,8 @@ async fn a_notification_before_a_reissued_subscriptions_reply_names_the_first_id
         std::sync::Arc::new("[class,'stock'],[price,150]".parse().expect("publication"));
     let id = |seq| padres_lang::MessageId::new(Name::new("B1").expect("name"), seq);
 
+    // The test says when the client has the first life's notification; then that life ends.
+    let (first_read, mut end_first) = tokio::sync::oneshot::channel::<()>();
     let broker = {
         let publication = publication.clone();
         tokio::spawn(async move {
@@ -337,10 +339,10 @@ async fn a_notification_before_a_reissued_subscriptions_reply_names_the_first_id
                     write_frame(&mut send, frame, DEFAULT_MAX_FRAME).await.expect("written");
                 }
                 if notify_first {
-                    // Keep the connection until the client has read everything.
-                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    // Kept until the test ends (it aborts this task).
+                    std::future::pending::<()>().await;
                 } else {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    (&mut end_first).await.expect("the test goes on");
                     connection.close(0_u32.into(), b"restarting");
                 }
             }
@@ -354,6 +356,7 @@ async fn a_notification_before_a_reissued_subscriptions_reply_names_the_first_id
     let (first, _) =
         next(&mut subscriber, Duration::from_secs(5)).await.expect("the first life's notification");
     assert_eq!(first, [id(1)]);
+    first_read.send(()).expect("the broker waits for it");
     let (second, p) =
         next(&mut subscriber, Duration::from_secs(10)).await.expect("the notification after reconnecting");
     assert_eq!(second, [id(1)], "the notification that came before the reply names the first id");
