@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use padres_lang::Name;
+use padres_lang::{InvalidMessage, Name, ParseError, ParseErrorKind};
 use serde::{Deserialize, Serialize};
 
 use crate::detector::Bounds;
@@ -356,10 +356,15 @@ impl Config {
             .iter()
             .enumerate()
             .map(|(i, entry)| {
-                let sub: padres_lang::Subscription = entry
-                    .filter
-                    .parse()
-                    .map_err(|e| invalid(format!("history filter {} {:?}: {e}", i + 1, entry.filter)))?;
+                let sub: padres_lang::Subscription = entry.filter.parse().map_err(|e: ParseError| {
+                    let why = match &e.kind {
+                        ParseErrorKind::Invalid(InvalidMessage::RelativeTime(t)) => format!(
+                            "a stored filter is fixed when the broker starts, so it cannot use the relative time '{t}' (resolved when a subscription is issued): write an absolute time, or keep only recent publications with history_store.max_age"
+                        ),
+                        _ => e.to_string(),
+                    };
+                    invalid(format!("history filter {} {:?}: {why}", i + 1, entry.filter))
+                })?;
                 if sub.predicates().iter().any(|p| p.variable().is_some()) {
                     return Err(invalid(format!(
                         "history filter {} {:?}: a stored filter cannot use variables ($S$, $I$)",
@@ -601,7 +606,8 @@ mod tests {
         let e = err(with("[class,eq,'a'],[x,eq,$S$v]"));
         assert!(e.contains("cannot use variables"), "{e}");
         let e = err(with("[class,eq,'a'],[time,>=,'now-1h']"));
-        assert!(e.contains("relative time"), "{e}");
+        assert!(e.contains("relative time 'now-1h'") && e.contains("history_store.max_age"), "{e}");
+        assert!(!e.contains("Parser::at"), "no advice only a programmer can act on: {e}");
         let store = |h: HistoryStoreConfig| Config { history_store: h, ..with("[class,eq,'a']") };
         let e = err(store(HistoryStoreConfig { max_age: "a week".into(), ..HistoryStoreConfig::default() }));
         assert!(e.contains("history_store.max_age"), "{e}");

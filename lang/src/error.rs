@@ -97,6 +97,16 @@ pub enum InvalidMessage {
         "relative time '{0}' is resolved when the subscription is issued, and this parser has no clock (use Parser::at)"
     )]
     RelativeTime(String),
+    /// A string that starts like a relative time (`'now…'`) but is not one.
+    #[error(
+        "invalid relative time '{0}': expected 'now', 'now-DURATION' or 'now+DURATION', a duration being digits and a unit ms, s, m, h or d, e.g. 'now-90m'"
+    )]
+    BadRelativeTime(String),
+    /// An RFC 3339 timestamp written in quotes, which makes it a string.
+    #[error(
+        "the timestamp '{0}' is quoted, which makes it a string: write it without quotes, e.g. [time,>=,2026-11-20T10:00:00Z]"
+    )]
+    QuotedTimestamp(String),
     /// A time bound on a command line that does not parse.
     #[error(
         "invalid time bound '{0}': expected a duration ago (1h, 30m, 7d), now-DURATION, epoch milliseconds, or RFC 3339 such as 2026-11-20T10:00:00Z"

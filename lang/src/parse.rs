@@ -269,6 +269,18 @@ impl<'a> Cursor<'a> {
                     let at = time::resolve(&text, now).map_err(|e| self.invalid(value_start, e))?;
                     Operand::Value(Value::Time(at))
                 }
+                // Strings where a number or timestamp belongs, written as if they were
+                // times: say what is wrong with the time, not only that it is a string.
+                (Op::NumEq | Op::NumNe | Op::Lt | Op::Le | Op::Gt | Op::Ge, Value::Str(text))
+                    if text.starts_with("now") =>
+                {
+                    return Err(self.invalid(value_start, InvalidMessage::BadRelativeTime(clip(&text))));
+                }
+                (Op::NumEq | Op::NumNe | Op::Lt | Op::Le | Op::Gt | Op::Ge, Value::Str(text))
+                    if Timestamp::parse_rfc3339(&text).is_ok() =>
+                {
+                    return Err(self.invalid(value_start, InvalidMessage::QuotedTimestamp(clip(&text))));
+                }
                 (_, value) => Operand::Value(value),
             }
         };
@@ -618,6 +630,11 @@ fn classify_bareword(word: &str) -> Result<Value, ParseErrorKind> {
 
 /// `digits "." digits? | "." digits | digits`, then an optional exponent; with at least a
 /// `.` or an exponent (plain digits are integers).
+/// At most 64 characters of `text`, for an error message.
+fn clip(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
 fn looks_like_float(text: &str) -> bool {
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(i) => (&text[..i], Some(&text[i + 1..])),

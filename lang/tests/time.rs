@@ -86,6 +86,30 @@ fn relative_times_are_resolved_when_issued_and_print_absolute() {
 }
 
 #[test]
+fn a_malformed_relative_time_or_a_quoted_timestamp_says_what_is_wrong_with_the_time() {
+    let now = at("2026-11-20T10:00:00Z");
+    for bad in ["'now-90min'", "'now-1 h'", "'now+'", "'nowish'", "now-90min"] {
+        let text = format!("[class,eq,'a'],[time,>=,{bad}]");
+        for parsed in [text.parse::<Subscription>(), Parser::default().at(now).subscription(&text)] {
+            let err = parsed.expect_err(&text);
+            assert!(
+                matches!(&err.kind, ParseErrorKind::Invalid(InvalidMessage::BadRelativeTime(_))),
+                "{text}: {err}"
+            );
+            assert!(err.to_string().contains("invalid relative time"), "{err}");
+            assert!(err.to_string().contains("'now-90m'"), "the message shows the form: {err}");
+        }
+    }
+    let text = "[class,eq,'a'],[time,>=,'2026-11-20T10:00:00Z']";
+    let err = text.parse::<Subscription>().expect_err("a quoted timestamp");
+    assert!(matches!(&err.kind, ParseErrorKind::Invalid(InvalidMessage::QuotedTimestamp(_))), "{err}");
+    assert!(err.to_string().contains("without quotes"), "{err}");
+    // A string that is neither keeps the general message.
+    let err = "[class,eq,'a'],[price,>,'cheap']".parse::<Subscription>().expect_err("a string");
+    assert!(err.to_string().contains("compares numbers"), "{err}");
+}
+
+#[test]
 fn every_advertisement_advertises_time() {
     let adv: Advertisement = "[class,eq,'a'],[x,>,0]".parse().expect("valid");
     let p: Publication = "[class,'a'],[x,1],[time,2026-11-20T10:00:00Z]".parse().expect("valid");
