@@ -368,4 +368,41 @@ fn sub_since_until_prints_the_stored_publications_then_one_marker_and_exits() {
         padres(&broker, &["sub", "--since", "yesterday", "[class,eq,'job_status']"]).output().expect("runs");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--since: invalid time bound 'yesterday'"));
+    // An empty range (2h ago is before 1h ago) is refused, not subscribed and waited on.
+    let empty = padres(&broker, &["sub", "--since", "1h", "--until", "2h", "[class,eq,'job_status']"])
+        .output()
+        .expect("runs");
+    assert_eq!(empty.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("the range is empty"), "{empty:?}");
+
+    // An --until still ahead: the stored publications, the marker, then live ones up to it.
+    let mut sub = padres(&broker, &["sub", "--since", "1h", "--until", "now+3s", "--json", failed])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sub runs");
+    let out = Lines::of(sub.stdout.take().expect("stdout"));
+    assert_eq!(out.json()["attrs"]["job"], "B");
+    assert_eq!(out.json()["type"], "end_of_history");
+    let mut publish = padres(
+        &broker,
+        &[
+            "pub",
+            "--advertise",
+            "[class,eq,'job_status'],[appl,isPresent,''],[job,isPresent,''],[status,isPresent,'']",
+        ],
+    );
+    publish.arg("[class,'job_status'],[appl,'payroll'],[job,'C'],[status,'FAILED']");
+    assert!(publish.status().expect("pub runs").success());
+    let live = out.json();
+    assert_eq!(
+        (live["type"].as_str(), live["attrs"]["job"].as_str()),
+        (Some("notification"), Some("C")),
+        "{live}"
+    );
+    assert!(exit_status(&mut sub).success(), "exits once --until has passed");
+
+    // A range wholly ahead has no stored part and no marker: it still ends.
+    let ahead =
+        padres(&broker, &["sub", "--since", "now+1s", "--until", "now+2s", failed]).output().expect("runs");
+    assert!(ahead.status.success(), "{ahead:?}");
 }

@@ -73,7 +73,8 @@ enum Command {
     /// history stores, oldest first), then a line "end of history: N stored publications"
     /// on stderr (in --json, an {"type":"end_of_history",...} object), then live ones:
     ///   padres sub --since 1h "[class,eq,'job_status'],[appl,eq,'payroll'],[status,eq,'FAILED']"
-    /// With --until too, it exits after the stored ones.
+    /// With --until too, it exits after the stored ones, or, if --until is still ahead,
+    /// after the live ones up to then.
     #[command(verbatim_doc_comment)]
     Sub {
         /// The subscription, e.g. "[class,eq,'stock'],[price,>,100]", or a composite one,
@@ -89,7 +90,9 @@ enum Command {
         /// milliseconds, or an RFC 3339 timestamp.
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
-        /// End there (same forms as --since), and exit once the stored publications are in.
+        /// End there (same forms as --since): exit once the stored publications are in and,
+        /// if it is still ahead, once that time has passed (and a second more, for
+        /// publications on their way). It must be after --since.
         #[arg(long, value_name = "WHEN")]
         until: Option<String>,
         #[command(flatten)]
@@ -289,17 +292,64 @@ fn message_arg(command: &str, text: &str) -> Result<Message, String> {
     issuing_parser().message(&format!("{command} {text}")).map_err(|e| format!("{text}: {e}"))
 }
 
-/// `subscription` bounded in time by `--since` and `--until`.
-fn time_bounded(subscription: &str, since: Option<&str>, until: Option<&str>) -> Result<String, String> {
-    let now = padres_client::check::now();
-    let mut text = subscription.trim().to_owned();
-    for (flag, when, op) in [("--since", since, ">="), ("--until", until, "<")] {
-        if let Some(when) = when {
-            let at = padres_lang::time::parse_bound(when, now).map_err(|e| format!("{flag}: {e}"))?;
-            text.push_str(&format!(",[time,{op},{}]", at.to_rfc3339()));
+/// How long after an `--until` in the future `sub` still waits for publications stamped
+/// before it that are on their way.
+const UNTIL_IN_FLIGHT: Duration = Duration::from_secs(1);
+
+/// The `--since` and `--until` of `padres sub`, resolved when it starts.
+#[derive(Clone, Copy, Debug, Default)]
+struct TimeRange {
+    since: Option<padres_lang::Timestamp>,
+    until: Option<padres_lang::Timestamp>,
+    now: Option<padres_lang::Timestamp>,
+}
+
+impl TimeRange {
+    /// Resolves the flags at `now`; a range with nothing in it is an error, not a
+    /// subscription that can never be answered.
+    fn parse(since: Option<&str>, until: Option<&str>, now: padres_lang::Timestamp) -> Result<Self, String> {
+        let bound = |flag: &str, when: Option<&str>| {
+            when.map(|w| padres_lang::time::parse_bound(w, now).map_err(|e| format!("{flag}: {e}")))
+                .transpose()
+        };
+        let range = Self { since: bound("--since", since)?, until: bound("--until", until)?, now: Some(now) };
+        if let (Some(from), Some(to)) = (range.since, range.until)
+            && to <= from
+        {
+            return Err(format!(
+                "--until {} is not after --since {}: the range is empty (a duration such as 2h means that long ago)",
+                to.to_rfc3339(),
+                from.to_rfc3339()
+            ));
         }
+        Ok(range)
     }
-    Ok(text)
+
+    /// `subscription` bounded by the range.
+    fn bound(&self, subscription: &str) -> String {
+        let mut text = subscription.trim().to_owned();
+        for (at, op) in [(self.since, ">="), (self.until, "<")] {
+            if let Some(at) = at {
+                text.push_str(&format!(",[time,{op},{}]", at.to_rfc3339()));
+            }
+        }
+        text
+    }
+
+    /// Whether the brokers answer from their stores (and end with a marker): the range
+    /// starts before now.
+    fn reaches_the_past(&self) -> bool {
+        (self.since.is_some() || self.until.is_some())
+            && self.since.is_none_or(|s| self.now.is_some_and(|n| s < n))
+    }
+
+    /// How long from now until `--until` has passed, with time for what is in flight; `None`
+    /// when there is no `--until` or it has passed.
+    fn live_for(&self) -> Option<Duration> {
+        let (until, now) = (self.until?, self.now?);
+        let ahead = until.millis().checked_sub(now.millis()).filter(|&ms| ms > 0)?;
+        Some(Duration::from_millis(u64::try_from(ahead).unwrap_or(u64::MAX)) + UNTIL_IN_FLIGHT)
+    }
 }
 
 async fn sub(
@@ -318,16 +368,33 @@ async fn sub(
                 .into(),
         );
     }
-    let subscription = time_bounded(subscription, since.as_deref(), until.as_deref())?;
+    let range = TimeRange::parse(since.as_deref(), until.as_deref(), padres_client::check::now())?;
+    let subscription = range.bound(subscription);
     let message = message_arg(if composite { "cs" } else { "s" }, &subscription)?;
     let mut client = broker.connect().await?;
+    // With --until: exit once the stored publications are in (a range that starts in the
+    // future has none) and the end of the range has passed.
+    let mut history_in = !range.reaches_the_past();
+    let ends = until.is_some();
+    let deadline = range.live_for().map(|d| tokio::time::Instant::now() + d);
+    let mut ended = deadline.is_none();
     let id = client.request(message).await.map_err(|e| e.to_string())?;
     if let Some(id) = id {
         eprintln!("subscribed as {id}");
     }
     let mut seen = 0;
     while count.is_none_or(|n| seen < n) {
-        let Some(notification) = client.next_notification().await else {
+        if ends && history_in && ended {
+            return Ok(());
+        }
+        let notification = tokio::select! {
+            next = client.next_notification() => next,
+            () = sleep_until(deadline), if !ended => {
+                ended = true;
+                continue;
+            }
+        };
+        let Some(notification) = notification else {
             return Err("the broker closed the connection".to_owned());
         };
         let end_of_history = matches!(notification, Notification::EndOfHistory { .. });
@@ -354,14 +421,20 @@ async fn sub(
             }
         }
         if end_of_history {
-            if until.is_some() {
-                return Ok(());
-            }
+            history_in = true;
             continue;
         }
         seen += 1;
     }
     Ok(())
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Reads and validates a workflow file, naming the file in every problem.
