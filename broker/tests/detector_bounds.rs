@@ -101,15 +101,51 @@ fn partial_matches_expire_after_their_window_and_the_lateness() {
     let mut feed = Feed::new(Bounds { lateness_ms: 50, ..Bounds::default() });
     let p = feed.add("{[class,eq,'a']};{[class,eq,'b']} within 100ms");
     feed.publish(&p, 1_000, "[class,'a']");
-    assert_eq!(feed.detectors.poll_timeout(), Some(1_150));
+    assert_eq!(feed.detectors.poll_timeout(), Some(1_151), "the first instant nothing can complete it");
     assert_eq!(feed.publish(&p, 1_100, "[class,'b']").len(), 1, "100 ms apart: inside the window");
     assert!(feed.publish(&p, 1_101, "[class,'b']").is_empty(), "101 ms apart: outside");
-    feed.detectors.handle_timeout(1_150);
+    feed.detectors.handle_timeout(1_151);
     let c = feed.counters();
     assert!(c.expired >= 1, "{c:?}");
     // The a and the stored b's went when their windows passed.
     feed.detectors.handle_timeout(1_300);
     assert_eq!(feed.counters().stored, 0);
+}
+
+#[test]
+fn a_publication_exactly_the_allowed_lateness_late_still_completes() {
+    // "A publication arriving later than the allowed lateness may miss": one arriving at
+    // exactly the allowance is not later than it.
+    let mut feed = Feed::new(Bounds { lateness_ms: 50, ..Bounds::default() });
+    let p = feed.add("{[class,eq,'a']};{[class,eq,'b']} within 100ms");
+    feed.publish(&p, 1_000, "[class,'a']");
+    assert_eq!(
+        feed.publish_stamped(&p, 1_150, 1_100, "[class,'b']").len(),
+        1,
+        "window and lateness both at their edge"
+    );
+    feed.detectors.handle_timeout(1_151);
+    assert!(feed.publish_stamped(&p, 1_151, 1_100, "[class,'b']").is_empty(), "one ms later: gone");
+    let mut feed = Feed::new(Bounds { lateness_ms: 0, ..Bounds::default() });
+    let p = feed.add("{[class,eq,'a']}&{[class,eq,'b']} within 10ms");
+    feed.publish(&p, 0, "[class,'a']");
+    assert_eq!(
+        feed.publish(&p, 10, "[class,'b']").len(),
+        1,
+        "10 ms apart is within 10ms, as the reference says"
+    );
+
+    let mut feed = Feed::new(Bounds { lateness_ms: 100, ..Bounds::default() });
+    let p = feed.add(
+        "{[class,eq,'a'],[k,eq,$S$k]};{[class,eq,'b'],[k,eq,$S$k]} until {[class,eq,'end'],[k,eq,$S$k]}",
+    );
+    assert!(feed.publish(&p, 10, "[class,'a'],[k,'x']").is_empty());
+    assert!(feed.publish(&p, 30, "[class,'end'],[k,'x']").is_empty());
+    assert_eq!(
+        feed.publish_stamped(&p, 130, 20, "[class,'b'],[k,'x']").len(),
+        1,
+        "the end is remembered through 130"
+    );
 }
 
 #[test]
@@ -137,8 +173,8 @@ fn a_generation_end_leaves_no_partial_match_behind() {
     assert_eq!(fired, 100);
     // The ends are remembered for the lateness allowance, then what they ended is dropped.
     let lateness = Bounds::default().lateness_ms;
-    assert_eq!(feed.detectors.poll_timeout(), Some(2 + lateness), "the first end's");
-    feed.detectors.handle_timeout(299 + lateness);
+    assert_eq!(feed.detectors.poll_timeout(), Some(3 + lateness), "the first end's");
+    feed.detectors.handle_timeout(300 + lateness);
     let c = feed.counters();
     assert_eq!((c.stored, c.ended), (0, 200), "{c:?}");
     assert_eq!(feed.detectors.poll_timeout(), None);
@@ -157,7 +193,7 @@ fn a_partial_match_before_an_end_still_pairs_with_a_late_publication_before_it()
     // A b stamped after the end does not: the match would straddle it.
     assert!(feed.publish(&p, 40, "[class,'b'],[k,'x']").is_empty());
     // Once the end is forgotten, what began before it is gone, and the binding starts anew.
-    feed.detectors.handle_timeout(130);
+    feed.detectors.handle_timeout(131);
     assert_eq!(feed.counters().stored, 1, "the b stamped at 40 is kept; a and the late b are not");
     assert_eq!(feed.counters().ended, 2);
     assert!(feed.publish(&p, 140, "[class,'b'],[k,'x']").is_empty(), "a is gone");
@@ -262,7 +298,7 @@ fn an_end_drops_what_began_before_it_whatever_the_stores_are_keyed_by() {
     feed.publish(&times, 32, "[class,'t'],[g,'y'],[v,1]");
     feed.publish(&times, 40, "[class,'end'],[g,'x']");
     assert_eq!(feed.counters().stored, 6);
-    feed.detectors.handle_timeout(40 + lateness);
+    feed.detectors.handle_timeout(41 + lateness);
     let c = feed.counters();
     // Gone: a of x, and the two t's of x. Kept: a of y, b (binds no g), t of y.
     assert_eq!((c.stored, c.ended), (3, 3), "{c:?}");

@@ -24,8 +24,8 @@
 //!
 //! # Bounds ([`Bounds`])
 //! - `within`: a stored partial match is dropped once no publication can complete it inside
-//!   the window: at its first stamp plus the window plus `lateness_ms` by this broker's
-//!   clock ([`Counters::expired`]).
+//!   the window: after its first stamp plus the window plus `lateness_ms` by this broker's
+//!   clock ([`Counters::expired`]); a partner arriving exactly that late still completes it.
 //! - Caps: at most `per_detector` stored partial matches per detector and `per_broker` in
 //!   all; past a cap the longest-stored is evicted ([`Counters::evicted`]). A pattern
 //!   without `within` keeps its partial matches until evicted or ended.
@@ -391,7 +391,16 @@ impl Detector {
         let expiry = self
             .pattern
             .window
-            .map(|w| partial.first().time.saturating_add(w).saturating_add(ctx.bounds.lateness_ms));
+            // The first instant at which no partner can arrive in time: one stamped at the
+            // window's edge may still arrive `lateness_ms` late.
+            .map(|w| {
+                partial
+                    .first()
+                    .time
+                    .saturating_add(w)
+                    .saturating_add(ctx.bounds.lateness_ms)
+                    .saturating_add(1)
+            });
         if self.pattern.has_until && !self.binds_until(&partial) {
             *self.unbound.entry(partial.first().clone()).or_default() += 1;
         }
@@ -657,7 +666,8 @@ impl Detector {
             values.push(KeyPart::of(publication.publication.get(attr)?));
         }
         let key: Key = values.into();
-        let forget_at = now.saturating_add(ctx.bounds.lateness_ms);
+        // Remembered through `now + lateness_ms`: a publication arriving then is not late.
+        let forget_at = now.saturating_add(ctx.bounds.lateness_ms).saturating_add(1);
         self.ends.entry(key.clone()).or_default().push(publication.stamp.clone());
         self.ends_order.push_back((forget_at, key, publication.stamp.clone()));
         while self.ends_order.len() > ctx.bounds.per_detector {
