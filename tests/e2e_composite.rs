@@ -266,3 +266,38 @@ async fn a_broker_restarted_in_the_middle_of_a_pattern_takes_it_up_again() {
     assert_eq!(ka, kb, "an a and a b of one k: {pubs:?}");
     assert!(matches!(ka, Some(Value::Int(k)) if k >= 1000), "published after the restart: {pubs:?}");
 }
+
+#[tokio::test]
+async fn a_match_larger_than_a_frame_is_reported_to_its_subscriber_not_dropped_unsaid() {
+    // Frames of at most 4 KiB: each publication fits, the match of two does not.
+    let broker =
+        start_with("B1", "composite-large-match", &["--max-frame-bytes".to_owned(), "4096".to_owned()]);
+    let publisher = client(&broker, "pub").await;
+    let mut subscriber = client(&broker, "sub").await;
+    publisher.send("a [class,eq,'part'],[k,isPresent,''],[side,isPresent,'']").await.expect("advertised");
+    let id = subscriber
+        .send(
+            "cs {[class,eq,'part'],[side,eq,'l'],[k,eq,$S$k]}&{[class,eq,'part'],[side,eq,'r'],[k,eq,$S$k]}",
+        )
+        .await
+        .expect("subscribed")
+        .expect("an id");
+    for side in ["l", "r"] {
+        let p: Publication = format!("[class,'part'],[k,'x'],[side,'{side}']").parse().expect("valid");
+        publisher.publish(p.with_payload(vec![7_u8; 2_500])).await.expect("published");
+    }
+    let mut said = None;
+    for _ in 0..200 {
+        said = subscriber.last_error();
+        if said.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let said = said.expect("the subscriber is told");
+    assert!(said.contains("not delivered") && said.contains(&id.to_string()), "{said}");
+    // The connection stays: a match that fits still arrives.
+    publish(&publisher, &["[class,'part'],[k,'y'],[side,'l']", "[class,'part'],[k,'y'],[side,'r']"]).await;
+    let (sub, _) = next_match(&mut subscriber, 10 * SECOND).await.expect("a match that fits");
+    assert_eq!(sub, id);
+}

@@ -422,3 +422,39 @@ async fn a_historic_answer_larger_than_a_clients_backlog_limit_is_delivered_whol
         .expect("still connected");
     assert!(matches!(next, padres_client::Notification::Publication { .. }), "{next:?}");
 }
+
+#[tokio::test]
+async fn stored_answers_between_brokers_fit_a_small_frame_limit() {
+    // Frames of at most 16 KiB: 200 stored publications of about 300 bytes (60 kB) must
+    // cross the link to the subscriber's broker in several answers, not one that the
+    // link cannot carry.
+    let small = flags(&["--max-frame-bytes", "16384"]);
+    let mut extra = small.clone();
+    extra.extend(flags(&["--history", "[class,eq,'blob']"]));
+    let store = start_with("B1", "history-small-frames", &extra);
+    let mut extra = small;
+    extra.extend(padres_tests::broker::neighbour_of(&store));
+    let edge = start_with("B2", "history-small-frames", &extra);
+    let publisher = client(&store, "pub").await;
+    publisher.send("a [class,eq,'blob'],[n,isPresent,0]").await.expect("advertised");
+    let since = padres_client::check::now();
+    for n in 0..200_i64 {
+        let p: Publication = format!("[class,'blob'],[n,{n}]").parse().expect("valid");
+        publisher.publish(p.with_payload(vec![7_u8; 250])).await.expect("published");
+    }
+    for _ in 0..400 {
+        if publisher.stats().await.expect("stats").history_stored >= 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut subscriber = client(&edge, "sub").await;
+    let text = format!("s [class,eq,'blob'],[time,>=,{}]", since.to_rfc3339());
+    let id = subscriber.send(&text).await.expect("subscribed").expect("an id");
+    let (got, marker) = until_marker(&mut subscriber, &id).await;
+    assert_eq!(got.iter().map(|(n, _)| *n).collect::<Vec<_>>(), (0..200).collect::<Vec<_>>());
+    assert!(
+        matches!(&marker, padres_client::Notification::EndOfHistory { count: 200, missing, .. } if missing.is_empty()),
+        "{marker:?}"
+    );
+}

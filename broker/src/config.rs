@@ -343,6 +343,7 @@ impl Config {
             },
             history_timeout_ms: self.history_store.query_timeout_ms,
             history_max_results: self.history_store.max_results,
+            history_chunk_bytes: crate::router::history_chunk_bytes(l.max_frame_bytes),
         };
         let history = self.validate_history()?;
         Ok(Settings { name, neighbours, router, history })

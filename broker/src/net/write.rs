@@ -31,6 +31,13 @@ pub(super) async fn write_batch(
                 Frame::Notification { .. } => {
                     Some(Frame::Error { req: None, code: ErrorCode::LimitExceeded, message })
                 }
+                // A match carries a publication per leaf: it can outgrow a frame that each
+                // of its publications fits.
+                Frame::CompositeNotification { sub, .. } => Some(Frame::Error {
+                    req: None,
+                    code: ErrorCode::LimitExceeded,
+                    message: format!("a match of {sub} {message}"),
+                }),
                 Frame::Report { req, .. } | Frame::Ok { req, .. } => {
                     Some(Frame::Error { req: Some(req), code: ErrorCode::LimitExceeded, message })
                 }

@@ -35,9 +35,17 @@ use super::{BrokerMessage, ClientId, Hop, Output, Router};
 
 /// Most stored publications per [`BrokerMessage::HistoryAnswer`].
 const CHUNK: usize = 256;
-/// Most bytes (estimated) per [`BrokerMessage::HistoryAnswer`], well under the smallest
-/// frame limit a broker accepts.
+/// Most bytes (estimated) per [`BrokerMessage::HistoryAnswer`].
 const CHUNK_BYTES: usize = 256 << 10;
+
+/// The bytes (estimated) of stored publications one answer carries for a broker whose
+/// frames are at most `max_frame` bytes: half of it (the estimate is not the encoding), at
+/// most [`CHUNK_BYTES`]. A publication larger than that goes alone, which its own frame
+/// limit allowed when it was published.
+pub const fn history_chunk_bytes(max_frame: usize) -> usize {
+    let half = max_frame / 2;
+    if half < CHUNK_BYTES { half } else { CHUNK_BYTES }
+}
 
 /// How long a broker waits for the stores beyond it, by default.
 pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
@@ -93,10 +101,11 @@ pub(super) struct Histories {
     composite_queries: HashMap<MessageId, Vec<MessageId>>,
     timeout_ms: u64,
     max_results: u64,
+    chunk_bytes: usize,
 }
 
 impl Histories {
-    pub(super) fn new(timeout_ms: u64, max_results: u64) -> Self {
+    pub(super) fn new(timeout_ms: u64, max_results: u64, chunk_bytes: usize) -> Self {
         Self {
             stores: BTreeMap::new(),
             unreachable: BTreeMap::new(),
@@ -104,6 +113,7 @@ impl Histories {
             composite_queries: HashMap::new(),
             timeout_ms,
             max_results,
+            chunk_bytes,
         }
     }
 
@@ -402,9 +412,10 @@ impl Router {
             Ok(pubs) => {
                 let mut chunk = Vec::new();
                 let mut bytes = 0;
+                let chunk_bytes = self.histories.chunk_bytes;
                 for s in pubs {
                     let n = 32 + s.publication.estimated_size();
-                    if !chunk.is_empty() && (chunk.len() == CHUNK || bytes + n > CHUNK_BYTES) {
+                    if !chunk.is_empty() && (chunk.len() == CHUNK || bytes + n > chunk_bytes) {
                         self.history_answer(query, &Hop::History, std::mem::take(&mut chunk), out);
                         bytes = 0;
                     }

@@ -95,7 +95,7 @@ pub use covering::Covering;
 use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
 use cycles::{Awaited, Ctx, Cycles, Next};
 use history::Histories;
-pub use history::{DEFAULT_MAX_RESULTS, DEFAULT_TIMEOUT_MS};
+pub use history::{DEFAULT_MAX_RESULTS, DEFAULT_TIMEOUT_MS, history_chunk_bytes};
 use settle::{Settle, Waiter};
 
 /// A client connection, numbered by the I/O shell.
@@ -269,6 +269,9 @@ pub struct Options {
     pub history_timeout_ms: u64,
     /// Most stored publications delivered for one historic subscription.
     pub history_max_results: u64,
+    /// Most bytes (estimated) of stored publications in one answer to a neighbour: under
+    /// the frame limit of every broker on the way ([`history_chunk_bytes`]).
+    pub history_chunk_bytes: usize,
 }
 
 impl Options {
@@ -282,6 +285,7 @@ impl Options {
         detector_bounds: Bounds::DEFAULT,
         history_timeout_ms: DEFAULT_TIMEOUT_MS,
         history_max_results: DEFAULT_MAX_RESULTS,
+        history_chunk_bytes: history_chunk_bytes(padres_lang::wire::codec::DEFAULT_MAX_FRAME),
     };
 }
 
@@ -445,7 +449,11 @@ impl Router {
             stamp_seq: u64::from(options.incarnation) << 32,
             history_filters: Vec::new(),
             publishing: None,
-            histories: Histories::new(options.history_timeout_ms, options.history_max_results),
+            histories: Histories::new(
+                options.history_timeout_ms,
+                options.history_max_results,
+                options.history_chunk_bytes,
+            ),
         }
     }
 
