@@ -216,6 +216,27 @@ fn a_store_in_use_or_not_a_database_is_refused_with_its_path() {
     assert!(matches!(err, HistoryError::Corrupt { .. }), "{err}");
     assert!(err.to_string().contains("garbage/history.sqlite"), "{err}");
     assert!(Reader::open(&bad).is_err());
+
+    // A file that cannot be opened is not called damaged.
+    let unopenable = dir.join("unopenable");
+    std::fs::create_dir_all(unopenable.join("history.sqlite")).expect("a directory where the file goes");
+    let err = Store::open(&unopenable, options(&[])).expect_err("not a file");
+    assert!(matches!(err, HistoryError::Open { .. }), "{err}");
+    assert!(!err.to_string().contains("move the file away"), "{err}");
+}
+
+#[test]
+fn a_store_that_did_not_open_whole_is_not_marked_closed_normally() {
+    let dir = dir("half-open");
+    drop(Store::open(&dir, options(&["appl"])).expect("opens"));
+    assert!(dir.join("history.clean").exists(), "closed normally");
+    // The key-column table names an attribute no broker would have declared.
+    let conn = rusqlite::Connection::open(dir.join("history.sqlite")).expect("opens");
+    conn.execute("INSERT INTO key_columns (column, attr) VALUES (7, 'no spaces')", []).expect("written");
+    drop(conn);
+    let err = Store::open(&dir, options(&["appl"])).expect_err("a bad key column");
+    assert!(matches!(err, HistoryError::Corrupt { .. }), "{err}");
+    assert!(!dir.join("history.clean").exists(), "the next broker checks it whole");
 }
 
 #[test]
@@ -332,4 +353,31 @@ fn a_store_written_before_the_row_count_was_kept_is_counted_once_at_open() {
     store.insert(&records(50, 1_763_632_900_000, 3)).expect("stored");
     drop(store);
     assert_eq!(Store::open(&dir, options(&[])).expect("reopens").rows().expect("rows"), 300);
+}
+
+#[test]
+fn a_publication_that_cannot_be_stored_is_not_acknowledged_as_stored() {
+    let dir = dir("unstorable");
+    let store = Store::open(&dir, options(&[])).expect("opened");
+    let origin = Name::new("B1").expect("name");
+    let record = |seq: u64, publication: Publication| Record {
+        stamp: Stamp::new(1_000 + seq, origin.clone(), seq),
+        publication: Arc::new(publication.with_time(Timestamp::from_millis(1_000).expect("in range"))),
+    };
+    let small: Publication = "[class,'blob'],[n,1]".parse().expect("valid");
+    // A frame over the 64 MiB ceiling, however it got here.
+    let huge = small.clone().with_payload(vec![0_u8; padres_lang::wire::codec::MAX_FRAME_CEILING]);
+    let history = History::start(store, 16);
+    let (tx, rx) = mpsc::channel();
+    for (seq, p) in [(0, huge), (1, small)] {
+        let tx = tx.clone();
+        let queued = history.offer(record(seq, p), Some(Box::new(move |r| drop(tx.send((seq, r))))));
+        assert!(queued.is_ok(), "queued");
+    }
+    let mut answers: Vec<(u64, Result<(), String>)> = rx.iter().take(2).collect();
+    answers.sort_by_key(|(seq, _)| *seq);
+    assert!(answers[0].1.as_ref().is_err_and(|e| e.contains("not stored")), "{answers:?}");
+    assert_eq!(answers[1].1, Ok(()));
+    let stats = history.stats();
+    assert_eq!((stats.stored, stats.failed), (1, 1), "{stats:?}");
 }

@@ -114,9 +114,25 @@ pub enum HistoryError {
         /// Why.
         source: std::io::Error,
     },
+    /// The database could not be opened or read for a reason other than damage.
+    #[error("history store {path}: {message}")]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// What SQLite said.
+        message: String,
+    },
     /// SQLite failed.
     #[error("history store: {0}")]
     Sql(#[from] rusqlite::Error),
+}
+
+/// Whether SQLite's error says the file is damaged (or not a database at all).
+fn damaged(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
 }
 
 /// One publication to store.
@@ -141,6 +157,9 @@ pub struct Store {
     rows: u64,
     /// Held while the store is open: a second broker on the same directory is refused.
     _lock: File,
+    /// Opened whole and met no damage since: closing it marks it closed normally, so that
+    /// the next broker need not check it whole.
+    sound: bool,
 }
 
 /// Opens `path`, and with `check` runs SQLite's integrity check on it (which reads the
@@ -148,10 +167,18 @@ pub struct Store {
 fn open_checked(path: &Path, flags: OpenFlags, check: bool) -> Result<Connection, HistoryError> {
     let corrupt =
         |e: &dyn std::fmt::Display| HistoryError::Corrupt { path: path.to_owned(), message: e.to_string() };
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| corrupt(&e))?;
+    // Only damage is called damage: a file that cannot be opened (permissions, a missing
+    // directory) or a database another program has locked is said as what it is.
+    let failed = |e: rusqlite::Error| {
+        if damaged(&e) {
+            corrupt(&e)
+        } else {
+            HistoryError::Open { path: path.to_owned(), message: e.to_string() }
+        }
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(failed)?;
     if check {
-        let result: String =
-            conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| corrupt(&e))?;
+        let result: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(failed)?;
         if result != "ok" {
             return Err(corrupt(&format!("integrity check failed: {result}")));
         }
@@ -160,8 +187,12 @@ fn open_checked(path: &Path, flags: OpenFlags, check: bool) -> Result<Connection
 }
 
 impl Drop for Store {
-    /// Closed normally: the next broker to open the store need not check it whole.
+    /// Closed normally: the next broker to open the store need not check it whole (unless
+    /// it did not open whole, or met damage while open).
     fn drop(&mut self) {
+        if !self.sound {
+            return;
+        }
         if let Some(dir) = self.path.parent()
             && let Err(e) = File::create(dir.join(CLEAN))
         {
@@ -180,8 +211,14 @@ impl Store {
         let lock_path = dir.join(LOCK);
         let lock = File::create(&lock_path)
             .map_err(|source| HistoryError::Io { path: lock_path.clone(), source })?;
-        if lock.try_lock().is_err() {
-            return Err(HistoryError::Locked { path, lock: lock_path });
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(HistoryError::Locked { path, lock: lock_path });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(HistoryError::Io { path: lock_path, source });
+            }
         }
         // SQLite's integrity check reads the whole file (1,000,000 rows: 274 MB, 1.4 s from a
         // cold cache): it runs when the last broker to hold the store did not close it
@@ -248,8 +285,9 @@ impl Store {
             }
         };
         let rows = u64::try_from(rows).unwrap_or(0);
-        let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock };
+        let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, sound: false };
         store.declare_columns()?;
+        store.sound = true;
         Ok(store)
     }
 
@@ -325,8 +363,24 @@ impl Store {
         &self.options
     }
 
-    /// Stores `records` in one transaction.
-    pub fn insert(&mut self, records: &[Record]) -> Result<(), HistoryError> {
+    /// Stores `records` in one transaction; returns the positions of those that could not
+    /// be stored (a publication whose frame, `time` added, is over the frame ceiling).
+    pub fn insert(&mut self, records: &[Record]) -> Result<Vec<usize>, HistoryError> {
+        let result = self.insert_batch(records);
+        self.note(&result);
+        result
+    }
+
+    /// A store that met damage is checked whole by the next broker to open it.
+    fn note<T>(&mut self, result: &Result<T, HistoryError>) {
+        if let Err(HistoryError::Sql(e)) = result
+            && damaged(e)
+        {
+            self.sound = false;
+        }
+    }
+
+    fn insert_batch(&mut self, records: &[Record]) -> Result<Vec<usize>, HistoryError> {
         let names: Vec<String> = (0..self.columns.len()).map(|c| format!(", k{c}")).collect();
         let marks: Vec<String> = (0..self.columns.len()).map(|c| format!(", ?{}", c + 7)).collect();
         let sql = format!(
@@ -336,14 +390,18 @@ impl Store {
         );
         let tx = self.conn.transaction()?;
         let mut inserted = 0;
+        let mut refused = Vec::new();
         {
             let mut stmt = tx.prepare_cached(&sql)?;
             let mut bytes = Vec::new();
-            for record in records {
+            for (at, record) in records.iter().enumerate() {
                 bytes.clear();
                 let frame = Frame::Publish { publication: record.publication.clone() };
-                // What arrived here was decoded from a frame of at most the ceiling.
-                if codec::encode(&frame, codec::MAX_FRAME_CEILING, &mut bytes).is_err() {
+                // What arrived here was decoded from a frame of at most the ceiling; the
+                // `time` its broker added can take it over.
+                if let Err(e) = codec::encode(&frame, codec::MAX_FRAME_CEILING, &mut bytes) {
+                    tracing::error!(error = %e, stamp = ?record.stamp, "history store: a publication cannot be stored");
+                    refused.push(at);
                     continue;
                 }
                 let p = &record.publication;
@@ -364,7 +422,7 @@ impl Store {
         tx.execute("UPDATE meta SET rows = rows + ?1", [i64::try_from(inserted).unwrap_or(i64::MAX)])?;
         tx.commit()?;
         self.rows += u64::try_from(inserted).unwrap_or(0);
-        Ok(())
+        Ok(refused)
     }
 
     /// Deletes what the retention settings no longer keep, as of `now` (epoch
@@ -373,6 +431,12 @@ impl Store {
     /// 200,000 rows per call: a large backlog (retention just enabled or
     /// shortened on a big store) goes over several calls instead of stalling the writer.
     pub fn apply_retention(&mut self, now: u64) -> Result<u64, HistoryError> {
+        let result = self.retain(now);
+        self.note(&result);
+        result
+    }
+
+    fn retain(&mut self, now: u64) -> Result<u64, HistoryError> {
         let mut removed: u64 = 0;
         if let Some(age) = self.options.max_age_ms {
             let cutoff = i64::try_from(now.saturating_sub(age)).unwrap_or(i64::MAX);

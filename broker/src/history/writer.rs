@@ -249,16 +249,28 @@ fn commit(
     let n = records.len() as u64;
     let result = store.insert(records).map_err(|e| e.to_string());
     records.clear();
-    match &result {
-        Ok(()) => counters.stored.fetch_add(n, Ordering::Relaxed),
+    let refused = match &result {
+        Ok(refused) => {
+            let bad = refused.len() as u64;
+            counters.stored.fetch_add(n - bad, Ordering::Relaxed);
+            counters.failed.fetch_add(bad, Ordering::Relaxed);
+            refused.as_slice()
+        }
         Err(e) => {
             tracing::error!(error = %e, publications = n, "history store: a batch was not written");
-            counters.failed.fetch_add(n, Ordering::Relaxed)
+            counters.failed.fetch_add(n, Ordering::Relaxed);
+            &[]
         }
     };
     counters.queued.fetch_sub(n, Ordering::Relaxed);
-    for ack in acks.drain(..).flatten() {
-        ack.answer(result.clone());
+    for (at, ack) in acks.drain(..).enumerate() {
+        let Some(ack) = ack else { continue };
+        let answer = match &result {
+            Ok(_) if refused.contains(&at) => Err("over the frame ceiling: not stored".to_owned()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.clone()),
+        };
+        ack.answer(answer);
     }
 }
 

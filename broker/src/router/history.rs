@@ -346,7 +346,7 @@ impl Router {
         let (sub, limit, timeout_ms) = (pending.sub.clone(), pending.limit, pending.timeout_ms);
         // The next broker waits three quarters as long: it reports which stores beyond it
         // were silent while this one still listens (a quarter left for its report).
-        let beyond = timeout_ms / 4 * 3;
+        let beyond = (timeout_ms / 4 * 3).max(1);
         for hop in waiting.keys() {
             match hop {
                 Hop::Broker(to) => out.push(Output::ToBroker {
