@@ -86,6 +86,10 @@ pub struct CompositeConfig {
     pub max_partial_matches_per_subscription: usize,
     /// Most partial matches stored at this broker in all.
     pub max_partial_matches: usize,
+    /// Most bytes the partial matches stored at this broker may hold, estimated (about
+    /// 512 bytes each plus the publications each holds, a publication counted in every
+    /// partial match that holds it).
+    pub max_partial_match_bytes: u64,
     /// Most matches one publication forms at one operator of a pattern.
     pub max_pairs_per_publication: usize,
     /// How late after its stamp a publication may arrive and still pair as if in order
@@ -101,6 +105,7 @@ impl Default for CompositeConfig {
             detection: Detection::Network,
             max_partial_matches_per_subscription: bounds.per_detector,
             max_partial_matches: bounds.per_broker,
+            max_partial_match_bytes: bounds.max_bytes,
             max_pairs_per_publication: bounds.pairs_per_input,
             lateness_ms: bounds.lateness_ms,
         }
@@ -328,6 +333,12 @@ impl Config {
                 return Err(ConfigError::Invalid(format!("{name} must be at least 1")));
             }
         }
+        if self.composite.max_partial_match_bytes < crate::detector::PARTIAL_OVERHEAD {
+            return Err(ConfigError::Invalid(format!(
+                "composite.max_partial_match_bytes must be at least {} (what one partial match counts)",
+                crate::detector::PARTIAL_OVERHEAD
+            )));
+        }
         let c = &self.composite;
         let router = Options {
             covering: self.covering.into(),
@@ -338,6 +349,7 @@ impl Config {
             detector_bounds: Bounds {
                 per_detector: c.max_partial_matches_per_subscription,
                 per_broker: c.max_partial_matches,
+                max_bytes: c.max_partial_match_bytes,
                 pairs_per_input: c.max_pairs_per_publication,
                 lateness_ms: c.lateness_ms,
             },
@@ -505,6 +517,11 @@ impl Config {
             c.max_partial_matches_per_subscription
         );
         let _ = writeln!(out, "max_partial_matches = {}", c.max_partial_matches);
+        let _ = writeln!(
+            out,
+            "# Estimated bytes they may hold at this broker (512 each plus their publications)."
+        );
+        let _ = writeln!(out, "max_partial_match_bytes = {}", c.max_partial_match_bytes);
         let _ = writeln!(
             out,
             "# Most matches one publication forms at one operator (the rest are dropped, counted)."

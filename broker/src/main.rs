@@ -166,6 +166,11 @@ struct Overrides {
     /// Most partial matches stored at this broker in all.
     #[arg(long, value_name = "N", global = true)]
     max_partial_matches: Option<usize>,
+    /// Most bytes the partial matches stored at this broker may hold, estimated: 512 each
+    /// plus the publications each holds; past it the longest stored are evicted
+    /// [default: 1073741824].
+    #[arg(long, value_name = "BYTES", global = true)]
+    max_partial_match_bytes: Option<u64>,
     /// How late (milliseconds after its stamp) a publication may reach a composite
     /// detector and still pair as if it had come in order; `within` windows and bindings
     /// ended by `until` keep their partial matches this much longer [default: 10000].
@@ -256,6 +261,9 @@ impl Overrides {
         let composite = &mut config.composite;
         if let Some(lateness) = self.lateness_ms {
             composite.lateness_ms = lateness;
+        }
+        if let Some(bytes) = self.max_partial_match_bytes {
+            composite.max_partial_match_bytes = bytes;
         }
         for (flag, slot) in [
             (self.max_partial_matches_per_subscription, &mut composite.max_partial_matches_per_subscription),

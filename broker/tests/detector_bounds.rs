@@ -177,7 +177,35 @@ fn a_generation_end_leaves_no_partial_match_behind() {
     feed.detectors.handle_timeout(300 + lateness);
     let c = feed.counters();
     assert_eq!((c.stored, c.ended), (0, 200), "{c:?}");
+    assert_eq!(c.stored_bytes, 0, "every byte counted in is counted out");
     assert_eq!(feed.detectors.poll_timeout(), None);
+}
+
+#[test]
+fn the_broker_byte_cap_bounds_what_large_publications_hold() {
+    // 100 partial matches may be stored, but 10 of these hold 10 KB each: the byte cap
+    // keeps the broker near 32 KB, evicting the longest stored.
+    let cap = 32_000;
+    let mut feed = Feed::new(Bounds { per_broker: 100, max_bytes: cap, ..Bounds::default() });
+    let p = feed.add("{[class,eq,'a'],[k,eq,$S$k]}&{[class,eq,'b'],[k,eq,$S$k]}");
+    let (id, cs) = &p;
+    for i in 0..50_u64 {
+        feed.seq += 1;
+        let publication: Publication = format!("[class,'a'],[k,'k{i}']").parse().expect("valid");
+        let stamped = Arc::new(Stamped {
+            stamp: Stamp::new(i, Name::new("B").expect("name"), feed.seq),
+            publication: Arc::new(publication.with_payload(vec![0_u8; 10_000])),
+        });
+        assert!(matches(cs.atoms().next().expect("a leaf"), &stamped.publication));
+        feed.detectors.publication(*id, 0, &stamped, &mut Vec::new());
+        let c = feed.counters();
+        assert!(c.stored_bytes <= cap, "{c:?}");
+    }
+    let c = feed.counters();
+    assert_eq!((c.stored, c.evicted), (3, 47), "{c:?}");
+    // The newest are kept: k49 still pairs, k0 does not.
+    assert_eq!(feed.publish(&p, 60, "[class,'b'],[k,'k49']").len(), 1);
+    assert!(feed.publish(&p, 61, "[class,'b'],[k,'k0']").is_empty());
 }
 
 #[test]

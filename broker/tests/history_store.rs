@@ -303,7 +303,16 @@ fn a_query_through_the_writer_sees_everything_offered_before_it() {
     let mut answers: Vec<(usize, usize)> =
         rx.iter().map(|(round, answer)| (round, answer.expect("answered").len())).collect();
     answers.sort_unstable();
-    assert_eq!(answers, expected.into_iter().enumerate().collect::<Vec<_>>());
+    assert_eq!(answers.len(), 3);
+    // Each sees everything offered before it; the reader thread may run after the writer
+    // has committed the next round too, so it may see more (never what was not offered).
+    let all_job_statuses = expected[2];
+    for ((round, seen), before) in answers.into_iter().zip(expected) {
+        assert!(
+            (before..=all_job_statuses).contains(&seen),
+            "round {round}: {seen} seen, {before} offered before"
+        );
+    }
     history.close();
     // A closed store answers at once, with an error.
     let (tx, rx) = mpsc::channel();

@@ -79,6 +79,10 @@ pub struct Bounds {
     pub per_detector: usize,
     /// Most partial matches the broker's detectors store in all.
     pub per_broker: usize,
+    /// Most bytes the broker's stored partial matches may hold, estimated: each counts
+    /// [`PARTIAL_OVERHEAD`] and the estimated size of every publication it holds (a
+    /// publication held by several counts in each, so the memory used is less).
+    pub max_bytes: u64,
     /// Most matches one input forms at one node.
     pub pairs_per_input: usize,
     /// How late (ms after its stamp, by this broker's clock) a publication may still arrive
@@ -87,10 +91,15 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// 10,000 partial matches per detector, 1,000,000 per broker (some hundreds of MB at
-    /// most), 64 pairs per input per node, 10 s of lateness.
-    pub const DEFAULT: Self =
-        Self { per_detector: 10_000, per_broker: 1_000_000, pairs_per_input: 64, lateness_ms: 10_000 };
+    /// 10,000 partial matches per detector, 1,000,000 and 1 GiB (estimated) per broker, 64
+    /// pairs per input per node, 10 s of lateness.
+    pub const DEFAULT: Self = Self {
+        per_detector: 10_000,
+        per_broker: 1_000_000,
+        max_bytes: 1 << 30,
+        pairs_per_input: 64,
+        lateness_ms: 10_000,
+    };
 }
 
 impl Default for Bounds {
@@ -100,11 +109,17 @@ impl Default for Bounds {
     }
 }
 
+/// What a stored partial match counts toward [`Bounds::max_bytes`] besides its
+/// publications: about what one takes (`padres-bench composite` measures it).
+pub const PARTIAL_OVERHEAD: u64 = 512;
+
 /// What the detectors did, since the broker started (`stored`: now).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Partial matches stored now.
     pub stored: u64,
+    /// What they hold now, estimated as [`Bounds::max_bytes`] counts it.
+    pub stored_bytes: u64,
     /// Matches completed.
     pub matches: u64,
     /// Partial matches evicted by a cap.
@@ -173,10 +188,12 @@ struct Stored {
 /// are reused; a queued reference with another generation is stale).
 #[derive(Debug)]
 struct Loc {
-    node: usize,
-    side: usize,
+    node: u32,
+    side: u32,
     key: Key,
     generation: u64,
+    /// What it counts toward [`Bounds::max_bytes`].
+    bytes: u64,
 }
 
 /// A reference to a stored partial match from the broker-wide queues.
@@ -203,6 +220,8 @@ struct Detector {
     /// Per storing node, the stored matches of its left (0) and right (1) child, by key.
     stores: Stores,
     entries: Slab<Loc>,
+    /// What its entries count toward [`Bounds::max_bytes`].
+    bytes: u64,
     /// Entries in the order stored (stale ones are skipped).
     order: VecDeque<(usize, u64)>,
     /// `until` publications remembered: binding → stamps.
@@ -226,6 +245,7 @@ impl Detector {
             stores: Stores::new(&pattern),
             pattern,
             entries: Slab::new(),
+            bytes: 0,
             order: VecDeque::new(),
             ends: foldhash::HashMap::default(),
             ends_order: VecDeque::new(),
@@ -240,7 +260,8 @@ impl Detector {
 
     fn remove_entry(&mut self, entry: usize) {
         let loc = self.entries.remove(entry);
-        if let Some(stored) = self.stores.remove(loc.node, loc.side, &loc.key, entry) {
+        self.bytes -= loc.bytes;
+        if let Some(stored) = self.stores.remove(loc.node as usize, loc.side as usize, &loc.key, entry) {
             self.forget_unbound(&stored.partial);
         }
     }
@@ -332,11 +353,11 @@ impl Detector {
                         permuted = order.iter().map(|&i| key[i].clone()).collect();
                         &permuted
                     };
-                    let entries = &mut self.entries;
+                    let (entries, bytes) = (&mut self.entries, &mut self.bytes);
                     self.stores.drop_where(class, store_key, |stored| {
                         let ended = stored.partial.first() < e;
                         if ended {
-                            entries.remove(stored.entry);
+                            *bytes -= entries.remove(stored.entry).bytes;
                             removed += 1;
                         }
                         ended
@@ -404,7 +425,13 @@ impl Detector {
         if self.pattern.has_until && !self.binds_until(&partial) {
             *self.unbound.entry(partial.first().clone()).or_default() += 1;
         }
-        let entry = self.entries.insert(Loc { node, side, key: key.clone(), generation });
+        let bytes = PARTIAL_OVERHEAD
+            + partial.pubs.iter().map(|(_, p)| p.publication.estimated_size() as u64).sum::<u64>();
+        self.bytes += bytes;
+        // Node and side numbers are small (a pattern has at most a few hundred nodes).
+        #[allow(clippy::cast_possible_truncation)]
+        let (n, s) = (node as u32, side as u32);
+        let entry = self.entries.insert(Loc { node: n, side: s, key: key.clone(), generation, bytes });
         self.stores.push(node, side, key, Stored { entry, partial });
         self.order.push_back((entry, generation));
         ctx.stored.push((entry, generation, expiry));
@@ -766,6 +793,8 @@ pub struct Detectors {
     /// When a detector forgets an `until` publication (and drops what began before it).
     ends_due: BinaryHeap<Reverse<(u64, DetectorId)>>,
     stored: usize,
+    /// The sum of the detectors' `bytes`.
+    bytes: u64,
     counters: Counters,
 }
 
@@ -785,6 +814,7 @@ impl Detectors {
         match usize::try_from(id).ok().and_then(|key| self.detectors.try_remove(key)) {
             Some(detector) => {
                 self.stored -= detector.entries.len();
+                self.bytes -= detector.bytes;
                 true
             }
             None => false,
@@ -803,7 +833,7 @@ impl Detectors {
 
     /// The counters, with `stored` as of now.
     pub fn counters(&self) -> Counters {
-        Counters { stored: self.stored as u64, ..self.counters }
+        Counters { stored: self.stored as u64, stored_bytes: self.bytes, ..self.counters }
     }
 
     /// Runs `input` on detector `id`, then applies the caps.
@@ -812,6 +842,7 @@ impl Detectors {
             return;
         };
         detector.formed.fill(0);
+        let before = detector.bytes;
         let mut ctx = Ctx {
             bounds: &self.bounds,
             counters: &mut self.counters,
@@ -834,12 +865,13 @@ impl Detectors {
             self.stored -= 1;
         }
         detector.compact_order();
+        self.bytes = self.bytes - before + detector.bytes;
         self.apply_broker_cap();
         self.compact();
     }
 
     fn apply_broker_cap(&mut self) {
-        while self.stored > self.bounds.per_broker {
+        while self.stored > self.bounds.per_broker || self.bytes > self.bounds.max_bytes {
             let Some(r) = self.order.pop_front() else { break };
             if self.drop_entry(r) {
                 self.counters.evicted += 1;
@@ -852,7 +884,9 @@ impl Detectors {
         let detector = usize::try_from(r.detector).ok().and_then(|key| self.detectors.get_mut(key));
         match detector {
             Some(detector) if detector.live(r.entry, r.generation) => {
+                let before = detector.bytes;
                 detector.remove_entry(r.entry);
+                self.bytes = self.bytes - before + detector.bytes;
                 self.stored -= 1;
                 true
             }
@@ -955,7 +989,9 @@ impl Detectors {
             self.ends_due.pop();
             // A detector removed since (or its reused slot) forgets only what is due.
             if let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) {
+                let before = detector.bytes;
                 let (forgotten, again) = detector.forget_ends(now, self.bounds.lateness_ms);
+                self.bytes = self.bytes - before + detector.bytes;
                 self.counters.ended += forgotten as u64;
                 self.stored -= forgotten;
                 if let Some(at) = again {
