@@ -294,6 +294,35 @@ fn a_composite_subscription_joins_a_stored_trigger_with_a_status_arriving_now() 
 }
 
 #[test]
+fn two_clients_with_the_same_historic_pattern_each_get_each_match_once() {
+    // B1 — B2: the store and the publisher at B2, two subscribers at B1 with one text.
+    let mut sim =
+        chain(padres_broker::router::Options::default(), 2, 3, (2, 1), &[(1, "[class,eq,'trigger']")]);
+    sim.attach(4, 0);
+    sim.id(1, "a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,'']");
+    sim.id(1, "a [class,eq,'job_status'],[appl,isPresent,''],[gid,isPresent,''],[status,isPresent,'']");
+    sim.advance(1_000);
+    sim.call(1, "p [class,'trigger'],[appl,'payroll'],[gid,'g1']").expect("published");
+    sim.advance(60_000);
+    let pattern = format!(
+        "cs {{[class,eq,'trigger'],[appl,eq,$S$a],[time,>=,{}]}} & {{[class,eq,'job_status'],[appl,eq,$S$a],[status,eq,'FAILED']}}",
+        t(0)
+    );
+    let first = sim.id(2, &pattern);
+    sim.run();
+    // The second comes once the first's stored trigger is in.
+    let second = sim.id(4, &pattern);
+    sim.run();
+    sim.advance(1_000);
+    sim.call(1, "p [class,'job_status'],[appl,'payroll'],[gid,'g1'],[status,'FAILED']").expect("published");
+    sim.run();
+    let mut got: Vec<(u64, MessageId)> =
+        sim.composite_deliveries.iter().map(|d| (d.client, d.sub.clone())).collect();
+    got.sort();
+    assert_eq!(got, [(2, first), (4, second)], "one match each");
+}
+
+#[test]
 fn in_a_ring_store_advertisements_stop_and_a_query_still_ends_with_one_marker() {
     // B1 — B2 — B3 — B1, cycles on; the store at B3, the publisher at B2, the subscriber at B1.
     let mut sim = Sim::with_options(3, padres_broker::router::Options { cycles: true, ..Default::default() });

@@ -204,7 +204,14 @@ impl Router {
         if self.composites.subscribers.contains_key(&subscriber) {
             return;
         }
-        let key: PartKey = Arc::new((cs.to_string(), upstream(&from)));
+        let historic =
+            matches!(from, Hop::Client(_)) && cs.atoms().any(|s| super::history::is_historic(s, self.now));
+        // A client's pattern reaching into the past is fed its leaves' stored publications
+        // by queries of its own: shared, a second subscriber's answers would be stored
+        // again beside the first's, and every match made twice. It gets a detector of its
+        // own: its key adds its id to the text.
+        let text = if historic { format!("{cs}\u{0}{}", subscriber.1) } else { cs.to_string() };
+        let key: PartKey = Arc::new((text, upstream(&from)));
         self.composites.subscribers.insert(subscriber.clone(), key.clone());
         if let Some(part) = self.composites.parts.get_mut(&key) {
             part.subscribers.insert(subscriber);
@@ -212,8 +219,6 @@ impl Router {
             self.await_placement(&key);
             return;
         }
-        let historic =
-            matches!(from, Hop::Client(_)) && cs.atoms().any(|s| super::history::is_historic(s, self.now));
         let part = Part {
             detected: cs.clone(),
             leaf_of: (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect(),
