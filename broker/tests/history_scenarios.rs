@@ -252,6 +252,30 @@ fn a_store_cut_off_is_named_at_once_and_answers_again_when_its_link_returns() {
 }
 
 #[test]
+fn a_store_whose_broker_comes_back_without_it_is_no_longer_named_missing() {
+    // B1 — B2 — B3, a store at B3, subscribers at B1 and B2; B3 goes away, then restarts
+    // with no store.
+    let mut sim = chain(padres_broker::router::Options::default(), 3, 3, (2, 1), &[(2, "[class,eq,'log']")]);
+    sim.attach(4, 1);
+    sim.unlink(1, 2);
+    sim.run();
+    let query = format!("s [class,eq,'log'],[time,<,{}]", t(sim.now()));
+    let missing = |sim: &mut Sim, client: u64| {
+        let id = sim.id(client, &query);
+        sim.run();
+        let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker");
+        marker.missing.iter().map(ToString::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(missing(&mut sim, 2), ["B3"], "down: named two hops away");
+    assert_eq!(missing(&mut sim, 4), ["B3"], "and next to it");
+    sim.restart(2);
+    sim.link(1, 2, 3);
+    sim.run();
+    assert!(missing(&mut sim, 4).is_empty(), "B3 is back and keeps no store");
+    assert!(missing(&mut sim, 2).is_empty(), "B1 has heard so too");
+}
+
+#[test]
 fn a_composite_subscription_joins_a_stored_trigger_with_a_status_arriving_now() {
     // B1 — B2: the store and the publisher at B2, the subscriber at B1.
     let mut sim =

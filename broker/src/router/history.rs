@@ -159,8 +159,20 @@ impl Router {
         self.histories.stores.insert(id, StoreAd { filter, from: Hop::History });
     }
 
-    /// A neighbour's link is up: it learns every store not behind it.
-    pub(super) fn offer_stores(&self, to: &Name, out: &mut Vec<Output>) {
+    /// A neighbour's link is up: it learns every store not behind it, and what was
+    /// unreachable at that broker itself is forgotten: it advertises again the stores it
+    /// has now (a store it no longer keeps is not missing, it is gone). A store further
+    /// away that its broker gave up while cut off stays named until that broker advertises
+    /// again (docs/history.md).
+    pub(super) fn offer_stores(&mut self, to: &Name, out: &mut Vec<Output>) {
+        // The brokers beyond learn it too: a withdrawal of a store they hold unreachable
+        // makes them forget it (the same flood that told them it was cut off).
+        let back: Vec<MessageId> =
+            self.histories.unreachable.keys().filter(|gone| gone.origin == *to).cloned().collect();
+        for id in back {
+            self.histories.unreachable.remove(&id);
+            self.flood_store_withdrawal(&id, &Hop::Broker(to.clone()), out);
+        }
         let hop = Hop::Broker(to.clone());
         for (id, ad) in self.histories.stores.iter().filter(|(_, ad)| ad.from != hop) {
             out.push(Output::ToBroker {
@@ -238,6 +250,11 @@ impl Router {
                 if let Some(ad) = self.histories.stores.remove(&id) {
                     self.histories.unreachable.insert(id.clone(), ad.filter);
                 }
+                self.flood_store_withdrawal(&id, &hop, out);
+            }
+            // A store held unreachable whose broker is back (without it, or to advertise
+            // it again): forgotten here and beyond.
+            BrokerMessage::HistoryUnadvertise { id } if self.histories.unreachable.remove(&id).is_some() => {
                 self.flood_store_withdrawal(&id, &hop, out);
             }
             BrokerMessage::HistoryQuery { query, sub, limit, timeout_ms } => {
