@@ -394,3 +394,27 @@ fn with_cycles_a_link_that_returns_keeps_the_partial_matches_of_patterns_detecte
     sim.call(P2, "p [class,'s2'],[k,'b']").expect("published");
     assert_eq!(sim.composite_deliveries.len(), 1, "s1 before the bounce, s2 after");
 }
+
+#[test]
+fn a_withdrawn_advertisement_moves_a_pattern_and_nothing_published_after_the_reply_is_missed() {
+    // s2 at B6 and at B3, s1 at B5: {s1}&{s2} from B1 is split at B2. P3 withdraws its s2:
+    // both leaves now lie toward B4, and the pattern moves there.
+    let mut sim = fig5(Options::default());
+    fig5_clients(&mut sim);
+    sim.id(P1, "a [class,eq,'s1'],[k,isPresent,'']");
+    sim.id(P2, "a [class,eq,'s2'],[k,isPresent,'']");
+    let withdrawn = sim.id(P3, "a [class,eq,'s2'],[k,isPresent,'']");
+    let cs = sim.id(SUBSCRIBER, "cs {[class,eq,'s1'],[k,eq,$S$k]}&{[class,eq,'s2'],[k,eq,$S$k]}");
+    sim.run();
+    assert_eq!(detectors_at(&sim, 1), 1, "split at B2");
+    sim.call_until_reply(P3, &format!("unadv {withdrawn}")).expect("withdrawn");
+    // Published once the withdrawal is answered, while the move may be under way.
+    sim.send(P1, "p [class,'s1'],[k,'a']");
+    sim.run();
+    sim.call(P2, "p [class,'s2'],[k,'a']").expect("published");
+    assert_eq!(
+        composite_since(&sim, 0),
+        [(cs, vec![(0, "[class,'s1'],[k,'a']".to_owned()), (1, "[class,'s2'],[k,'a']".to_owned())])]
+    );
+    assert_eq!((detectors_at(&sim, 1), detectors_at(&sim, 3)), (0, 1), "moved to B4");
+}

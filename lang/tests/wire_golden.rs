@@ -56,6 +56,7 @@ fn broker_variant(m: &BrokerMessage) -> &'static str {
         BrokerMessage::Settled { what: Forwarded::Subscription(_) } => "Settled/Subscription",
         BrokerMessage::Settled { what: Forwarded::TreeSubscription { .. } } => "Settled/TreeSubscription",
         BrokerMessage::Settled { what: Forwarded::Composite(_) } => "Settled/Composite",
+        BrokerMessage::Settled { what: Forwarded::Unadvertisement(_) } => "Settled/Unadvertisement",
         BrokerMessage::CompositeSubscribe { .. } => "CompositeSubscribe",
         BrokerMessage::CompositeUnsubscribe { .. } => "CompositeUnsubscribe",
         BrokerMessage::CompositeMatch { .. } => "CompositeMatch",
@@ -193,6 +194,7 @@ fn samples() -> Vec<Frame> {
         BrokerMessage::Settled { what: Forwarded::Subscription(id(2)) },
         BrokerMessage::Settled { what: Forwarded::TreeSubscription { id: id(2), tree: id(1) } },
         BrokerMessage::Settled { what: Forwarded::Composite(id(3)) },
+        BrokerMessage::Settled { what: Forwarded::Unadvertisement(id(1)) },
         BrokerMessage::CompositeSubscribe {
             id: id(3),
             cs: Arc::new("{[class,eq,'a']};{[class,eq,'b']} within 1m".parse().expect("composite")),
@@ -286,6 +288,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Broker/Settled/Subscription", "0000000707080102423102"),
     ("Broker/Settled/TreeSubscription", "0000000b0708020242310202423101"),
     ("Broker/Settled/Composite", "0000000707080302423103"),
+    ("Broker/Settled/Unadvertisement", "0000000707080402423101"),
     (
         "Broker/CompositeSubscribe",
         "0000002a07090242310303000105636c6173730000020161000105636c61737300000201620102000101fb60ea00",
@@ -344,8 +347,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 16 frame shapes (Request counted per message kind: 6) and 20 broker messages
-    // (Settled counted per forwarded kind: 4).
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 20;
+    // 16 frame shapes (Request counted per message kind: 6) and 21 broker messages
+    // (Settled counted per forwarded kind: 5).
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 21;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }

@@ -500,6 +500,11 @@ impl Router {
         for output in &out[start..] {
             if let Output::ToBroker { to, message } = output {
                 self.settle.sent(to, message);
+                // A withdrawal waits for its copies wherever they were sent from.
+                if let BrokerMessage::Unadvertise { id, .. } = message {
+                    let what = Forwarded::Unadvertisement(id.clone());
+                    self.awaited.push((what.clone(), what, to.clone()));
+                }
             }
         }
         if let Some((copies, waiter)) = self.settling.take() {
@@ -741,7 +746,11 @@ impl Router {
             Message::Unadvertise(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.advs.remove(&id)) {
                     self.withdraw_adv(&id, out);
-                    Ok(None)
+                    // Answered once the withdrawal has settled everywhere, with the
+                    // patterns it moved (a publication published next is detected).
+                    let copies = Copies::One(Forwarded::Unadvertisement(id));
+                    self.settling = Some((copies, Waiter::Done { client, req }));
+                    return;
                 } else {
                     Err((ErrorCode::UnknownId, format!("no advertisement {id} of this client")))
                 }

@@ -1,8 +1,9 @@
 //! Settled replies: a client's `advertise` or `subscribe` is answered once it has taken
 //! effect everywhere it must.
 //!
-//! Every [`BrokerMessage::Advertise`], [`BrokerMessage::Subscribe`] and
-//! [`BrokerMessage::TreeSubscribe`] a broker sends is answered by its neighbour with a
+//! Every [`BrokerMessage::Advertise`], [`BrokerMessage::Unadvertise`],
+//! [`BrokerMessage::Subscribe`], [`BrokerMessage::TreeSubscribe`] and
+//! [`BrokerMessage::CompositeSubscribe`] a broker sends is answered by its neighbour with a
 //! [`BrokerMessage::Settled`] naming it, once the neighbour's own forwarded copies of it have
 //! settled, and at once if it forwarded none. A copy held back by covering waits for the
 //! cover's copy at that neighbour to settle. The broker that took the client's request
@@ -12,7 +13,10 @@
 //! - when `advertise` returns, every subscription that existed when it was issued has
 //!   reached the advertiser's broker, so a publication published next reaches it;
 //! - when `subscribe` returns, every broker on the way to the advertisements it overlaps
-//!   holds it (or a cover), so a publication published next at any of them reaches it.
+//!   holds it (or a cover), so a publication published next at any of them reaches it;
+//! - when `unadv` returns, the withdrawal has reached every broker that knew the
+//!   advertisement, and the composite patterns it moved are in place where they went, so
+//!   a pattern completed by publications published next is detected.
 //!
 //! The cost: one small message per forwarded copy, and a reply that takes a round trip to
 //! the farthest broker concerned.
@@ -42,6 +46,8 @@ use super::{ClientId, Name, Output};
 pub(super) enum Waiter {
     /// A client's request, answered with the id.
     Client { client: ClientId, req: Option<u64>, id: MessageId },
+    /// A client's request answered without an id (`unadv`).
+    Done { client: ClientId, req: Option<u64> },
     /// The neighbour that sent it, answered with [`BrokerMessage::Settled`].
     Broker { to: Name, what: Forwarded },
 }
@@ -137,6 +143,7 @@ pub(super) fn forwarded(message: &BrokerMessage) -> Option<Forwarded> {
             Some(Forwarded::TreeSubscription { id: id.clone(), tree: tree.clone() })
         }
         BrokerMessage::CompositeSubscribe { id, .. } => Some(Forwarded::Composite(id.clone())),
+        BrokerMessage::Unadvertise { id, .. } => Some(Forwarded::Unadvertisement(id.clone())),
         _ => None,
     }
 }
@@ -144,6 +151,7 @@ pub(super) fn forwarded(message: &BrokerMessage) -> Option<Forwarded> {
 fn answer(waiter: Waiter, out: &mut Vec<Output>) {
     match waiter {
         Waiter::Client { client, req, id } => out.push(Output::Reply { client, req, result: Ok(Some(id)) }),
+        Waiter::Done { client, req } => out.push(Output::Reply { client, req, result: Ok(None) }),
         Waiter::Broker { to, what } => {
             out.push(Output::ToBroker { to, message: BrokerMessage::Settled { what } });
         }

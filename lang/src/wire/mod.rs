@@ -25,7 +25,8 @@
 //! different versions refuse each other at the hello with [`ErrorCode::VersionMismatch`].
 //! Version 2 added [`BrokerMessage::Settled`]; version 3 added `within` and `until` to
 //! composite subscriptions, stamps on routed publications, the composite broker messages
-//! and [`Frame::CompositeNotification`].
+//! and [`Frame::CompositeNotification`]. Version 6 answers withdrawals
+//! ([`Forwarded::Unadvertisement`]).
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -45,7 +46,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,6 +276,9 @@ pub enum Forwarded {
     },
     /// [`BrokerMessage::CompositeSubscribe`] of this id.
     Composite(MessageId),
+    /// [`BrokerMessage::Unadvertise`] of this id (since version 6: a withdrawal is answered
+    /// once the composite patterns it moved are in place).
+    Unadvertisement(MessageId),
 }
 
 /// One unit of the protocol.
