@@ -1,5 +1,6 @@
-//! The history store in real `padres-broker` processes: durability under SIGKILL,
-//! what `padres-broker history` reads back, and the stores a broker refuses to start with.
+//! The history store in real `padres-broker` processes: durability under SIGKILL (read
+//! back with `padres-broker history` and with a historic subscription), and the stores a
+//! broker refuses to start with.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -78,6 +79,23 @@ async fn with_full_durability_no_acknowledged_publication_is_lost_to_sigkill() {
     let round3 = stored_numbers(&broker.dir, "[class,eq,'job_status'],[appl,eq,'a3']");
     assert!(round3.iter().all(|n| (3_000_000..4_000_000).contains(n)) && !round3.is_empty());
     assert!(round3.windows(2).all(|w| w[0] < w[1]), "in time order");
+    // And a historic subscription to the restarted broker finds every one of them.
+    let mut subscriber = client(&broker, "sub").await;
+    let id =
+        subscriber.send("s [class,eq,'job_status'],[time,>=,0]").await.expect("subscribed").expect("an id");
+    let (got, marker) = until_marker(&mut subscriber, &id).await;
+    let found: BTreeSet<i64> = got.iter().map(|(n, _)| *n).collect();
+    let missed: Vec<&i64> = acked.iter().filter(|n| !found.contains(n)).collect();
+    assert!(
+        missed.is_empty(),
+        "{} acknowledged publications not found by a historic subscription",
+        missed.len()
+    );
+    assert!(
+        matches!(&marker, padres_client::Notification::EndOfHistory { count, missing, truncated: false, .. }
+            if *count == got.len() as u64 && missing.is_empty()),
+        "{marker:?}"
+    );
 }
 
 #[tokio::test]
