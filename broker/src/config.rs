@@ -134,6 +134,10 @@ pub struct HistoryStoreConfig {
     pub max_age: String,
     /// Keep at most this many rows, the oldest stored going first; 0: no limit.
     pub max_rows: u64,
+    /// Keep the database's pages in use under this many bytes, the oldest stored going
+    /// first; 0: no limit. The file keeps its largest size (freed pages are reused), and
+    /// its journal takes up to 40 MB more.
+    pub max_bytes: u64,
     /// Publications waiting for the writer before more are dropped (and counted).
     pub queue: usize,
     /// How long a historic subscription's query waits for the stores beyond this broker
@@ -154,6 +158,7 @@ impl Default for HistoryStoreConfig {
             index: Vec::new(),
             max_age: String::new(),
             max_rows: 0,
+            max_bytes: 0,
             queue: 65_536,
             query_timeout_ms: crate::router::DEFAULT_TIMEOUT_MS,
             max_results: crate::router::DEFAULT_MAX_RESULTS,
@@ -425,6 +430,7 @@ impl Config {
             indexed,
             max_age_ms,
             max_rows: (h.max_rows > 0).then_some(h.max_rows),
+            max_bytes: (h.max_bytes > 0).then_some(h.max_bytes),
         };
         Ok(Some(HistorySettings { filters, store, queue: h.queue }))
     }
@@ -550,6 +556,11 @@ impl Config {
         let _ = writeln!(out, "max_age = {}", value(&h.max_age));
         let _ = writeln!(out, "# Keep at most this many rows, the oldest stored going first; 0: no limit.");
         let _ = writeln!(out, "max_rows = {}", h.max_rows);
+        let _ = writeln!(
+            out,
+            "# Keep the pages in use under this many bytes, the oldest stored going first; 0: no limit."
+        );
+        let _ = writeln!(out, "max_bytes = {}", h.max_bytes);
         let _ = writeln!(out, "# Publications waiting for the writer; past it they are dropped and counted.");
         let _ = writeln!(out, "queue = {}", h.queue);
         let _ = writeln!(out, "# How long a historic subscription's query waits for the stores beyond this");
@@ -598,6 +609,7 @@ mod tests {
                 index: vec!["appl".into(), "gid".into()],
                 max_age: "7d".into(),
                 max_rows: 1000,
+                max_bytes: 1 << 30,
                 queue: 10,
                 query_timeout_ms: 250,
                 max_results: 7,
@@ -610,6 +622,7 @@ mod tests {
         assert_eq!(history.filters.len(), 2);
         assert_eq!(history.store.max_age_ms, Some(7 * 86_400_000));
         assert_eq!(history.store.max_rows, Some(1000));
+        assert_eq!(history.store.max_bytes, Some(1 << 30));
     }
 
     #[test]

@@ -193,6 +193,11 @@ struct Overrides {
     /// Keep at most this many stored publications (0: no limit).
     #[arg(long, value_name = "N", global = true)]
     history_max_rows: Option<u64>,
+    /// Keep the store's pages in use under this many bytes, the oldest stored going first
+    /// (0: no limit; the file keeps its largest size, and its journal takes up to 40 MB
+    /// more).
+    #[arg(long, value_name = "BYTES", global = true)]
+    history_max_bytes: Option<u64>,
     /// How long a historic subscription's query waits for the stores beyond this broker
     /// before its end-of-history marker names those that did not answer [default: 5000].
     #[arg(long, value_name = "MS", global = true)]
@@ -289,6 +294,9 @@ impl Overrides {
         }
         if let Some(rows) = self.history_max_rows {
             store.max_rows = rows;
+        }
+        if let Some(bytes) = self.history_max_bytes {
+            store.max_bytes = bytes;
         }
         if let Some(ms) = self.history_query_timeout_ms {
             store.query_timeout_ms = ms;

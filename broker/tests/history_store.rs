@@ -144,6 +144,41 @@ fn retention_removes_old_rows_and_a_restart_keeps_the_rest() {
 }
 
 #[test]
+fn max_bytes_keeps_the_pages_in_use_under_it_and_the_newest_rows() {
+    let dir = dir("retention-bytes");
+    let origin = Name::new("B1").expect("name");
+    let all: Vec<Record> = (0..20_000_u64)
+        .map(|i| {
+            let at = Timestamp::from_millis(1_763_632_800_000 + i64::try_from(i).expect("small"))
+                .expect("in range");
+            let p: Publication = format!("[class,'blob'],[n,{i}]").parse().expect("valid");
+            Record {
+                stamp: Stamp::new(u64::try_from(at.millis()).expect("fits"), origin.clone(), i),
+                publication: Arc::new(p.with_payload(vec![7_u8; 1_000]).with_time(at)),
+            }
+        })
+        .collect();
+    let max = 4_000_000;
+    let mut store = Store::open(&dir, StoreOptions { max_bytes: Some(max), ..options(&[]) }).expect("opens");
+    for chunk in all.chunks(5_000) {
+        store.insert(chunk).expect("stored");
+    }
+    assert!(store.bytes_in_use().expect("size") > 5 * max, "about 20 MB stored");
+    while store.apply_retention(0).expect("retention") > 0 {}
+    let used = store.bytes_in_use().expect("size");
+    assert!(used <= max, "{used} bytes in use");
+    let kept = store.rows().expect("rows");
+    assert!((1_000..20_000).contains(&kept), "{kept} rows kept");
+    // The newest are kept.
+    let left = store.query(&"[class,eq,'blob']".parse().expect("valid"), usize::MAX).expect("query");
+    let first_kept = 20_000 - kept;
+    assert_eq!(
+        left.first().and_then(|s| s.publication.get("n").cloned()),
+        Some(Value::Int(first_kept as i64))
+    );
+}
+
+#[test]
 fn max_rows_keeps_exactly_that_many_when_age_retention_left_gaps() {
     let dir = dir("retention-gaps");
     let now = 1_763_632_800_000_i64;

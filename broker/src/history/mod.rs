@@ -24,8 +24,9 @@
 //!   loses what was queued and not yet committed (at most the queue, typically one batch:
 //!   milliseconds), and with WAL's `synchronous = NORMAL` a power failure may also lose the
 //!   last transactions committed before it.
-//! - **Retention**: rows older than `max_age` (by their `time`) and beyond the newest
-//!   `max_rows` are deleted, checked every second by the writer.
+//! - **Retention**: rows older than `max_age` (by their `time`), beyond the newest
+//!   `max_rows`, and the oldest while the pages in use pass `max_bytes` are deleted,
+//!   checked every second by the writer.
 //! - **Errors at start**: a file that is not a database or fails SQLite's integrity check
 //!   (run when the last broker to hold the store did not close it normally: a marker file
 //!   says it did), or a store another process holds (a lock file beside it), stops the
@@ -82,6 +83,9 @@ pub struct StoreOptions {
     pub max_age_ms: Option<u64>,
     /// At most this many rows are kept (the oldest stored go first).
     pub max_rows: Option<u64>,
+    /// The database's pages in use are kept under this many bytes (the oldest stored go
+    /// first).
+    pub max_bytes: Option<u64>,
 }
 
 /// Why a store cannot be opened or used.
@@ -483,6 +487,27 @@ impl Store {
                 }
             }
         }
+        if let Some(max) = self.options.max_bytes {
+            // Pages freed by deleting the oldest rows are reused, not given back: the file
+            // keeps its largest size, and what is in use stays under the limit.
+            while removed < DELETE_PER_PASS {
+                let used = self.bytes_in_use()?;
+                if used <= max || self.rows == 0 {
+                    break;
+                }
+                // The share of rows that holds the excess, at least one.
+                let per_row = (used / self.rows).max(1);
+                let budget = ((used - max) / per_row).clamp(1, CHUNK_ROWS).min(DELETE_PER_PASS - removed);
+                let n = self.delete(
+                    "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
+                    [budget],
+                )?;
+                removed += n;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
         Ok(removed)
     }
 
@@ -495,6 +520,14 @@ impl Store {
         let n = u64::try_from(n).unwrap_or(u64::MAX);
         self.rows = self.rows.saturating_sub(n);
         Ok(n)
+    }
+
+    /// The bytes of the database's pages in use (its size less the free pages).
+    pub fn bytes_in_use(&self) -> Result<u64, HistoryError> {
+        let pages: i64 = self.conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let free: i64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+        let size: i64 = self.conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        Ok(u64::try_from((pages - free).max(0) * size).unwrap_or(0))
     }
 
     /// How many rows are stored.
