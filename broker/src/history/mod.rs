@@ -477,10 +477,7 @@ impl Store {
             // The oldest stored first, by row number (which may have gaps).
             while self.rows > max && removed < DELETE_PER_PASS {
                 let budget = (self.rows - max).min(CHUNK_ROWS).min(DELETE_PER_PASS - removed);
-                let n = self.delete(
-                    "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
-                    [budget],
-                )?;
+                let n = self.delete_oldest(budget)?;
                 removed += n;
                 if n == 0 {
                     break;
@@ -498,10 +495,7 @@ impl Store {
                 // The share of rows that holds the excess, at least one.
                 let per_row = (used / self.rows).max(1);
                 let budget = ((used - max) / per_row).clamp(1, CHUNK_ROWS).min(DELETE_PER_PASS - removed);
-                let n = self.delete(
-                    "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
-                    [budget],
-                )?;
+                let n = self.delete_oldest(budget)?;
                 removed += n;
                 if n == 0 {
                     break;
@@ -509,6 +503,14 @@ impl Store {
             }
         }
         Ok(removed)
+    }
+
+    /// Deletes the `n` oldest stored rows, by row number (which may have gaps).
+    fn delete_oldest(&mut self, n: u64) -> Result<u64, HistoryError> {
+        self.delete(
+            "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
+            [n],
+        )
     }
 
     /// Runs one delete statement and counts what it removed, in one transaction.
