@@ -148,6 +148,10 @@ pub struct HistoryStoreConfig {
     pub max_results: u64,
 }
 
+/// The smallest `history_store.max_bytes` accepted, other than 0 (no limit): an empty
+/// store's tables and indexes take about 100 kB.
+pub const MIN_HISTORY_BYTES: u64 = 1 << 20;
+
 /// The largest `history_store.queue` accepted.
 pub const MAX_HISTORY_QUEUE: usize = 1 << 24;
 
@@ -337,6 +341,11 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::Invalid(format!("{name} must be at least 1")));
             }
+        }
+        if (1..MIN_HISTORY_BYTES).contains(&self.history_store.max_bytes) {
+            return Err(ConfigError::Invalid(format!(
+                "history_store.max_bytes must be 0 (no limit) or at least {MIN_HISTORY_BYTES} (an empty store takes about 100 kB)"
+            )));
         }
         if self.composite.max_partial_match_bytes < crate::detector::PARTIAL_OVERHEAD {
             return Err(ConfigError::Invalid(format!(
@@ -642,6 +651,8 @@ mod tests {
         let store = |h: HistoryStoreConfig| Config { history_store: h, ..with("[class,eq,'a']") };
         let e = err(store(HistoryStoreConfig { max_age: "a week".into(), ..HistoryStoreConfig::default() }));
         assert!(e.contains("history_store.max_age"), "{e}");
+        let e = err(store(HistoryStoreConfig { max_bytes: 50_000, ..HistoryStoreConfig::default() }));
+        assert!(e.contains("history_store.max_bytes must be 0 (no limit) or at least"), "{e}");
         let e = err(store(HistoryStoreConfig {
             index: vec!["no spaces".into()],
             ..HistoryStoreConfig::default()

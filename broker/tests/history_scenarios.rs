@@ -317,6 +317,70 @@ fn a_composite_subscription_joins_a_stored_trigger_with_a_status_arriving_now() 
     );
 }
 
+/// The stores `client` hears are missing, asking now for `[class,eq,'log']` from before.
+fn missing_for(sim: &mut Sim, client: u64) -> Vec<String> {
+    let query = format!("s [class,eq,'log'],[time,<,{}]", t(sim.now()));
+    let id = sim.id(client, &query);
+    sim.run();
+    let marker = sim.ends.iter().find(|e| e.sub == id).expect("a marker");
+    marker.missing.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn in_a_ring_a_store_cut_off_stays_named_though_the_withdrawals_cross() {
+    // B1, B2, B3 in a ring, a store at B3, subscribers at B1 and B2; B3 is cut off from
+    // both. Each of B1 and B2 floods the loss to the other.
+    let mut sim = Sim::with_options(3, padres_broker::router::Options { cycles: true, ..Default::default() });
+    for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+        sim.link(a, b, 2);
+    }
+    sim.attach(1, 0);
+    sim.attach(2, 1);
+    sim.run();
+    sim.keep_history(2, "[class,eq,'log']");
+    sim.run();
+    sim.unlink(1, 2);
+    sim.unlink(2, 0);
+    sim.run();
+    assert_eq!(missing_for(&mut sim, 1), ["B3"]);
+    assert_eq!(missing_for(&mut sim, 2), ["B3"]);
+    // Back on one side: reachable through B1 again, missing nowhere.
+    sim.link(2, 0, 2);
+    sim.run();
+    assert!(missing_for(&mut sim, 1).is_empty());
+    assert!(missing_for(&mut sim, 2).is_empty());
+}
+
+#[test]
+fn a_store_gone_while_a_link_on_the_way_was_down_is_forgotten_when_it_returns() {
+    // B1 — B2 — B3, a store at B3. B1 — B2 drops; B3 restarts without its store meanwhile,
+    // and B2 forgets it. When B1 — B2 returns, B1 forgets it too.
+    let mut sim = chain(padres_broker::router::Options::default(), 3, 3, (2, 1), &[(2, "[class,eq,'log']")]);
+    sim.attach(4, 1);
+    sim.unlink(0, 1);
+    sim.run();
+    assert_eq!(missing_for(&mut sim, 2), ["B3"], "cut off from B1");
+    sim.restart(2);
+    sim.run();
+    assert!(missing_for(&mut sim, 4).is_empty(), "B2 knows B3 keeps no store");
+    sim.link(0, 1, 3);
+    sim.run();
+    assert!(missing_for(&mut sim, 2).is_empty(), "nor does B1 name it");
+    // A store still down beyond a link that drops and returns stays named: B3 keeps a
+    // store again, is cut off, then B1 — B2 drops and returns.
+    sim.keep_history(2, "[class,eq,'log']");
+    sim.run();
+    sim.unlink(1, 2);
+    sim.run();
+    assert_eq!(missing_for(&mut sim, 2), ["B3"]);
+    sim.unlink(0, 1);
+    sim.run();
+    sim.link(0, 1, 3);
+    sim.run();
+    assert_eq!(missing_for(&mut sim, 2), ["B3"], "B2 told B1 it is still unreachable");
+    assert_eq!(missing_for(&mut sim, 4), ["B3"]);
+}
+
 #[test]
 fn two_clients_with_the_same_historic_pattern_each_get_each_match_once() {
     // B1 — B2: the store and the publisher at B2, two subscribers at B1 with one text.

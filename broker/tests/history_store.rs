@@ -425,3 +425,29 @@ fn a_publication_that_cannot_be_stored_is_not_acknowledged_as_stored() {
     let stats = history.stats();
     assert_eq!((stats.stored, stats.failed), (1, 1), "{stats:?}");
 }
+
+#[test]
+fn damage_a_query_meets_makes_the_next_broker_check_the_store_whole() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = dir("damaged-read");
+    let mut store = Store::open(&dir, options(&[])).expect("opens");
+    store.insert(&records(5_000, 1_763_632_800_000, 11)).expect("stored");
+    drop(store);
+    assert!(dir.join("history.clean").exists(), "closed normally");
+    let store = Store::open(&dir, options(&[])).expect("reopens");
+    // The middle half of the file overwritten while the broker holds it.
+    let path = dir.join("history.sqlite");
+    let len = std::fs::metadata(&path).expect("a file").len();
+    let mut file = std::fs::OpenOptions::new().write(true).open(&path).expect("opens");
+    file.seek(SeekFrom::Start(len / 4)).expect("seeks");
+    file.write_all(&vec![0x42; usize::try_from(len / 2).expect("small")]).expect("written");
+    drop(file);
+    let mut history = History::start(store, 16);
+    let (tx, rx) = mpsc::channel();
+    let sub: Arc<Subscription> = Arc::new("[class,eq,'job_status']".parse().expect("valid"));
+    history.query(sub, usize::MAX, Box::new(move |answer| drop(tx.send(answer))));
+    let answer = rx.recv().expect("answered");
+    assert!(answer.is_err(), "the query meets the damage");
+    history.close();
+    assert!(!dir.join("history.clean").exists(), "the next broker checks it whole");
+}

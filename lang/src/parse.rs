@@ -628,13 +628,13 @@ fn classify_bareword(word: &str) -> Result<Value, ParseErrorKind> {
     Ok(Value::str(word))
 }
 
-/// `digits "." digits? | "." digits | digits`, then an optional exponent; with at least a
-/// `.` or an exponent (plain digits are integers).
 /// At most 64 characters of `text`, for an error message.
 fn clip(text: &str) -> String {
     text.chars().take(64).collect()
 }
 
+/// `digits "." digits? | "." digits | digits`, then an optional exponent; with at least a
+/// `.` or an exponent (plain digits are integers).
 fn looks_like_float(text: &str) -> bool {
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(i) => (&text[..i], Some(&text[i + 1..])),

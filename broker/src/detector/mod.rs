@@ -843,6 +843,7 @@ impl Detectors {
         };
         detector.formed.fill(0);
         let before = detector.bytes;
+        let entries_before = detector.entries.len();
         let mut ctx = Ctx {
             bounds: &self.bounds,
             counters: &mut self.counters,
@@ -851,6 +852,9 @@ impl Detectors {
         };
         input(detector, &mut ctx);
         let mut stored = mem::take(&mut ctx.stored);
+        // What the input itself removed (an `until` ending its binding's partial matches)
+        // is off the count before the broker cap is applied.
+        self.stored -= entries_before + stored.len() - detector.entries.len();
         for (entry, generation, expiry) in stored.drain(..) {
             let r = Ref { detector: id, entry, generation };
             self.order.push_back(r);
@@ -949,15 +953,11 @@ impl Detectors {
     /// stamped before it end.
     pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
         let mut forget_at = None;
-        let mut removed = 0;
         self.input(id, |detector, ctx| {
             if detector.pattern.has_until {
-                let before = detector.entries.len();
                 forget_at = detector.end(ctx, now, publication);
-                removed = before - detector.entries.len();
             }
         });
-        self.stored -= removed;
         if let Some(at) = forget_at {
             self.ends_due.push(Reverse((at, id)));
         }

@@ -37,6 +37,7 @@ pub mod writer;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use padres_lang::predicate::{Op, Operand};
 use padres_lang::time::TIME;
@@ -131,6 +132,15 @@ pub enum HistoryError {
     Sql(#[from] rusqlite::Error),
 }
 
+/// Sets `flag` if `result` is an error that says the file is damaged.
+pub fn note_damage<T>(result: &Result<T, HistoryError>, flag: &AtomicBool) {
+    if let Err(HistoryError::Sql(e)) = result
+        && damaged(e)
+    {
+        flag.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Whether SQLite's error says the file is damaged (or not a database at all).
 fn damaged(e: &rusqlite::Error) -> bool {
     matches!(
@@ -164,6 +174,9 @@ pub struct Store {
     /// Opened whole and met no damage since: closing it marks it closed normally, so that
     /// the next broker need not check it whole.
     sound: bool,
+    /// Set when damage is met while it is open, by the writer or by a query on the
+    /// reader's connection: the next broker checks it whole.
+    damage: Arc<AtomicBool>,
 }
 
 /// Opens `path`, and with `check` runs SQLite's integrity check on it (which reads the
@@ -194,7 +207,7 @@ impl Drop for Store {
     /// Closed normally: the next broker to open the store need not check it whole (unless
     /// it did not open whole, or met damage while open).
     fn drop(&mut self) {
-        if !self.sound {
+        if !self.sound || self.damage.load(Ordering::Relaxed) {
             return;
         }
         if let Some(dir) = self.path.parent()
@@ -289,7 +302,9 @@ impl Store {
             }
         };
         let rows = u64::try_from(rows).unwrap_or(0);
-        let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, sound: false };
+        let damage = Arc::default();
+        let mut store =
+            Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, sound: false, damage };
         store.declare_columns()?;
         store.sound = true;
         Ok(store)
@@ -357,6 +372,12 @@ impl Store {
         Ok(())
     }
 
+    /// The flag a reader of this store sets when its query meets damage
+    /// ([`note_damage`]).
+    pub fn damage_flag(&self) -> Arc<AtomicBool> {
+        self.damage.clone()
+    }
+
     /// Where the database is.
     pub fn path(&self) -> &Path {
         &self.path
@@ -377,11 +398,7 @@ impl Store {
 
     /// A store that met damage is checked whole by the next broker to open it.
     fn note<T>(&mut self, result: &Result<T, HistoryError>) {
-        if let Err(HistoryError::Sql(e)) = result
-            && damaged(e)
-        {
-            self.sound = false;
-        }
+        note_damage(result, &self.damage);
     }
 
     fn insert_batch(&mut self, records: &[Record]) -> Result<Vec<usize>, HistoryError> {

@@ -149,9 +149,10 @@ impl History {
         let thread_counters = counters.clone();
         let dir = store.path().parent().map(PathBuf::from).unwrap_or_default();
         let (queries, asked) = channel();
+        let damage = store.damage_flag();
         let reader = std::thread::Builder::new()
             .name("history-reader".to_owned())
-            .spawn(move || read_loop(&dir, &asked))
+            .spawn(move || read_loop(&dir, &asked, &damage))
             .expect("a thread can be started");
         let thread = std::thread::Builder::new()
             .name("history-writer".to_owned())
@@ -284,7 +285,7 @@ fn epoch_millis() -> u64 {
 type Asked = (Arc<Subscription>, usize, Owed<Vec<Stamped>>);
 
 /// Answers queries on a connection of its own until the writer stops.
-fn read_loop(dir: &std::path::Path, asked: &Receiver<Asked>) {
+fn read_loop(dir: &std::path::Path, asked: &Receiver<Asked>, damage: &std::sync::atomic::AtomicBool) {
     let mut reader: Option<Reader> = None;
     while let Ok((sub, limit, answer)) = asked.recv() {
         if reader.is_none() {
@@ -297,6 +298,7 @@ fn read_loop(dir: &std::path::Path, asked: &Receiver<Asked>) {
             }
         }
         let result = reader.as_ref().expect("opened above").query(&sub, limit);
+        super::note_damage(&result, damage);
         answer.answer(result.map_err(|e| e.to_string()));
     }
 }

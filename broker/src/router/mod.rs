@@ -270,7 +270,8 @@ pub struct Options {
     /// Most stored publications delivered for one historic subscription.
     pub history_max_results: u64,
     /// Most bytes (estimated) of stored publications in one answer to a neighbour: under
-    /// the frame limit of every broker on the way ([`history_chunk_bytes`]).
+    /// this broker's frame limit, which the brokers on the way should share
+    /// ([`history_chunk_bytes`]).
     pub history_chunk_bytes: usize,
 }
 
@@ -859,7 +860,9 @@ impl Router {
             | BrokerMessage::HistoryUnadvertise { .. }
             | BrokerMessage::HistoryQuery { .. }
             | BrokerMessage::HistoryAnswer { .. }
-            | BrokerMessage::HistoryDone { .. }) => self.history_message(&from, message, out),
+            | BrokerMessage::HistoryDone { .. }
+            | BrokerMessage::HistoryGone { .. }
+            | BrokerMessage::HistoryUnreachable { .. }) => self.history_message(&from, message, out),
             BrokerMessage::CompositeSubscribe { id, cs } => self.composite_subscribe(hop, id, cs, out),
             BrokerMessage::CompositeUnsubscribe { id } => {
                 self.composite_unsubscribe(&hop, &id, out);

@@ -296,6 +296,11 @@ fn message_arg(command: &str, text: &str) -> Result<Message, String> {
 /// before it that are on their way.
 const UNTIL_IN_FLIGHT: Duration = Duration::from_secs(1);
 
+/// How long `sub` waits for the end-of-history marker once `--until` has passed (from the
+/// start, if it had already): a broker whose clock is behind this one's may see the range
+/// as wholly ahead and send none. Longer than any sensible query timeout.
+const MARKER_GRACE: Duration = Duration::from_secs(60);
+
 /// The `--since` and `--until` of `padres sub`, resolved when it starts.
 #[derive(Clone, Copy, Debug, Default)]
 struct TimeRange {
@@ -383,6 +388,7 @@ async fn sub(
         eprintln!("subscribed as {id}");
     }
     let mut seen = 0;
+    let grace = ends.then(|| deadline.unwrap_or_else(tokio::time::Instant::now) + MARKER_GRACE);
     while count.is_none_or(|n| seen < n) {
         if ends && history_in && ended {
             return Ok(());
@@ -392,6 +398,10 @@ async fn sub(
             () = sleep_until(deadline), if !ended => {
                 ended = true;
                 continue;
+            }
+            () = sleep_until(grace), if grace.is_some() && !history_in => {
+                eprintln!("no end-of-history marker came ({}s after --until); the brokers' clocks may differ from this one's", MARKER_GRACE.as_secs());
+                return Ok(());
             }
         };
         let Some(notification) = notification else {
