@@ -439,7 +439,5 @@ fn kind(message: &BrokerMessage) -> &'static str {
         BrokerMessage::HistoryQuery { .. } => "HistoryQuery",
         BrokerMessage::HistoryAnswer { .. } => "HistoryAnswer",
         BrokerMessage::HistoryDone { .. } => "HistoryDone",
-        BrokerMessage::HistoryGone { .. } => "HistoryGone",
-        BrokerMessage::HistoryUnreachable { .. } => "HistoryUnreachable",
     }
 }

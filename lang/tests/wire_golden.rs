@@ -65,8 +65,6 @@ fn broker_variant(m: &BrokerMessage) -> &'static str {
         BrokerMessage::HistoryQuery { .. } => "HistoryQuery",
         BrokerMessage::HistoryAnswer { .. } => "HistoryAnswer",
         BrokerMessage::HistoryDone { .. } => "HistoryDone",
-        BrokerMessage::HistoryGone { .. } => "HistoryGone",
-        BrokerMessage::HistoryUnreachable { .. } => "HistoryUnreachable",
     }
 }
 
@@ -217,8 +215,6 @@ fn samples() -> Vec<Frame> {
             pubs: vec![Arc::new(Stamped { stamp: stamp(), publication: publication() })],
         },
         BrokerMessage::HistoryDone { query: id(2), missing: vec![name("B3")] },
-        BrokerMessage::HistoryGone { id: id(4) },
-        BrokerMessage::HistoryUnreachable { id: id(4), filter: sub() },
     ];
     frames.extend(broker.map(Frame::Broker));
     frames.push(Frame::CompositeNotification {
@@ -316,11 +312,6 @@ const GOLDEN: &[(&str, &str)] = &[
         "00000033070f0242310201fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
     ("Broker/HistoryDone", "0000000a07100242310201024233"),
-    ("Broker/HistoryGone", "00000006071102423104"),
-    (
-        "Broker/HistoryUnreachable",
-        "000000270712024231040205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
-    ),
     (
         "CompositeNotification",
         "000000460b0242310302000305636c617373020573746f636b0570726963650002026f6b0301010200ff010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
@@ -356,8 +347,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 16 frame shapes (Request counted per message kind: 6) and 23 broker messages
+    // 16 frame shapes (Request counted per message kind: 6) and 21 broker messages
     // (Settled counted per forwarded kind: 5).
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 23;
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 21;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }

@@ -5,13 +5,9 @@
 //!   [`BrokerMessage::HistoryAdvertise`] (the id's broker is the store's); every broker
 //!   remembers each store's filter and the hop toward it, re-offers them to a neighbour
 //!   whose link comes up, and floods a [`BrokerMessage::HistoryUnadvertise`] for those it
-//!   loses with a link. A store lost that way is remembered as unreachable (with the
-//!   neighbour it was lost through), and named in the marker of every query it could
-//!   have answered, until its broker advertises a store again or the link it was lost
-//!   with returns: then the neighbour re-offers the stores it reaches and tells which it
-//!   holds unreachable ([`BrokerMessage::HistoryUnreachable`]), and what was lost
-//!   through it is forgotten wherever the loss was told ([`BrokerMessage::HistoryGone`]):
-//!   a store whose broker came back without it is gone, not missing.
+//!   loses with a link. A store lost that way is remembered as unreachable, and named in
+//!   the marker of every query it could have answered, until its broker advertises a
+//!   store again.
 //! - **The query** starts at the subscriber's broker once the live subscription has
 //!   settled (every publisher's broker has it), so that, links being FIFO, a publication
 //!   that was not delivered live reached the stores before the query does; a local store
@@ -98,9 +94,8 @@ struct Pending {
 #[derive(Debug)]
 pub(super) struct Histories {
     stores: BTreeMap<MessageId, StoreAd>,
-    /// Stores lost with a link (by filter id), named as missing by the queries they meet:
-    /// each with its filter and the neighbour it was lost through.
-    unreachable: BTreeMap<MessageId, (Arc<Subscription>, Name)>,
+    /// Stores lost with a link (by filter id), named as missing by the queries they meet.
+    unreachable: BTreeMap<MessageId, Arc<Subscription>>,
     pending: HashMap<MessageId, Pending>,
     /// A client's composite pattern → the queries of its leaves reaching into the past.
     composite_queries: HashMap<MessageId, Vec<MessageId>>,
@@ -164,43 +159,19 @@ impl Router {
         self.histories.stores.insert(id, StoreAd { filter, from: Hop::History });
     }
 
-    /// A neighbour's link is up: it learns every store not behind it, and the stores this
-    /// broker holds unreachable elsewhere. What was lost through it is forgotten here and,
-    /// by [`BrokerMessage::HistoryGone`], wherever the news of the loss went: it
-    /// advertises again every store it still reaches, and tells which it holds
-    /// unreachable itself (a store whose broker came back without it is in neither: it is
-    /// gone, not missing).
+    /// A neighbour's link is up: it learns every store not behind it, and the stores at
+    /// that broker itself held unreachable are forgotten: it advertises again those it
+    /// keeps (a store it no longer keeps is gone, not missing). A store further away that
+    /// its broker gave up while cut off stays named until that broker advertises again
+    /// (docs/history.md).
     pub(super) fn offer_stores(&mut self, to: &Name, out: &mut Vec<Output>) {
-        let back: Vec<MessageId> = self
-            .histories
-            .unreachable
-            .iter()
-            .filter(|(_, (_, via))| via == to)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in back {
-            self.histories.unreachable.remove(&id);
-            self.flood_history(&BrokerMessage::HistoryGone { id }, to, out);
-        }
+        self.histories.unreachable.retain(|gone, _| gone.origin != *to);
         let hop = Hop::Broker(to.clone());
         for (id, ad) in self.histories.stores.iter().filter(|(_, ad)| ad.from != hop) {
             out.push(Output::ToBroker {
                 to: to.clone(),
                 message: BrokerMessage::HistoryAdvertise { id: id.clone(), filter: ad.filter.clone() },
             });
-        }
-        for (id, (filter, _)) in &self.histories.unreachable {
-            out.push(Output::ToBroker {
-                to: to.clone(),
-                message: BrokerMessage::HistoryUnreachable { id: id.clone(), filter: filter.clone() },
-            });
-        }
-    }
-
-    /// Sends `message` to every neighbour but `from`.
-    fn flood_history(&self, message: &BrokerMessage, from: &Name, out: &mut Vec<Output>) {
-        for to in self.neighbours.iter().filter(|n| *n != from) {
-            out.push(Output::ToBroker { to: to.clone(), message: message.clone() });
         }
     }
 
@@ -211,7 +182,7 @@ impl Router {
             self.histories.stores.iter().filter(|(_, ad)| ad.from == hop).map(|(id, _)| id.clone()).collect();
         for id in gone {
             if let Some(ad) = self.histories.stores.remove(&id) {
-                self.histories.unreachable.insert(id.clone(), (ad.filter, name.clone()));
+                self.histories.unreachable.insert(id.clone(), ad.filter);
             }
             self.flood_store_withdrawal(&id, &hop, out);
         }
@@ -270,25 +241,9 @@ impl Router {
                 if self.histories.stores.get(&id).is_some_and(|ad| ad.from == hop) =>
             {
                 if let Some(ad) = self.histories.stores.remove(&id) {
-                    self.histories.unreachable.insert(id.clone(), (ad.filter, from.clone()));
+                    self.histories.unreachable.insert(id.clone(), ad.filter);
                 }
                 self.flood_store_withdrawal(&id, &hop, out);
-            }
-            // The link a store was lost with is back on the sender's side: forgotten here
-            // and wherever this broker told of the loss.
-            BrokerMessage::HistoryGone { id }
-                if self.histories.unreachable.get(&id).is_some_and(|(_, via)| via == from) =>
-            {
-                self.histories.unreachable.remove(&id);
-                self.flood_history(&BrokerMessage::HistoryGone { id }, from, out);
-            }
-            // A store unreachable beyond the sender, told when its link returned.
-            BrokerMessage::HistoryUnreachable { id, filter }
-                if !self.histories.stores.contains_key(&id)
-                    && !self.histories.unreachable.contains_key(&id) =>
-            {
-                self.histories.unreachable.insert(id.clone(), (filter.clone(), from.clone()));
-                self.flood_history(&BrokerMessage::HistoryUnreachable { id, filter }, from, out);
             }
             BrokerMessage::HistoryQuery { query, sub, limit, timeout_ms } => {
                 let limit = limit.min(self.histories.max_results);
@@ -445,7 +400,7 @@ impl Router {
             .histories
             .unreachable
             .iter()
-            .filter(|(_, (filter, _))| intersects(&pending.sub, filter))
+            .filter(|(_, filter)| intersects(&pending.sub, filter))
             .map(|(id, _)| id.origin.clone())
             .collect();
         (waiting, unreachable)

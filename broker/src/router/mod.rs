@@ -860,9 +860,7 @@ impl Router {
             | BrokerMessage::HistoryUnadvertise { .. }
             | BrokerMessage::HistoryQuery { .. }
             | BrokerMessage::HistoryAnswer { .. }
-            | BrokerMessage::HistoryDone { .. }
-            | BrokerMessage::HistoryGone { .. }
-            | BrokerMessage::HistoryUnreachable { .. }) => self.history_message(&from, message, out),
+            | BrokerMessage::HistoryDone { .. }) => self.history_message(&from, message, out),
             BrokerMessage::CompositeSubscribe { id, cs } => self.composite_subscribe(hop, id, cs, out),
             BrokerMessage::CompositeUnsubscribe { id } => {
                 self.composite_unsubscribe(&hop, &id, out);

@@ -26,8 +26,7 @@
 //! Version 2 added [`BrokerMessage::Settled`]; version 3 added `within` and `until` to
 //! composite subscriptions, stamps on routed publications, the composite broker messages
 //! and [`Frame::CompositeNotification`]. Version 6 answers withdrawals
-//! ([`Forwarded::Unadvertisement`]) and tells returning neighbours which stores are
-//! unreachable ([`BrokerMessage::HistoryGone`], [`BrokerMessage::HistoryUnreachable`]).
+//! ([`Forwarded::Unadvertisement`]).
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -258,21 +257,6 @@ pub enum BrokerMessage {
         /// The stores that did not answer in time (by broker).
         #[serde(deserialize_with = "bounded::vec")]
         missing: Vec<Name>,
-    },
-    /// A store the receiver holds as unreachable through the sender is not: the link it
-    /// was lost with has returned, and the store is advertised again if it is still kept
-    /// (since version 6).
-    HistoryGone {
-        /// Its id.
-        id: MessageId,
-    },
-    /// A store the sender holds as unreachable, told to a neighbour whose link returned
-    /// (since version 6).
-    HistoryUnreachable {
-        /// Its id.
-        id: MessageId,
-        /// Its filter.
-        filter: Arc<Subscription>,
     },
 }
 
