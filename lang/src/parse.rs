@@ -272,14 +272,14 @@ impl<'a> Cursor<'a> {
                 // Strings where a number or timestamp belongs, written as if they were
                 // times: say what is wrong with the time, not only that it is a string.
                 (Op::NumEq | Op::NumNe | Op::Lt | Op::Le | Op::Gt | Op::Ge, Value::Str(text))
-                    if text.starts_with("now") =>
+                    if text.starts_with("now") || Timestamp::parse_rfc3339(&text).is_ok() =>
                 {
-                    return Err(self.invalid(value_start, InvalidMessage::BadRelativeTime(clip(&text))));
-                }
-                (Op::NumEq | Op::NumNe | Op::Lt | Op::Le | Op::Gt | Op::Ge, Value::Str(text))
-                    if Timestamp::parse_rfc3339(&text).is_ok() =>
-                {
-                    return Err(self.invalid(value_start, InvalidMessage::QuotedTimestamp(clip(&text))));
+                    let why = if text.starts_with("now") {
+                        InvalidMessage::BadRelativeTime(clip(&text))
+                    } else {
+                        InvalidMessage::QuotedTimestamp(clip(&text))
+                    };
+                    return Err(self.invalid(value_start, why));
                 }
                 (_, value) => Operand::Value(value),
             }

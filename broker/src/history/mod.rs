@@ -171,11 +171,9 @@ pub struct Store {
     rows: u64,
     /// Held while the store is open: a second broker on the same directory is refused.
     _lock: File,
-    /// Opened whole and met no damage since: closing it marks it closed normally, so that
-    /// the next broker need not check it whole.
-    sound: bool,
-    /// Set when damage is met while it is open, by the writer or by a query on the
-    /// reader's connection: the next broker checks it whole.
+    /// Clear once it has opened whole; set again when damage is met while it is open, by
+    /// the writer or by a query on the reader's connection. Closing a store without it
+    /// marks it closed normally, so that the next broker need not check it whole.
     damage: Arc<AtomicBool>,
 }
 
@@ -207,7 +205,7 @@ impl Drop for Store {
     /// Closed normally: the next broker to open the store need not check it whole (unless
     /// it did not open whole, or met damage while open).
     fn drop(&mut self) {
-        if !self.sound || self.damage.load(Ordering::Relaxed) {
+        if self.damage.load(Ordering::Relaxed) {
             return;
         }
         if let Some(dir) = self.path.parent()
@@ -302,11 +300,10 @@ impl Store {
             }
         };
         let rows = u64::try_from(rows).unwrap_or(0);
-        let damage = Arc::default();
-        let mut store =
-            Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, sound: false, damage };
+        let damage = Arc::new(AtomicBool::new(true));
+        let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, damage };
         store.declare_columns()?;
-        store.sound = true;
+        store.damage.store(false, Ordering::Relaxed);
         Ok(store)
     }
 
@@ -392,13 +389,8 @@ impl Store {
     /// be stored (a publication whose frame, `time` added, is over the frame ceiling).
     pub fn insert(&mut self, records: &[Record]) -> Result<Vec<usize>, HistoryError> {
         let result = self.insert_batch(records);
-        self.note(&result);
+        note_damage(&result, &self.damage);
         result
-    }
-
-    /// A store that met damage is checked whole by the next broker to open it.
-    fn note<T>(&mut self, result: &Result<T, HistoryError>) {
-        note_damage(result, &self.damage);
     }
 
     fn insert_batch(&mut self, records: &[Record]) -> Result<Vec<usize>, HistoryError> {
@@ -453,7 +445,7 @@ impl Store {
     /// shortened on a big store) goes over several calls instead of stalling the writer.
     pub fn apply_retention(&mut self, now: u64) -> Result<u64, HistoryError> {
         let result = self.retain(now);
-        self.note(&result);
+        note_damage(&result, &self.damage);
         result
     }
 

@@ -1,5 +1,5 @@
-//! Settled replies: a client's `advertise` or `subscribe` is answered once it has taken
-//! effect everywhere it must.
+//! Settled replies: a client's `advertise`, `subscribe`, `cs` or `unadv` is answered once
+//! it has taken effect everywhere it must.
 //!
 //! Every [`BrokerMessage::Advertise`], [`BrokerMessage::Unadvertise`],
 //! [`BrokerMessage::Subscribe`], [`BrokerMessage::TreeSubscribe`] and

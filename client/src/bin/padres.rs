@@ -302,11 +302,11 @@ const UNTIL_IN_FLIGHT: Duration = Duration::from_secs(1);
 const MARKER_GRACE: Duration = Duration::from_secs(60);
 
 /// The `--since` and `--until` of `padres sub`, resolved when it starts.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct TimeRange {
     since: Option<padres_lang::Timestamp>,
     until: Option<padres_lang::Timestamp>,
-    now: Option<padres_lang::Timestamp>,
+    now: padres_lang::Timestamp,
 }
 
 impl TimeRange {
@@ -317,7 +317,7 @@ impl TimeRange {
             when.map(|w| padres_lang::time::parse_bound(w, now).map_err(|e| format!("{flag}: {e}")))
                 .transpose()
         };
-        let range = Self { since: bound("--since", since)?, until: bound("--until", until)?, now: Some(now) };
+        let range = Self { since: bound("--since", since)?, until: bound("--until", until)?, now };
         if let (Some(from), Some(to)) = (range.since, range.until)
             && to <= from
         {
@@ -344,15 +344,13 @@ impl TimeRange {
     /// Whether the brokers answer from their stores (and end with a marker): the range
     /// starts before now.
     fn reaches_the_past(&self) -> bool {
-        (self.since.is_some() || self.until.is_some())
-            && self.since.is_none_or(|s| self.now.is_some_and(|n| s < n))
+        (self.since.is_some() || self.until.is_some()) && self.since.is_none_or(|s| s < self.now)
     }
 
     /// How long from now until `--until` has passed, with time for what is in flight; `None`
     /// when there is no `--until` or it has passed.
     fn live_for(&self) -> Option<Duration> {
-        let (until, now) = (self.until?, self.now?);
-        let ahead = until.millis().checked_sub(now.millis()).filter(|&ms| ms > 0)?;
+        let ahead = self.until?.millis().checked_sub(self.now.millis()).filter(|&ms| ms > 0)?;
         Some(Duration::from_millis(u64::try_from(ahead).unwrap_or(u64::MAX)) + UNTIL_IN_FLIGHT)
     }
 }
