@@ -241,7 +241,12 @@ impl Store {
         // only the header is read here; damage done to the file while no broker held it
         // shows when its pages are read (a failed write or query, logged and counted).
         let clean_path = dir.join(CLEAN);
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+        // No mutex per call: a connection is used by one thread at a time (rusqlite's
+        // `Connection` is not `Sync`), and SQLite's serialized mode took a lock around
+        // every bind and step (BENCHMARKS.md).
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = open_checked(&path, flags, !clean_path.exists())?;
         // Open from now on: a crash leaves no marker behind.
         if let Err(source) = std::fs::remove_file(&clean_path)
@@ -578,7 +583,8 @@ impl Reader {
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no history store here"),
             });
         }
-        let conn = open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY, check)?;
+        let conn =
+            open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX, check)?;
         // Reading beside a writer: wait out the moments the journal's index is locked.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let columns = {
