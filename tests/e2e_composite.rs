@@ -133,8 +133,11 @@ async fn an_until_publication_ends_its_generation() {
         &["[class,'job_status'],[gid,'g1'],[job,'A']", "[class,'job_status'],[gid,'g2'],[job,'A']"],
     )
     .await;
-    let stored = observer.stats().await.expect("stats").partial_matches;
-    assert_eq!(stored, 2, "one partial match per generation");
+    let stats = observer.stats().await.expect("stats");
+    assert_eq!(stats.partial_matches, 2, "one partial match per generation");
+    // Each holds its publication and about 512 bytes of its own; the default cap is 1 GiB.
+    assert!((1024..8192).contains(&stats.partial_match_bytes), "{stats:?}");
+    assert_eq!(stats.partial_match_bytes_cap, 1 << 30, "{stats:?}");
     publish(&publisher, &["[class,'job_status'],[gid,'g1'],[job,'APPL_END']"]).await;
     // g1's B, after its end: no match (checked below, by what arrives first).
     publish(&publisher, &["[class,'job_status'],[gid,'g1'],[job,'B']"]).await;

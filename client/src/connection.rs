@@ -493,7 +493,7 @@ impl Client {
     /// The broker's counters.
     pub async fn stats(&self) -> Result<BrokerStats, ClientError> {
         match self.query(Query::Stats).await? {
-            Report::Stats(stats) => Ok(stats),
+            Report::Stats(stats) => Ok(*stats),
             Report::Routes(_) => {
                 Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "stats", got: "routes" }))
             }

@@ -237,7 +237,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
         (any::<u64>(), any_name(), proptest::collection::vec(any_name(), 0..3), any::<u64>()).prop_map(
             |(req, broker, neighbours, n)| Frame::Report {
                 req,
-                report: Report::Stats(BrokerStats {
+                report: Report::Stats(Box::new(BrokerStats {
                     broker,
                     uptime_ms: n,
                     clients: n / 2,
@@ -256,6 +256,8 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     composites: n / 37,
                     detectors: n / 41,
                     partial_matches: n / 43,
+                    partial_match_bytes: n / 101,
+                    partial_match_bytes_cap: n / 103,
                     composite_matches: n / 47,
                     partials_evicted: n / 53,
                     partials_expired: n / 59,
@@ -267,7 +269,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     history_removed: n / 83,
                     history_queued: n / 89,
                     history_rows: n / 97,
-                }),
+                })),
             }
         ),
         (any::<u64>(), any_name(), any_id(), any_subscription(), any_name()).prop_map(

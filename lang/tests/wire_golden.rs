@@ -123,7 +123,7 @@ fn samples() -> Vec<Frame> {
         Frame::Query { req: 2, query: Query::Routes { limit: 10 } },
         Frame::Report {
             req: 1,
-            report: Report::Stats(BrokerStats {
+            report: Report::Stats(Box::new(BrokerStats {
                 broker: name("B1"),
                 uptime_ms: 1,
                 clients: 2,
@@ -142,6 +142,8 @@ fn samples() -> Vec<Frame> {
                 composites: 14,
                 detectors: 15,
                 partial_matches: 16,
+                partial_match_bytes: 28,
+                partial_match_bytes_cap: 29,
                 composite_matches: 17,
                 partials_evicted: 18,
                 partials_expired: 19,
@@ -153,7 +155,7 @@ fn samples() -> Vec<Frame> {
                 history_removed: 25,
                 history_queued: 26,
                 history_rows: 27,
-            }),
+            })),
         },
         Frame::Report {
             req: 2,
@@ -251,7 +253,10 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
     ("Query/Routes", "000000040902010a"),
-    ("Report/Stats", "000000250a0100024231010203010242320405060708090a0b0c0d0e0f101112131415161718191a1b"),
+    (
+        "Report/Stats",
+        "000000270a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b",
+    ),
     (
         "Report/Routes",
         "000000670a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b657220423201024233010102423103217b5b636c6173732c65712c2761275d7d267b5b636c6173732c65712c2762275d7d08636c69656e7420320102423401",

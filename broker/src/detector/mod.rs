@@ -831,6 +831,11 @@ impl Detectors {
         self.detectors.is_empty()
     }
 
+    /// The caps and windows it applies.
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
     /// The counters, with `stored` as of now.
     pub fn counters(&self) -> Counters {
         Counters { stored: self.stored as u64, stored_bytes: self.bytes, ..self.counters }

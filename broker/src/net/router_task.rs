@@ -283,7 +283,7 @@ impl RouterTask {
             }
             Event::Query(client, req, query) => {
                 let report = match query {
-                    Query::Stats => Report::Stats(self.stats(now)),
+                    Query::Stats => Report::Stats(Box::new(self.stats(now))),
                     Query::Routes { limit } => Report::Routes(routes(&self.router, limit)),
                 };
                 if let Some(handle) = self.clients.get(&client) {
@@ -401,6 +401,8 @@ impl RouterTask {
             composites: count(composites),
             detectors: count(detectors),
             partial_matches: detected.stored,
+            partial_match_bytes: detected.stored_bytes,
+            partial_match_bytes_cap: self.router.detector_bounds().max_bytes,
             composite_matches: detected.matches,
             partials_evicted: detected.evicted,
             partials_expired: detected.expired,

@@ -573,6 +573,11 @@ impl Router {
         (self.composites.detectors.counters(), self.composites.len(), self.composites.detectors.len())
     }
 
+    /// The caps and windows the composite detectors apply.
+    pub fn detector_bounds(&self) -> &Bounds {
+        self.composites.detectors.bounds()
+    }
+
     /// How many advertisements and subscriptions the tables hold.
     pub fn table_sizes(&self) -> (usize, usize) {
         (self.advs.len(), self.subs.len())

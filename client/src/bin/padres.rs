@@ -529,7 +529,12 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("broker links cut (too slow) {}", stats.links_cut);
                 out!("composite subscriptions {}", stats.composites);
                 out!("composite detectors  {}", stats.detectors);
-                out!("partial matches      {}", stats.partial_matches);
+                out!(
+                    "partial matches      {} ({} of {} bytes)",
+                    stats.partial_matches,
+                    stats.partial_match_bytes,
+                    stats.partial_match_bytes_cap
+                );
                 out!("composite matches    {}", stats.composite_matches);
                 out!(
                     "partial matches dropped: evicted {}, expired {}, ended {}; pairs dropped {}",

@@ -46,7 +46,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -401,7 +401,7 @@ pub enum Query {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Report {
     /// Answers [`Query::Stats`].
-    Stats(BrokerStats),
+    Stats(Box<BrokerStats>),
     /// Answers [`Query::Routes`].
     Routes(RoutesReport),
 }
@@ -447,6 +447,11 @@ pub struct BrokerStats {
     pub detectors: u64,
     /// Partial matches the detectors store now.
     pub partial_matches: u64,
+    /// Their estimated size in bytes (each counts its share of the publications it holds),
+    /// which the broker's `max_partial_match_bytes` caps.
+    pub partial_match_bytes: u64,
+    /// That cap, in bytes.
+    pub partial_match_bytes_cap: u64,
     /// Composite matches the detectors completed.
     pub composite_matches: u64,
     /// Partial matches evicted by a cap.
