@@ -9,7 +9,7 @@
 //! dropped) during the run: the answer must still be the reference's.
 //!
 //! A failure names its seed; `DETECT_SEED=n cargo test -p padres-broker --test
-//! detector_reference` replays it.
+//! detector_reference` replays it, and `DETECT_SEEDS=A..B` runs a longer range.
 
 mod patterns;
 
@@ -112,7 +112,14 @@ fn run(seed: u64, mode: Arrival) -> Result<(), String> {
             (timed, lateness)
         }
     };
-    let bounds = Bounds { pairs_per_input: usize::MAX, lateness_ms: lateness, ..Bounds::default() };
+    // No cap binds: the reference keeps every partial match.
+    let bounds = Bounds {
+        pairs_per_input: usize::MAX,
+        per_detector: usize::MAX,
+        per_broker: usize::MAX,
+        max_bytes: u64::MAX,
+        lateness_ms: lateness,
+    };
     let mut detectors = Detectors::new(bounds);
     let id = detectors.add(&cs);
     let subs: Vec<_> = cs.atoms().collect();
@@ -168,10 +175,7 @@ fn run(seed: u64, mode: Arrival) -> Result<(), String> {
 
 #[test]
 fn the_detector_gives_the_reference_answer_in_any_arrival_order() {
-    let seeds: Vec<u64> = match std::env::var("DETECT_SEED") {
-        Ok(seed) => vec![seed.parse().expect("DETECT_SEED is a number")],
-        Err(_) => (0..3_000).collect(),
-    };
+    let seeds = patterns::seeds("DETECT_SEED", "DETECT_SEEDS", 3_000);
     let failures: Vec<String> =
         seeds.into_iter().filter_map(|seed| run(seed, Arrival::AnyOrder).err()).take(3).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -179,10 +183,7 @@ fn the_detector_gives_the_reference_answer_in_any_arrival_order() {
 
 #[test]
 fn the_detector_gives_the_reference_answer_when_windows_expire_and_ends_are_forgotten() {
-    let seeds: Vec<u64> = match std::env::var("DETECT_SEED") {
-        Ok(seed) => vec![seed.parse().expect("DETECT_SEED is a number")],
-        Err(_) => (0..3_000).collect(),
-    };
+    let seeds = patterns::seeds("DETECT_SEED", "DETECT_SEEDS", 3_000);
     // Lateness from a few ms (most things expire or are forgotten during a run) to more
     // than a run's span.
     let failures: Vec<String> = seeds
