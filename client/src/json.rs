@@ -108,4 +108,34 @@ mod tests {
         assert_eq!(back["pubs"][1]["attrs"]["n"], 2);
         assert!(back.get("attrs").is_none(), "a composite match has no top-level attrs");
     }
+
+    #[test]
+    fn lines_keep_the_documented_order_of_their_keys() {
+        // Read by scripts as text too: `type` first, then `sub`, and a publication's
+        // attributes in its own order (docs/composite.md, docs/history.md).
+        let p: Publication = "[class,'stock'],[symbol,'IBM'],[price,100]".parse().expect("valid");
+        let ids: Vec<MessageId> = vec!["B1/3".parse().expect("id")];
+        assert_eq!(
+            publication(&ids, &p),
+            r#"{"type":"notification","sub":"B1/3","subs":["B1/3"],"attrs":{"class":"stock","symbol":"IBM","price":100}}"#
+        );
+        let n = Notification::Composite { sub: "B2/7".parse().expect("id"), pubs: vec![(0, p)] };
+        assert!(
+            notification(&n).starts_with(
+                r#"{"type":"notification","sub":"B2/7","pubs":[{"leaf":0,"attrs":{"class":"stock","#
+            ),
+            "{}",
+            notification(&n)
+        );
+        let end = Notification::EndOfHistory {
+            sub: "B1/5".parse().expect("id"),
+            count: 42,
+            missing: vec![],
+            truncated: false,
+        };
+        assert_eq!(
+            notification(&end),
+            r#"{"type":"end_of_history","sub":"B1/5","count":42,"missing":[],"truncated":false}"#
+        );
+    }
 }
