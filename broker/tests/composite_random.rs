@@ -13,6 +13,7 @@
 //! composite_random` replays it in every test, and `SIM_SEEDS=A..B` runs a longer range.
 
 mod patterns;
+mod seeds;
 mod sim;
 
 use std::collections::{BTreeMap, HashMap};
@@ -203,7 +204,7 @@ fn run(seed: u64, covering: Covering, cycles: bool) -> Result<u64, String> {
 fn check(covering: Covering, cycles: bool) {
     let mut failures = Vec::new();
     let mut expired = 0;
-    for seed in patterns::seeds("SIM_SEED", "SIM_SEEDS", 350) {
+    for seed in seeds::seeds("SIM_SEED", "SIM_SEEDS", 350) {
         match run(seed, covering, cycles) {
             Ok(n) => expired += n,
             Err(e) if failures.len() < 2 => failures.push(e),

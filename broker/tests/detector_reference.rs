@@ -12,6 +12,7 @@
 //! detector_reference` replays it, and `DETECT_SEEDS=A..B` runs a longer range.
 
 mod patterns;
+mod seeds;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -175,7 +176,7 @@ fn run(seed: u64, mode: Arrival) -> Result<(), String> {
 
 #[test]
 fn the_detector_gives_the_reference_answer_in_any_arrival_order() {
-    let seeds = patterns::seeds("DETECT_SEED", "DETECT_SEEDS", 3_000);
+    let seeds = seeds::seeds("DETECT_SEED", "DETECT_SEEDS", 3_000);
     let failures: Vec<String> =
         seeds.into_iter().filter_map(|seed| run(seed, Arrival::AnyOrder).err()).take(3).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -183,7 +184,7 @@ fn the_detector_gives_the_reference_answer_in_any_arrival_order() {
 
 #[test]
 fn the_detector_gives_the_reference_answer_when_windows_expire_and_ends_are_forgotten() {
-    let seeds = patterns::seeds("DETECT_SEED", "DETECT_SEEDS", 3_000);
+    let seeds = seeds::seeds("DETECT_SEED", "DETECT_SEEDS", 3_000);
     // Lateness from a few ms (most things expire or are forgotten during a run) to more
     // than a run's span.
     let failures: Vec<String> = seeds

@@ -1,7 +1,9 @@
 //! Historic subscriptions in the simulator: stores at two brokers of a 5-broker tree,
 //! publishers at three, queries from every broker checked against the reference over all
 //! publications; the boundary to live delivery while publishers go on; a store that never
-//! answers.
+//! answers. `HIST_SEED=n` runs one seed, `HIST_SEEDS=A..B` a longer range.
+
+mod seeds;
 
 use padres_broker::sim::{EndOfHistory, Sim};
 use padres_lang::{MessageId, Publication, Subscription, Timestamp, matches};
@@ -108,7 +110,7 @@ fn id_and_marker(sim: &Sim, req: u64) -> (MessageId, EndOfHistory) {
 #[test]
 fn historic_subscriptions_from_every_broker_get_what_the_stores_kept_once_in_time_order() {
     let mut total = 0;
-    for seed in 0..40 {
+    for seed in seeds::seeds("HIST_SEED", "HIST_SEEDS", 40) {
         let mut sim = federation(seed);
         let mut rng = fastrand::Rng::with_seed(seed);
         let sent = publish(&mut sim, &mut rng, 0, 120, 5);
@@ -162,12 +164,15 @@ fn historic_subscriptions_from_every_broker_get_what_the_stores_kept_once_in_tim
             assert!(markers[0].missing.is_empty() && !markers[0].truncated, "{context}");
         }
     }
-    assert!(total > 2_000, "the queries select something: {total}");
+    assert!(
+        total > 2_000 || std::env::var_os("HIST_SEED").is_some(),
+        "the queries select something: {total}"
+    );
 }
 
 #[test]
 fn an_open_ended_historic_subscription_gets_every_publication_once_across_the_boundary() {
-    for seed in 0..30 {
+    for seed in seeds::seeds("HIST_SEED", "HIST_SEEDS", 30) {
         let mut sim = federation(seed);
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
         let mut sent = publish(&mut sim, &mut rng, 0, 60, 3);

@@ -7,7 +7,7 @@
 //! A failure names its seed; `SIM_SEED=n cargo test -p padres-broker --test routing_random`
 //! replays just that seed in every test, and `SIM_SEEDS=A..B` runs a longer range.
 
-mod patterns;
+mod seeds;
 mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -277,7 +277,7 @@ fn check_burst(
 
 #[test]
 fn random_trees_deliver_exactly_what_the_oracle_says() {
-    let seeds = patterns::seeds("SIM_SEED", "SIM_SEEDS", 1000);
+    let seeds = seeds::seeds("SIM_SEED", "SIM_SEEDS", 1000);
     let n = seeds.len();
     let delivered: usize = seeds.into_iter().map(|seed| run_seed(seed, Options::default()).len()).sum();
     // The workload is dense enough that the oracle's sets are mostly non-empty.
@@ -300,7 +300,7 @@ fn per_client(deliveries: Vec<(i64, u64)>) -> BTreeMap<u64, Vec<i64>> {
 }
 
 fn covering_changes_no_delivery(cycles: bool) {
-    for seed in patterns::seeds("SIM_SEED", "SIM_SEEDS", 500) {
+    for seed in seeds::seeds("SIM_SEED", "SIM_SEEDS", 500) {
         let off = per_client(run_seed(seed, Options { cycles, ..Options::default() }));
         for covering in [Covering::Lazy, Covering::Active] {
             let with = per_client(run_seed(seed, Options { covering, cycles, ..Options::default() }));
@@ -322,7 +322,7 @@ fn covering_changes_no_delivery_with_cycles() {
 #[test]
 fn random_graphs_with_cycles_deliver_exactly_once() {
     let cycles = Options { cycles: true, ..Options::default() };
-    let seeds = patterns::seeds("SIM_SEED", "SIM_SEEDS", 1000);
+    let seeds = seeds::seeds("SIM_SEED", "SIM_SEEDS", 1000);
     let n = seeds.len();
     let delivered: usize = seeds.into_iter().map(|seed| run_seed(seed, cycles).len()).sum();
     assert!(n < 1000 || delivered > 5 * n, "only {delivered} deliveries in {n} seeds");
