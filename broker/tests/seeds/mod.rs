@@ -12,7 +12,9 @@ pub fn seeds(one: &str, range: &str, default: u64) -> Vec<u64> {
         Ok(text) => {
             let bound = |s: &str| s.parse().unwrap_or_else(|_| panic!("{range} is A..B"));
             let (from, to) = text.split_once("..").unwrap_or_else(|| panic!("{range} is A..B"));
-            (bound(from)..bound(to)).collect()
+            let seeds: Vec<u64> = (bound(from)..bound(to)).collect();
+            assert!(!seeds.is_empty(), "{range}={text} holds no seed (A..B runs A to B-1)");
+            seeds
         }
         Err(_) => (0..default).collect(),
     }
