@@ -135,9 +135,13 @@ async fn an_until_publication_ends_its_generation() {
     .await;
     let stats = observer.stats().await.expect("stats");
     assert_eq!(stats.partial_matches, 2, "one partial match per generation");
-    // Each holds its publication and about 512 bytes of its own; the default cap is 1 GiB.
+    // Each holds its publication and about 512 bytes of its own; the cap is the default.
     assert!((1024..8192).contains(&stats.partial_match_bytes), "{stats:?}");
-    assert_eq!(stats.partial_match_bytes_cap, 1 << 30, "{stats:?}");
+    assert_eq!(
+        stats.partial_match_bytes_cap,
+        padres_broker::detector::Bounds::DEFAULT.max_bytes,
+        "{stats:?}"
+    );
     publish(&publisher, &["[class,'job_status'],[gid,'g1'],[job,'APPL_END']"]).await;
     // g1's B, after its end: no match (checked below, by what arrives first).
     publish(&publisher, &["[class,'job_status'],[gid,'g1'],[job,'B']"]).await;

@@ -17,7 +17,7 @@ mod seeds;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use padres_broker::detector::{Bounds, Detectors, Stamped};
+use padres_broker::detector::{Detectors, Stamped};
 use padres_lang::semantics::composite::detect;
 use padres_lang::{CompositeSubscription, Name, Publication, Stamp, matches};
 use patterns::Rng;
@@ -113,15 +113,7 @@ fn run(seed: u64, mode: Arrival) -> Result<(), String> {
             (timed, lateness)
         }
     };
-    // No cap binds: the reference keeps every partial match.
-    let bounds = Bounds {
-        pairs_per_input: usize::MAX,
-        per_detector: usize::MAX,
-        per_broker: usize::MAX,
-        max_bytes: u64::MAX,
-        lateness_ms: lateness,
-    };
-    let mut detectors = Detectors::new(bounds);
+    let mut detectors = Detectors::new(patterns::uncapped(lateness));
     let id = detectors.add(&cs);
     let subs: Vec<_> = cs.atoms().collect();
     let position: HashMap<Stamp, usize> =

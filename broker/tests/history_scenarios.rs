@@ -110,7 +110,9 @@ fn id_and_marker(sim: &Sim, req: u64) -> (MessageId, EndOfHistory) {
 #[test]
 fn historic_subscriptions_from_every_broker_get_what_the_stores_kept_once_in_time_order() {
     let mut total = 0;
-    for seed in seeds::seeds("HIST_SEED", "HIST_SEEDS", 40) {
+    let seeds = seeds::seeds("HIST_SEED", "HIST_SEEDS", 40);
+    let n = seeds.len();
+    for seed in seeds {
         let mut sim = federation(seed);
         let mut rng = fastrand::Rng::with_seed(seed);
         let sent = publish(&mut sim, &mut rng, 0, 120, 5);
@@ -164,10 +166,7 @@ fn historic_subscriptions_from_every_broker_get_what_the_stores_kept_once_in_tim
             assert!(markers[0].missing.is_empty() && !markers[0].truncated, "{context}");
         }
     }
-    assert!(
-        total > 2_000 || std::env::var_os("HIST_SEED").is_some(),
-        "the queries select something: {total}"
-    );
+    assert!(n < 40 || total > 2_000, "the queries select something: {total} in {n} seeds");
 }
 
 #[test]

@@ -4,6 +4,19 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+/// Detector bounds under which no cap binds, as the reference (which keeps every partial
+/// match) needs: a rare pattern such as `{c}&{c}` with no join variable stores one per pair
+/// of `c`s, past the default 10,000 per detector. The caps are `detector_bounds`'s to test.
+pub fn uncapped(lateness_ms: u64) -> padres_broker::detector::Bounds {
+    padres_broker::detector::Bounds {
+        pairs_per_input: usize::MAX,
+        per_detector: usize::MAX,
+        per_broker: usize::MAX,
+        max_bytes: u64::MAX,
+        lateness_ms,
+    }
+}
+
 /// Seeded, so every failure replays from its seed.
 pub struct Rng(pub fastrand::Rng);
 
