@@ -41,11 +41,14 @@ use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription,
 
 use super::{Hop, Output, Router};
 use crate::detector::{DetectorId, Detectors, Match};
-use smallvec::SmallVec;
 
 /// A pattern and the upstream broker it came from (`None`: a local client); shared, since
 /// every publication that feeds a detector looks its pattern up by it.
 pub(super) type PartKey = Arc<(String, Option<Name>)>;
+
+/// What a publication matching a detector subscription feeds: the pattern, the
+/// subscription's role in it, and the pattern's detector here.
+pub(super) type DetectorInput = (PartKey, Role, DetectorId);
 
 /// A leaf reaching into the past: its number and subscription.
 pub(super) type HistoricLeaf = (u32, Arc<Subscription>);
@@ -73,7 +76,7 @@ impl Dest {
 
 /// What a detector subscription feeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Role {
+pub(super) enum Role {
     /// Leaf number `n` of the pattern.
     Leaf(usize),
     /// The `until` filter.
@@ -499,6 +502,9 @@ impl Router {
         self.composites.subs.insert(id.clone(), (key.clone(), role, detector));
         let before = self.awaited.len();
         self.install_sub(id.clone(), sub, Hop::Detector, out);
+        if let Some(route) = self.routes.get_mut(&id) {
+            route.detector = Some((key.clone(), role, detector));
+        }
         // Its copies are waited for by whatever input placed the pattern.
         let copies: Vec<(Forwarded, Name)> =
             self.awaited[before..].iter().map(|(_, waits_for, to)| (waits_for.clone(), to.clone())).collect();
@@ -547,22 +553,24 @@ impl Router {
         }
     }
 
-    /// Publications that matched detector subscriptions `ids`: feed the detectors, send
-    /// the matches they complete.
-    pub(super) fn detect(&mut self, ids: &[MessageId], stamped: &Arc<Stamped>, out: &mut Vec<Output>) {
+    /// A publication fed `inputs` (detector subscriptions it matched, and `ids`, those of
+    /// them known by id only): feed the detectors, send the matches they complete.
+    pub(super) fn detect(
+        &mut self,
+        mut inputs: Vec<DetectorInput>,
+        ids: &[MessageId],
+        stamped: &Arc<Stamped>,
+        out: &mut Vec<Output>,
+    ) {
         // A detector subscription is removed with its placement: the detector it names is
         // the pattern's here.
-        let mut inputs: SmallVec<[(Role, DetectorId, PartKey); 2]> = ids
-            .iter()
-            .filter_map(|id| self.composites.subs.get(id))
-            .map(|(key, role, detector)| (*role, *detector, key.clone()))
-            .collect();
+        inputs.extend(ids.iter().filter_map(|id| self.composites.subs.get(id)).cloned());
         // Leaves before ends: a publication that completes a match and ends its binding
         // does both, in that order.
-        inputs.sort_unstable_by_key(|&(role, detector, _)| (role, detector));
+        inputs.sort_unstable_by_key(|&(_, role, detector)| (role, detector));
         let now = self.now;
         let mut matches = Vec::new();
-        for (role, detector, key) in inputs {
+        for (key, role, detector) in inputs {
             match role {
                 Role::Leaf(leaf) => {
                     self.saw_live_leaf(&key, u32::try_from(leaf).unwrap_or(u32::MAX), stamped, out);

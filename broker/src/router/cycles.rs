@@ -28,6 +28,7 @@ use std::sync::Arc;
 use padres_lang::wire::{BrokerMessage, Forwarded};
 use padres_lang::{MessageId, Name, Publication, Subscription, covers};
 
+use super::composite::DetectorInput;
 use super::covering::Covering;
 use super::{ClientId, Hop, Output};
 use crate::matching::{Scratch, SubscriptionIndex};
@@ -77,8 +78,10 @@ pub(super) struct Cycles {
 pub(super) struct Next {
     pub(super) brokers: BTreeSet<Name>,
     pub(super) clients: BTreeMap<ClientId, Vec<MessageId>>,
-    /// Subscriptions of this broker's composite detectors.
+    /// Subscriptions of this broker's composite detectors, by id...
     pub(super) detected: Vec<MessageId>,
+    /// ...or by what they feed.
+    pub(super) inputs: Vec<DetectorInput>,
     /// This broker's history store keeps it.
     pub(super) stored: bool,
 }

@@ -15,6 +15,8 @@
 //!   entries of the SRT and the PRT alike (`Table::offer`).
 //! - `cycles.rs`: cyclic overlays, one spanning tree per advertisement, with covering per
 //!   tree.
+//! - `sub_routes.rs`: what a publication's routing needs of each subscription it matched
+//!   (hop, detector role), under the number the matching engine indexes it by.
 //! - `settle.rs`: settled replies: `advertise` and `subscribe` are answered once they have
 //!   taken effect everywhere they must.
 //!
@@ -88,6 +90,7 @@ mod covering;
 mod cycles;
 mod history;
 mod settle;
+mod sub_routes;
 
 use composite::Composites;
 
@@ -97,6 +100,7 @@ use cycles::{Awaited, Ctx, Cycles, Next};
 use history::Histories;
 pub use history::{DEFAULT_MAX_RESULTS, DEFAULT_TIMEOUT_MS, history_chunk_bytes};
 use settle::{Settle, Waiter};
+use sub_routes::SubRoutes;
 
 /// A client connection, numbered by the I/O shell.
 pub type ClientId = u64;
@@ -358,10 +362,12 @@ pub struct Router {
     adv_index: AdvertisementIndex<MessageId>,
     /// The PRT.
     subs: Table<Subscriptions>,
-    sub_index: SubscriptionIndex<MessageId>,
+    /// The PRT's subscriptions, indexed under their routes' numbers.
+    sub_index: SubscriptionIndex<u32>,
+    routes: SubRoutes,
     scratch: Scratch,
     /// The subscriptions a publication matched, reused from one to the next.
-    matched: Vec<MessageId>,
+    matched: Vec<u32>,
     settle: Settle,
     /// While the current input is handled: every copy offered to a neighbour (sent now,
     /// sent earlier, or held back behind a cover), with the copy its settling waits for.
@@ -436,6 +442,7 @@ impl Router {
             adv_index: AdvertisementIndex::new(),
             subs: Table::default(),
             sub_index: SubscriptionIndex::new(),
+            routes: SubRoutes::default(),
             scratch: Scratch::default(),
             matched: Vec::new(),
             settle: Settle::default(),
@@ -983,8 +990,7 @@ impl Router {
         }
         // Stored subscriptions it overlaps go toward it ("late advertisement pulls
         // subscriptions").
-        let mut pulled = self.sub_index.overlapping(&adv);
-        pulled.sort();
+        let pulled = self.routes.ids(&self.sub_index.overlapping(&adv));
         match &mut self.overlay {
             Overlay::Cyclic(cycles) => {
                 cycles.plant(id.clone(), last);
@@ -1015,6 +1021,7 @@ impl Router {
                     e.held.remove(b);
                 }
                 e.last = last.clone();
+                self.routes.add(&id, last.clone());
                 let sub = e.item.clone();
                 for b in self.hops_for(&sub, &last) {
                     self.offer_sub(&id, &b, out);
@@ -1022,7 +1029,8 @@ impl Router {
             }
             return;
         }
-        self.sub_index.insert(id.clone(), sub.clone());
+        let number = self.routes.add(&id, last.clone());
+        self.sub_index.insert(number, sub.clone());
         self.subs.insert(id.clone(), Entry::new(sub.clone(), last.clone(), 0));
         match &mut self.overlay {
             Overlay::Cyclic(cycles) => {
@@ -1084,7 +1092,9 @@ impl Router {
         if self.subs.get(id).is_none() {
             return;
         }
-        self.sub_index.remove(id);
+        if let Some(number) = self.routes.remove(id) {
+            self.sub_index.remove(&number);
+        }
         if let Overlay::Cyclic(cycles) = &mut self.overlay {
             let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
             cycles.remove_everywhere(ctx, id, out);
@@ -1147,8 +1157,7 @@ impl Router {
             self.offer_adv(id, &o.clone(), out);
         }
         if let Hop::Broker(b) = &last {
-            let mut pulled = self.sub_index.overlapping(&adv);
-            pulled.sort();
+            let pulled = self.routes.ids(&self.sub_index.overlapping(&adv));
             for sub_id in pulled {
                 if self.subs.get(&sub_id).is_some_and(|s| s.last != last) {
                     self.offer_sub(&sub_id, b, out);
@@ -1215,9 +1224,11 @@ impl Router {
         matched.clear();
         self.sub_index.matches_into(&publication, &mut self.scratch, &mut matched);
         let mut next = Next::default();
-        for id in &matched {
-            if let Some(e) = self.subs.get(id) {
-                next.add(id, &e.last, last);
+        for &n in &matched {
+            let Some(route) = self.routes.get(n) else { continue };
+            match &route.detector {
+                Some(input) => next.inputs.push(input.clone()),
+                None => next.add(&route.id, &route.hop, last),
             }
         }
         self.matched = matched;
@@ -1248,6 +1259,7 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         let detected = std::mem::take(&mut next.detected);
+        let inputs = std::mem::take(&mut next.inputs);
         self.hold_live(
             &mut next,
             || Arc::new(Stamped { stamp: stamp.clone(), publication: publication.clone() }),
@@ -1258,8 +1270,8 @@ impl Router {
             out.push(Output::Store { stamp: stamp.clone(), publication: publication.clone(), ack });
         }
         emit(next, &publication, &stamp, tree, out);
-        if !detected.is_empty() {
-            self.detect(&detected, &Arc::new(Stamped { stamp, publication }), out);
+        if !detected.is_empty() || !inputs.is_empty() {
+            self.detect(inputs, &detected, &Arc::new(Stamped { stamp, publication }), out);
         }
     }
 }
