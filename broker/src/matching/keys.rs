@@ -90,6 +90,15 @@ fn prefix8(text: &str) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
+/// Orders two strings whose [`prefix8`]s are equal. Their first eight bytes (or all of
+/// the shorter one's, if it has fewer) are then equal, so a string of at most eight bytes
+/// is a prefix of the other and the lengths decide; otherwise the rest does. Equal short
+/// values (job names, codes) are common in columns, and this spares them a `memcmp` call.
+fn cmp_after_prefix(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() <= 8 || b.len() <= 8 { a.len().cmp(&b.len()) } else { a[8..].cmp(&b[8..]) }
+}
+
 /// A string bound with its eight-byte prefix, so most comparisons are one integer compare.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Text {
@@ -114,7 +123,7 @@ impl PartialOrd for Text {
 }
 impl Ord for Text {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.prefix.cmp(&other.prefix).then_with(|| self.text.cmp(&other.text))
+        self.prefix.cmp(&other.prefix).then_with(|| cmp_after_prefix(&self.text, &other.text))
     }
 }
 
@@ -133,7 +142,7 @@ impl<'a> TextProbe<'a> {
 
 impl Probe<Text> for TextProbe<'_> {
     fn cmp_key(&self, key: &Text) -> Ordering {
-        self.prefix.cmp(&key.prefix).then_with(|| self.text.cmp(&key.text))
+        self.prefix.cmp(&key.prefix).then_with(|| cmp_after_prefix(self.text, &key.text))
     }
 }
 
@@ -268,8 +277,24 @@ mod tests {
 
     #[test]
     fn text_keys_order_like_strings() {
-        let words =
-            ["", "a", "ab", "ab\0", "ab\0x", "abcdefgh", "abcdefgh\0", "abcdefghi", "abd", "é", "\u{0}"];
+        let words = [
+            "",
+            "a",
+            "ab",
+            "ab\0",
+            "ab\0x",
+            "abcdefg",
+            "abcdefg\0",
+            "abcdefgh",
+            "abcdefgh\0",
+            "abcdefghi",
+            "abcdefghj",
+            "abcdefghij",
+            "abd",
+            "é",
+            "\u{0}",
+            "\u{0}\u{0}",
+        ];
         for a in words {
             for b in words {
                 let (ka, kb) = (Text::new(Arc::from(a)), Text::new(Arc::from(b)));
