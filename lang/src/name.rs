@@ -156,18 +156,65 @@ impl fmt::Debug for Name {
 
 impl PartialEq<str> for Name {
     fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
+        same_text(&self.0, other)
     }
 }
 
 impl PartialEq<&str> for Name {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        same_text(&self.0, other)
+    }
+}
+
+/// Equal texts. Names are short, and comparing them as slices called `memcmp` for every
+/// pair of equal length, a visible share of looking a publication's values up by name:
+/// up to 16 bytes, the first and last bytes (or words) cover the text between them.
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word4 = |s: &[u8], at: usize| u32::from_ne_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]);
+    let word8 = |s: &[u8], at: usize| {
+        u64::from_ne_bytes([
+            s[at],
+            s[at + 1],
+            s[at + 2],
+            s[at + 3],
+            s[at + 4],
+            s[at + 5],
+            s[at + 6],
+            s[at + 7],
+        ])
+    };
+    match n {
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
+        4..=8 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        9..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        _ => a == b,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_equal_text_exactly_at_every_length() {
+        for n in 0..40 {
+            let text: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            assert!(same_text(&text, &text.clone()), "{text:?}");
+            for at in 0..n {
+                let mut other = text.clone().into_bytes();
+                other[at] = b'Z';
+                let other = String::from_utf8(other).expect("ascii");
+                assert!(!same_text(&text, &other), "{text:?} vs {other:?}");
+            }
+            assert!(!same_text(&text, &format!("{text}a")));
+        }
+    }
+
     use super::*;
 
     #[test]

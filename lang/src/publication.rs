@@ -111,7 +111,7 @@ impl Publication {
 
     /// The value of attribute `name`, if present.
     pub fn get(&self, name: &str) -> Option<&Value> {
-        self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        self.attrs.iter().find(|(n, _)| *n == *name).map(|(_, v)| v)
     }
 
     /// The value of the `class` attribute.
