@@ -407,6 +407,34 @@ impl Detector {
     }
 
     fn store(&mut self, ctx: &mut Ctx<'_>, node: usize, side: usize, key: Key, partial: Arc<Partial>) {
+        let stored = self.account(ctx, node, side, &key, partial);
+        self.stores.push(node, side, key, stored);
+    }
+
+    /// Stores `partial` on `node`'s `side` and takes out the other side's list for the
+    /// same key, to be put back with [`Stores::put_back`]: one lookup for both.
+    fn store_and_take(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        node: usize,
+        side: usize,
+        key: Key,
+        partial: Arc<Partial>,
+    ) -> stores::List {
+        let stored = self.account(ctx, node, side, &key, partial);
+        self.stores.push_and_take(node, side, key, stored)
+    }
+
+    /// Counts `partial` in, to be stored on `node`'s `side` under `key`: its entry, bytes,
+    /// place in the eviction order and expiry.
+    fn account(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        node: usize,
+        side: usize,
+        key: &Key,
+        partial: Arc<Partial>,
+    ) -> Stored {
         *ctx.next_generation += 1;
         let generation = *ctx.next_generation;
         let expiry = self
@@ -432,9 +460,9 @@ impl Detector {
         #[allow(clippy::cast_possible_truncation)]
         let (n, s) = (node as u32, side as u32);
         let entry = self.entries.insert(Loc { node: n, side: s, key: key.clone(), generation, bytes });
-        self.stores.push(node, side, key, Stored { entry, partial });
         self.order.push_back((entry, generation));
         ctx.stored.push((entry, generation, expiry));
+        Stored { entry, partial }
     }
 
     /// False if the match spans more than the window or across a remembered end of its
@@ -472,10 +500,9 @@ impl Detector {
             }
             Op::Leaf | Op::Times { .. } => unreachable!("a leaf has no children"),
         };
-        self.store(ctx, parent, side, key.clone(), partial.clone());
-        // Nothing stores into the other side's bucket while its partners are paired (only
+        // Nothing stores into the other side's list while its partners are paired (only
         // ancestors of `parent` store), so it can be taken out and put back.
-        let Some(partners) = self.stores.take(parent, 1 - side, &key) else { return };
+        let partners = self.store_and_take(ctx, parent, side, key.clone(), partial.clone());
         for stored in partners.iter().rev() {
             let (left, right) =
                 if side == 0 { (&partial, &stored.partial) } else { (&stored.partial, &partial) };

@@ -90,6 +90,19 @@ impl Stores {
         bucket[list].push(stored);
     }
 
+    /// [`Self::push`] onto `node`'s `side`, then [`Self::take`] the other side's list for
+    /// the same key, with one lookup.
+    pub(super) fn push_and_take(&mut self, node: usize, side: usize, key: Key, stored: Stored) -> List {
+        let (class, list) = self.at(node, side);
+        let other = list ^ 1;
+        let class = &mut self.classes[class];
+        let width = class.width;
+        let bucket =
+            class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| List::new()).collect());
+        bucket[list].push(stored);
+        std::mem::take(&mut bucket[other])
+    }
+
     /// Takes the list of `node`'s `side` for `key` out, to be put back with
     /// [`Self::put_back`] (storing at other nodes meanwhile is allowed).
     pub(super) fn take(&mut self, node: usize, side: usize, key: &Key) -> Option<List> {
