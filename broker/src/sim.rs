@@ -2,6 +2,11 @@
 //! with latency (and optional jitter), link failures, restarts. Everything happens in one
 //! thread in a fixed order, so a run is a pure function of its inputs and seed. The
 //! routing tests and the composite traffic benchmark run on it.
+//!
+//! To see what a run does, `SIM_TRACE=1` prints every message between brokers to stderr
+//! as it is sent (virtual time, sender, receiver, message); [`Sim::digest_messages`]
+//! keeps a digest of them instead, so a test can tell that a seed replays message for
+//! message.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -95,6 +100,7 @@ pub struct Sim {
     /// Extra delay of each message, up to this many ms (links stay FIFO).
     jitter: u64,
     rng: fastrand::Rng,
+    trace: Trace,
     /// Messages sent on all links, by kind (`Publish`, `CompositeMatch`, …).
     pub kinds: BTreeMap<&'static str, u64>,
     /// Messages sent on each directed link, by kind: (subscription traffic, others).
@@ -136,6 +142,7 @@ impl Sim {
             store_delay: HashMap::new(),
             jitter: 0,
             rng: fastrand::Rng::with_seed(0),
+            trace: if std::env::var_os("SIM_TRACE").is_some() { Trace::Print } else { Trace::Off },
             kinds: BTreeMap::new(),
             traffic: BTreeMap::new(),
             options,
@@ -184,8 +191,10 @@ impl Sim {
     /// messages are lost, its neighbours clean up), its clients are gone, then the links
     /// come back.
     pub fn restart(&mut self, broker: usize) {
-        let peers: Vec<(usize, u64)> =
+        let mut peers: Vec<(usize, u64)> =
             self.links.iter().filter(|((a, _), _)| *a == broker).map(|((_, b), l)| (*b, *l)).collect();
+        // In a fixed order, so that a seed replays.
+        peers.sort_unstable();
         for &(peer, _) in &peers {
             self.unlink(broker, peer);
         }
@@ -196,6 +205,21 @@ impl Sim {
         self.routers[broker] = Router::with_options(self.names[broker].clone(), options);
         for (peer, latency) in peers {
             self.link(broker, peer, latency);
+        }
+    }
+
+    /// From now on, keeps a digest of every message between brokers (see
+    /// [`Self::messages_digest`]).
+    pub fn digest_messages(&mut self) {
+        self.trace = Trace::Digest(std::hash::DefaultHasher::new());
+    }
+
+    /// The digest of the messages sent since [`Self::digest_messages`]: equal digests, the
+    /// same messages in the same order (the hasher has fixed keys, so runs compare).
+    pub fn messages_digest(&self) -> Option<u64> {
+        match &self.trace {
+            Trace::Digest(hasher) => Some(std::hash::Hasher::finish(hasher)),
+            Trace::Off | Trace::Print => None,
         }
     }
 
@@ -340,6 +364,7 @@ impl Sim {
                     self.last_arrival.insert((broker, target), at);
                     self.seq += 1;
                     let from = self.names[broker].clone();
+                    self.trace.message(self.now, &from, &to, &message);
                     self.queue
                         .insert((at, self.seq), Event { to: target, input: Input::Broker { from, message } });
                 }
@@ -420,6 +445,28 @@ impl Sim {
 }
 
 /// The name of a broker message's kind.
+/// What is done with each message between brokers.
+#[derive(Debug)]
+enum Trace {
+    Off,
+    /// Printed to stderr (`SIM_TRACE`).
+    Print,
+    /// Hashed, in order.
+    Digest(std::hash::DefaultHasher),
+}
+
+impl Trace {
+    fn message(&mut self, now: u64, from: &Name, to: &Name, message: &BrokerMessage) {
+        match self {
+            Self::Off => {}
+            Self::Print => eprintln!("{now} {from} -> {to} {message:?}"),
+            Self::Digest(hasher) => {
+                std::hash::Hash::hash(&format!("{now} {from} -> {to} {message:?}"), hasher);
+            }
+        }
+    }
+}
+
 fn kind(message: &BrokerMessage) -> &'static str {
     match message {
         BrokerMessage::Advertise { .. } => "Advertise",

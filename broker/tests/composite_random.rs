@@ -10,7 +10,9 @@
 //!
 //! 350 seeds for each of covering off, lazy and active, in trees and with cycles (2,100
 //! runs). A failure names its seed; `SIM_SEED=n cargo test -p padres-broker --test
-//! composite_random` replays it in every test, and `SIM_SEEDS=A..B` runs a longer range.
+//! composite_random` replays it in every test, and `SIM_SEEDS=A..B` runs a longer range
+//! (`REPLAY_SEEDS=A..B` for `a_seed_replays_message_for_message`; `SIM_TRACE=1` prints
+//! every message between brokers).
 
 mod patterns;
 mod seeds;
@@ -36,7 +38,9 @@ enum Setup {
 
 /// One seed's run: the partial matches that expired at all brokers before the stream
 /// ended, or what went wrong.
-fn run(seed: u64, covering: Covering, cycles: bool) -> Result<u64, String> {
+/// Runs `seed`: how many partial matches expired, and with `digest`, the digest of every
+/// message between brokers; or what went wrong.
+fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64, Option<u64>), String> {
     let mut rng = Rng::new(seed);
     let n = 3 + rng.below(6) as usize;
     // A lateness longer than any path's delay (at most 7 links of up to 5 ms, each message
@@ -45,6 +49,9 @@ fn run(seed: u64, covering: Covering, cycles: bool) -> Result<u64, String> {
     let bounds = patterns::uncapped(100);
     let mut sim =
         Sim::with_options(n, Options { covering, cycles, detector_bounds: bounds, ..Options::default() });
+    if digest {
+        sim.digest_messages();
+    }
     for b in 1..n {
         let parent = rng.below(b as u64) as usize;
         sim.link(parent, b, 1 + rng.below(5));
@@ -189,7 +196,7 @@ fn run(seed: u64, covering: Covering, cycles: bool) -> Result<u64, String> {
     if let Some((id, _)) = got.into_iter().next() {
         return Err(format!("seed {seed}: notifications for {id}, which no one subscribed"));
     }
-    Ok(expired)
+    Ok((expired, sim.messages_digest()))
 }
 
 fn check(covering: Covering, cycles: bool) {
@@ -198,8 +205,8 @@ fn check(covering: Covering, cycles: bool) {
     let seeds = seeds::seeds("SIM_SEED", "SIM_SEEDS", 350);
     let n = seeds.len();
     for seed in seeds {
-        match run(seed, covering, cycles) {
-            Ok(n) => expired += n,
+        match run(seed, covering, cycles, false) {
+            Ok((n, _)) => expired += n,
             Err(e) if failures.len() < 2 => failures.push(e),
             Err(_) => {}
         }
@@ -236,4 +243,22 @@ fn cycles_without_covering() {
 #[test]
 fn cycles_with_active_covering() {
     check(Covering::Active, true);
+}
+
+/// A seed replays: the same messages between brokers in the same order, however this
+/// process seeds the routers' hash maps (each map is seeded anew), so that a failing seed
+/// can be replayed to be understood.
+#[test]
+fn a_seed_replays_message_for_message() {
+    for seed in seeds::seeds("SIM_SEED", "REPLAY_SEEDS", 30) {
+        for (covering, cycles) in [(Covering::Off, false), (Covering::Active, false), (Covering::Lazy, true)]
+        {
+            let first = run(seed, covering, cycles, true);
+            assert!(first.as_ref().is_ok_and(|(_, digest)| digest.is_some()), "seed {seed}: {first:?}");
+            assert!(
+                run(seed, covering, cycles, true) == first,
+                "seed {seed} did not replay ({covering:?}, cycles {cycles})"
+            );
+        }
+    }
 }

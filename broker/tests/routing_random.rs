@@ -5,7 +5,9 @@
 //! duplicates and each publisher's publications in order.
 //!
 //! A failure names its seed; `SIM_SEED=n cargo test -p padres-broker --test routing_random`
-//! replays just that seed in every test, and `SIM_SEEDS=A..B` runs a longer range.
+//! replays just that seed in every test, and `SIM_SEEDS=A..B` runs a longer range
+//! (`REPLAY_SEEDS=A..B` for `a_seed_replays_message_for_message`; `SIM_TRACE=1` prints
+//! every message between brokers).
 
 mod seeds;
 mod sim;
@@ -81,9 +83,18 @@ fn random_pub(rng: &mut Rng, n: u64) -> String {
 
 /// Runs one seed; returns every delivery as (publication number, client), in order.
 fn run_seed(seed: u64, options: Options) -> Vec<(i64, u64)> {
+    run(seed, options, false).0
+}
+
+/// Runs `seed`: the deliveries, in order, as (publication number, client), and with
+/// `digest`, the digest of every message between brokers.
+fn run(seed: u64, options: Options, digest: bool) -> (Vec<(i64, u64)>, Option<u64>) {
     let mut rng = Rng::new(seed);
     let brokers = 3 + rng.below(8) as usize;
     let mut sim = Sim::with_options(brokers, options);
+    if digest {
+        sim.digest_messages();
+    }
     let mut edges = Vec::new();
     for b in 1..brokers {
         let parent = rng.below(b as u64) as usize;
@@ -205,13 +216,15 @@ fn run_seed(seed: u64, options: Options) -> Vec<(i64, u64)> {
         assert!(empty, "seed {seed}: B{} kept {routes:?}", b + 1);
         assert_eq!(sim.unsettled(b), 0, "seed {seed}: B{} has requests that never settled", b + 1);
     }
-    sim.deliveries
+    let delivered = sim
+        .deliveries
         .iter()
         .filter_map(|d| match d.publication.get("n") {
             Some(padres_lang::Value::Int(n)) => Some((*n, d.client)),
             _ => None,
         })
-        .collect()
+        .collect();
+    (delivered, sim.messages_digest())
 }
 
 fn check_burst(
@@ -282,6 +295,26 @@ fn random_trees_deliver_exactly_what_the_oracle_says() {
     let delivered: usize = seeds.into_iter().map(|seed| run_seed(seed, Options::default()).len()).sum();
     // The workload is dense enough that the oracle's sets are mostly non-empty.
     assert!(n < 1000 || delivered > 5 * n, "only {delivered} deliveries in {n} seeds");
+}
+
+/// A seed replays: the same messages between brokers in the same order, and the same
+/// deliveries, however this process seeds the routers' hash maps (each map is seeded
+/// anew). Without it a failing seed could not be replayed to be understood.
+#[test]
+fn a_seed_replays_message_for_message() {
+    let modes = [
+        Options::default(),
+        Options { covering: Covering::Active, ..Options::default() },
+        Options { cycles: true, ..Options::default() },
+        Options { cycles: true, covering: Covering::Lazy, ..Options::default() },
+    ];
+    for seed in seeds::seeds("SIM_SEED", "REPLAY_SEEDS", 50) {
+        for options in modes {
+            let first = run(seed, options, true);
+            assert!(first.1.is_some());
+            assert!(run(seed, options, true) == first, "seed {seed} did not replay with {options:?}");
+        }
+    }
 }
 
 /// What each client received. Covering must not change it. The order may change between
