@@ -296,6 +296,51 @@ fn a_neighbours_bad_match_is_ignored() {
     assert!(out.is_empty(), "{out:?}");
 }
 
+/// The PRT decides where a publication goes: a neighbour that subscribes under the id of
+/// one of this broker's detector subscriptions moves that entry to itself (as any
+/// subscription that arrives from a new hop), and what matches it then goes there, not
+/// to the detector.
+#[test]
+fn a_detector_subscription_moved_to_a_neighbour_routes_there() {
+    use std::sync::Arc;
+
+    use padres_broker::router::{BrokerMessage, Input, Output};
+    use padres_lang::{Stamp, Subscription};
+
+    let mut sim = fig5(Options::default());
+    fig5_publishers(&mut sim);
+    sim.id(SUBSCRIBER, "cs {{[class,eq,'s1']}&{[class,eq,'s2']}}||{[class,eq,'s3']}");
+    // B2 detects the whole pattern: its s3 leaf is a detector subscription there.
+    let (id, text) = sim
+        .routes(1)
+        .prt
+        .into_iter()
+        .find(|(_, text, hop, _)| *hop == Hop::Detector && text.contains("s3"))
+        .map(|(id, text, _, _)| (id, text))
+        .expect("B2 detects s3");
+    let sub: Subscription = text.parse().expect("a subscription");
+    let (now, b1, b3) = (sim.now(), sim.name(0).clone(), sim.name(2).clone());
+    let mut out = Vec::new();
+    let message = BrokerMessage::Subscribe { id: id.clone(), sub: Arc::new(sub) };
+    sim.routers[1].handle(now, Input::Broker { from: b1.clone(), message }, &mut out);
+    let moved = sim.routes(1).prt.into_iter().find(|e| e.0 == id).expect("still in the PRT");
+    assert_eq!(moved.2, Hop::Broker(b1.clone()));
+    out.clear();
+    let publication = Arc::new("[class,'s3'],[k,'a']".parse().expect("a publication"));
+    let message = BrokerMessage::Publish { publication, stamp: Stamp::new(now, b3.clone(), 1) };
+    sim.routers[1].handle(now, Input::Broker { from: b3, message }, &mut out);
+    assert!(
+        out.iter().any(
+            |o| matches!(o, Output::ToBroker { to, message: BrokerMessage::Publish { .. } } if *to == b1)
+        ),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::ToBroker { message: BrokerMessage::CompositeMatch { .. }, .. }))
+    );
+}
+
 #[test]
 fn an_incomplete_match_from_a_neighbour_is_dropped_not_half_used() {
     use std::sync::Arc;

@@ -1226,9 +1226,9 @@ impl Router {
         let mut next = Next::default();
         for &n in &matched {
             let Some(route) = self.routes.get(n) else { continue };
-            match &route.detector {
-                Some(input) => next.inputs.push(input.clone()),
-                None => next.add(&route.id, &route.hop, last),
+            match (&route.hop, &route.detector) {
+                (Hop::Detector, Some(input)) => next.inputs.push(input.clone()),
+                (hop, _) => next.add(&route.id, hop, last),
             }
         }
         self.matched = matched;
