@@ -142,7 +142,7 @@ impl Sim {
             store_delay: HashMap::new(),
             jitter: 0,
             rng: fastrand::Rng::with_seed(0),
-            trace: if std::env::var_os("SIM_TRACE").is_some() { Trace::Print } else { Trace::Off },
+            trace: Trace { print: std::env::var_os("SIM_TRACE").is_some(), digest: None },
             kinds: BTreeMap::new(),
             traffic: BTreeMap::new(),
             options,
@@ -211,16 +211,13 @@ impl Sim {
     /// From now on, keeps a digest of every message between brokers (see
     /// [`Self::messages_digest`]).
     pub fn digest_messages(&mut self) {
-        self.trace = Trace::Digest(std::hash::DefaultHasher::new());
+        self.trace.digest = Some(std::hash::DefaultHasher::new());
     }
 
     /// The digest of the messages sent since [`Self::digest_messages`]: equal digests, the
     /// same messages in the same order (the hasher has fixed keys, so runs compare).
     pub fn messages_digest(&self) -> Option<u64> {
-        match &self.trace {
-            Trace::Digest(hasher) => Some(std::hash::Hasher::finish(hasher)),
-            Trace::Off | Trace::Print => None,
-        }
+        self.trace.digest.as_ref().map(std::hash::Hasher::finish)
     }
 
     /// The virtual time, in milliseconds.
@@ -444,29 +441,31 @@ impl Sim {
     }
 }
 
-/// The name of a broker message's kind.
 /// What is done with each message between brokers.
-#[derive(Debug)]
-enum Trace {
-    Off,
+#[derive(Debug, Default)]
+struct Trace {
     /// Printed to stderr (`SIM_TRACE`).
-    Print,
+    print: bool,
     /// Hashed, in order.
-    Digest(std::hash::DefaultHasher),
+    digest: Option<std::hash::DefaultHasher>,
 }
 
 impl Trace {
     fn message(&mut self, now: u64, from: &Name, to: &Name, message: &BrokerMessage) {
-        match self {
-            Self::Off => {}
-            Self::Print => eprintln!("{now} {from} -> {to} {message:?}"),
-            Self::Digest(hasher) => {
-                std::hash::Hash::hash(&format!("{now} {from} -> {to} {message:?}"), hasher);
-            }
+        if !self.print && self.digest.is_none() {
+            return;
+        }
+        let line = format!("{now} {from} -> {to} {message:?}");
+        if self.print {
+            eprintln!("{line}");
+        }
+        if let Some(hasher) = &mut self.digest {
+            std::hash::Hash::hash(&line, hasher);
         }
     }
 }
 
+/// The name of a broker message's kind.
 fn kind(message: &BrokerMessage) -> &'static str {
     match message {
         BrokerMessage::Advertise { .. } => "Advertise",

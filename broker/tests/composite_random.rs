@@ -37,9 +37,8 @@ enum Setup {
 }
 
 /// One seed's run: the partial matches that expired at all brokers before the stream
-/// ended, or what went wrong.
-/// Runs `seed`: how many partial matches expired, and with `digest`, the digest of every
-/// message between brokers; or what went wrong.
+/// ended and, with `digest`, the digest of every message between brokers; or what went
+/// wrong.
 fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64, Option<u64>), String> {
     let mut rng = Rng::new(seed);
     let n = 3 + rng.below(6) as usize;
