@@ -2,27 +2,32 @@
 //!
 //! Every node that stores (`&`, `;`, `Times`) keeps a list per side of its children's
 //! matches, by key (the values of its join variables). Nodes keyed by the same variables
-//! share one map, a binding's lists for all of them side by side in one bucket: in a
-//! workflow's dependency every join is on the generation id, so one lookup finds, stores,
-//! or drops everything a generation has at the detector, instead of one per node (the
-//! lookups are cache misses once a generation is a few thousand publications old).
+//! share one map, a binding's lists for all of them in one bucket: in a workflow's
+//! dependency every join is on the generation id, so one lookup finds, stores, or drops
+//! everything a generation has at the detector, instead of one per node (the lookups are
+//! cache misses once a generation is a few thousand publications old).
+//!
+//! A bucket holds its matches each tagged with its list (node and side), not a list per
+//! node and side: a binding usually has a few matches among many lists (one per side of
+//! each join of a pattern), and empty lists cost as much memory as the matches did.
 
 use std::collections::BTreeSet;
 
 use super::Stored;
 use super::pattern::{Key, Pattern};
 
-/// One side's stored matches for one binding: usually one (a generation's job status),
-/// kept inline, so a bucket is one allocation however many nodes share it.
+/// One side's stored matches for one binding, in the order stored: usually one (a
+/// generation's job status).
 pub(super) type List = smallvec::SmallVec<[Stored; 1]>;
 
-/// One binding's lists: two per node of the key class (left side, right side).
-type Bucket = Box<[List]>;
+/// One binding's stored matches for every list of the key class, each with its list's
+/// number (2 × the node's place + side), in the order stored; the first inline.
+type Bucket = smallvec::SmallVec<[(u32, Stored); 1]>;
 
 /// The nodes keyed by one list of slots.
 #[derive(Debug)]
 struct KeyClass {
-    /// Binding → its lists (foldhash, seeded per process: looked up for every input).
+    /// Binding → its matches (foldhash, seeded per process: looked up for every input).
     buckets: foldhash::HashMap<Key, Bucket>,
     /// How many nodes share it.
     width: usize,
@@ -75,32 +80,26 @@ impl Stores {
         self.classes[class].until_key.as_deref()
     }
 
-    /// The key class and list index of `node`'s `side`.
-    fn at(&self, node: usize, side: usize) -> (usize, usize) {
+    /// The key class and list number of `node`'s `side`.
+    fn at(&self, node: usize, side: usize) -> (usize, u32) {
         let (class, place) = self.place[node].expect("only storing nodes store");
-        (class, 2 * place + side)
+        // A pattern has at most a few thousand nodes.
+        #[allow(clippy::cast_possible_truncation)]
+        (class, (2 * place + side) as u32)
     }
 
     pub(super) fn push(&mut self, node: usize, side: usize, key: Key, stored: Stored) {
         let (class, list) = self.at(node, side);
-        let class = &mut self.classes[class];
-        let width = class.width;
-        let bucket =
-            class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| List::new()).collect());
-        bucket[list].push(stored);
+        self.classes[class].buckets.entry(key).or_default().push((list, stored));
     }
 
     /// [`Self::push`] onto `node`'s `side`, then [`Self::take`] the other side's list for
     /// the same key, with one lookup.
     pub(super) fn push_and_take(&mut self, node: usize, side: usize, key: Key, stored: Stored) -> List {
         let (class, list) = self.at(node, side);
-        let other = list ^ 1;
-        let class = &mut self.classes[class];
-        let width = class.width;
-        let bucket =
-            class.buckets.entry(key).or_insert_with(|| (0..2 * width).map(|_| List::new()).collect());
-        bucket[list].push(stored);
-        std::mem::take(&mut bucket[other])
+        let bucket = self.classes[class].buckets.entry(key).or_default();
+        bucket.push((list, stored));
+        take_list(bucket, list ^ 1)
     }
 
     /// Takes the list of `node`'s `side` for `key` out, to be put back with
@@ -108,13 +107,16 @@ impl Stores {
     pub(super) fn take(&mut self, node: usize, side: usize, key: &Key) -> Option<List> {
         let (class, list) = self.at(node, side);
         let bucket = self.classes[class].buckets.get_mut(key)?;
-        Some(std::mem::take(&mut bucket[list]))
+        Some(take_list(bucket, list))
     }
 
     pub(super) fn put_back(&mut self, node: usize, side: usize, key: &Key, stored: List) {
+        if stored.is_empty() {
+            return;
+        }
         let (class, list) = self.at(node, side);
         if let Some(bucket) = self.classes[class].buckets.get_mut(key) {
-            bucket[list] = stored;
+            bucket.extend(stored.into_iter().map(|s| (list, s)));
         }
     }
 
@@ -123,8 +125,9 @@ impl Stores {
         let (class, list) = self.at(node, side);
         let map = &mut self.classes[class].buckets;
         let bucket = map.get_mut(key)?;
-        let removed = bucket[list].iter().position(|s| s.entry == entry).map(|at| bucket[list].remove(at));
-        if bucket.iter().all(List::is_empty) {
+        let removed =
+            bucket.iter().position(|(l, s)| *l == list && s.entry == entry).map(|at| bucket.remove(at).1);
+        if bucket.is_empty() {
             map.remove(key);
         }
         removed
@@ -135,20 +138,33 @@ impl Stores {
     pub(super) fn drop_where(&mut self, class: usize, key: &Key, mut drop: impl FnMut(&Stored) -> bool) {
         let map = &mut self.classes[class].buckets;
         let Some(bucket) = map.get_mut(key) else { return };
-        for list in bucket.iter_mut() {
-            list.retain(|stored| !drop(stored));
-        }
-        if bucket.iter().all(List::is_empty) {
+        bucket.retain(|(_, stored)| !drop(stored));
+        if bucket.is_empty() {
             map.remove(key);
         }
     }
 
     /// Every stored match of key class `class`.
     pub(super) fn class(&self, class: usize) -> impl Iterator<Item = &Stored> {
-        self.classes[class].buckets.values().flat_map(|bucket| bucket.iter().flatten())
+        self.classes[class].buckets.values().flat_map(|bucket| bucket.iter().map(|(_, stored)| stored))
     }
 
     pub(super) fn classes(&self) -> usize {
         self.classes.len()
     }
+}
+
+/// Takes list `list`'s matches out of `bucket`, in the order stored (a bucket holds a
+/// few).
+fn take_list(bucket: &mut Bucket, list: u32) -> List {
+    let mut taken = List::new();
+    let mut at = 0;
+    while at < bucket.len() {
+        if bucket[at].0 == list {
+            taken.push(bucket.remove(at).1);
+        } else {
+            at += 1;
+        }
+    }
+    taken
 }
