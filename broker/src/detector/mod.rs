@@ -504,7 +504,7 @@ impl Detector {
         // Nothing stores into the other side's list while its partners are paired (only
         // ancestors of `parent` store), so it can be taken out and put back.
         let partners = self.store_and_take(ctx, parent, side, key.clone(), partial.clone());
-        for stored in partners.iter().rev() {
+        for (_, stored) in partners.iter().rev() {
             let (left, right) =
                 if side == 0 { (&partial, &stored.partial) } else { (&stored.partial, &partial) };
             if seq && left.last() >= right.first() {
@@ -584,7 +584,7 @@ impl Detector {
         self.store(ctx, node, 0, key.clone(), single);
         let Some(bucket) = self.stores.take(node, 0, &key) else { return };
         let limit = ctx.bounds.pairs_per_input;
-        let mut pubs: Vec<&Arc<Stamped>> = bucket.iter().map(|s| &s.partial.pubs[0].1).collect();
+        let mut pubs: Vec<&Arc<Stamped>> = bucket.iter().map(|(_, s)| &s.partial.pubs[0].1).collect();
         pubs.sort_by(|a, b| a.stamp.cmp(&b.stamp));
         // This publication's own place (another stored one may carry an equal stamp: a
         // neighbour's duplicate; the walks skip equal stamps).

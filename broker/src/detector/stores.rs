@@ -16,13 +16,16 @@ use std::collections::BTreeSet;
 use super::Stored;
 use super::pattern::{Key, Pattern};
 
-/// One side's stored matches for one binding, in the order stored: usually one (a
-/// generation's job status).
-pub(super) type List = smallvec::SmallVec<[Stored; 1]>;
-
 /// One binding's stored matches for every list of the key class, each with its list's
-/// number (2 × the node's place + side), in the order stored; the first inline.
+/// number (2 × the node's place + side); each list's matches in the order stored; the
+/// first inline.
 type Bucket = smallvec::SmallVec<[(u32, Stored); 1]>;
+
+/// One side's stored matches for one binding (each with its list's number), in the order
+/// stored: usually one (a generation's job status). The same type as a bucket, so a
+/// bucket that holds one list only (a `Times` node's, or a join's without variables,
+/// which can hold thousands) is taken out and put back whole.
+pub(super) type List = Bucket;
 
 /// The nodes keyed by one list of slots.
 #[derive(Debug)]
@@ -115,8 +118,13 @@ impl Stores {
             return;
         }
         let (class, list) = self.at(node, side);
+        debug_assert!(stored.iter().all(|(l, _)| *l == list), "a list goes back where it came from");
         if let Some(bucket) = self.classes[class].buckets.get_mut(key) {
-            bucket.extend(stored.into_iter().map(|s| (list, s)));
+            if bucket.is_empty() {
+                *bucket = stored;
+            } else {
+                bucket.extend(stored);
+            }
         }
     }
 
@@ -154,17 +162,29 @@ impl Stores {
     }
 }
 
-/// Takes list `list`'s matches out of `bucket`, in the order stored (a bucket holds a
-/// few).
+/// Takes list `list`'s matches out of `bucket`, in the order stored: the whole bucket
+/// when it holds nothing else, else by one pass (shifting in place while the bucket is
+/// small, a workflow generation's few).
 fn take_list(bucket: &mut Bucket, list: u32) -> List {
-    let mut taken = List::new();
-    let mut at = 0;
-    while at < bucket.len() {
-        if bucket[at].0 == list {
-            taken.push(bucket.remove(at).1);
-        } else {
-            at += 1;
-        }
+    if bucket.iter().all(|(l, _)| *l == list) {
+        return std::mem::take(bucket);
     }
+    if bucket.len() <= SMALL_BUCKET {
+        let mut taken = List::new();
+        let mut at = 0;
+        while at < bucket.len() {
+            if bucket[at].0 == list {
+                taken.push(bucket.remove(at));
+            } else {
+                at += 1;
+            }
+        }
+        return taken;
+    }
+    let (taken, kept): (List, Bucket) = std::mem::take(bucket).into_iter().partition(|(l, _)| *l == list);
+    *bucket = kept;
     taken
 }
+
+/// Up to this many matches, a bucket's list is taken out by shifting in place.
+const SMALL_BUCKET: usize = 16;
