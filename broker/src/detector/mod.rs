@@ -457,7 +457,7 @@ impl Detector {
         let bytes = PARTIAL_OVERHEAD
             + partial.pubs.iter().map(|(_, p)| p.publication.estimated_size() as u64).sum::<u64>();
         self.bytes += bytes;
-        // Node and side numbers are small (a pattern has at most a few hundred nodes).
+        // Node and side numbers are small (a pattern has at most 4,096 nodes: `Limits`).
         #[allow(clippy::cast_possible_truncation)]
         let (n, s) = (node as u32, side as u32);
         let entry = self.entries.insert(Loc { node: n, side: s, key: key.clone(), generation, bytes });

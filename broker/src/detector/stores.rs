@@ -32,8 +32,6 @@ pub(super) type List = Bucket;
 struct KeyClass {
     /// Binding → its matches (foldhash, seeded per process: looked up for every input).
     buckets: foldhash::HashMap<Key, Bucket>,
-    /// How many nodes share it.
-    width: usize,
     /// How to make its key from an `until` binding (the index in the filter's variables of
     /// each key slot), when its slots are exactly the filter's variables; `None` where it
     /// must be scanned instead.
@@ -51,20 +49,19 @@ impl Stores {
     pub(super) fn new(pattern: &Pattern) -> Self {
         let mut slots_of: Vec<Vec<usize>> = Vec::new();
         let mut classes: Vec<KeyClass> = Vec::new();
+        // How many nodes each class has so far: a node's place in its class.
+        let mut width: Vec<usize> = Vec::new();
         let place = (0..pattern.nodes.len())
             .map(|node| {
                 let slots = pattern.key_slots(node)?;
                 let class = slots_of.iter().position(|c| *c == slots).unwrap_or_else(|| {
                     slots_of.push(slots);
-                    classes.push(KeyClass {
-                        buckets: foldhash::HashMap::default(),
-                        width: 0,
-                        until_key: None,
-                    });
+                    classes.push(KeyClass { buckets: foldhash::HashMap::default(), until_key: None });
+                    width.push(0);
                     classes.len() - 1
                 });
-                classes[class].width += 1;
-                Some((class, classes[class].width - 1))
+                width[class] += 1;
+                Some((class, width[class] - 1))
             })
             .collect();
         let until: Vec<usize> = pattern.until_vars.iter().map(|&(_, s)| s).collect();
@@ -86,7 +83,7 @@ impl Stores {
     /// The key class and list number of `node`'s `side`.
     fn at(&self, node: usize, side: usize) -> (usize, u32) {
         let (class, place) = self.place[node].expect("only storing nodes store");
-        // A pattern has at most a few thousand nodes.
+        // A pattern has at most 4,096 nodes (`Limits`).
         #[allow(clippy::cast_possible_truncation)]
         (class, (2 * place + side) as u32)
     }
