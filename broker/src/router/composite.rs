@@ -130,8 +130,7 @@ struct Outgoing {
 /// The composite state of one broker.
 #[derive(Debug, Default)]
 pub(super) struct Composites {
-    /// By pattern (foldhash here and in `subs`: both are looked up for every publication
-    /// that feeds a detector).
+    /// By pattern (foldhash: looked up for every match a detector completes).
     parts: foldhash::HashMap<PartKey, Part>,
     /// (subscriber, its id) → the part.
     subscribers: HashMap<(Hop, MessageId), PartKey>,
@@ -139,8 +138,6 @@ pub(super) struct Composites {
     sent: HashMap<MessageId, Outgoing>,
     /// The id of the part forwarded with this text to this neighbour.
     outgoing: HashMap<(String, Name), MessageId>,
-    /// A detector subscription → (its pattern, role, the pattern's detector here).
-    subs: foldhash::HashMap<MessageId, (PartKey, Role, DetectorId)>,
     pub(super) detectors: Detectors,
 }
 
@@ -499,7 +496,6 @@ impl Router {
         out: &mut Vec<Output>,
     ) -> MessageId {
         let id = self.next_id();
-        self.composites.subs.insert(id.clone(), (key.clone(), role, detector));
         let before = self.awaited.len();
         self.install_sub(id.clone(), sub, Hop::Detector, out);
         if let Some(route) = self.routes.get_mut(&id) {
@@ -543,7 +539,6 @@ impl Router {
             Placement::Split { detector, subs, parts } => {
                 self.composites.detectors.remove(detector);
                 for id in subs {
-                    self.composites.subs.remove(&id);
                     self.remove_sub(&id, out);
                 }
                 for (id, _, node) in parts {
@@ -564,7 +559,7 @@ impl Router {
     ) {
         // A detector subscription is removed with its placement: the detector it names is
         // the pattern's here.
-        inputs.extend(ids.iter().filter_map(|id| self.composites.subs.get(id)).cloned());
+        inputs.extend(ids.iter().filter_map(|id| self.routes.by_id(id)?.detector.clone()));
         // Leaves before ends: a publication that completes a match and ends its binding
         // does both, in that order.
         inputs.sort_unstable_by_key(|&(_, role, detector)| (role, detector));

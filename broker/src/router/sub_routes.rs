@@ -8,7 +8,8 @@
 //! subscription, what it feeds: one array read per matched subscription.
 //!
 //! The PRT (`covering::Table`) stays the authority on a subscription's hop; the router
-//! changes a route's hop wherever it changes the PRT's.
+//! changes a route's hop wherever it changes the PRT's. A detector's subscription's route
+//! is where its role is kept (cyclic overlays, whose trees match by id, look it up here).
 
 use padres_lang::MessageId;
 
@@ -72,6 +73,10 @@ impl SubRoutes {
         self.routes.get(n as usize)?.as_ref()
     }
 
+    pub(super) fn by_id(&self, id: &MessageId) -> Option<&Route> {
+        self.get(*self.numbers.get(id)?)
+    }
+
     pub(super) fn get_mut(&mut self, id: &MessageId) -> Option<&mut Route> {
         let n = *self.numbers.get(id)?;
         self.routes.get_mut(n as usize)?.as_mut()
@@ -106,7 +111,8 @@ mod tests {
         assert_eq!(routes.get(a).map(|r| r.hop.clone()), Some(Hop::Broker(Name::new("B2").expect("name"))));
         assert_eq!(routes.remove(&id(1)), Some(a));
         assert!(routes.get(a).is_none());
-        assert!(routes.get_mut(&id(1)).is_none());
+        assert!(routes.get_mut(&id(1)).is_none() && routes.by_id(&id(1)).is_none());
+        assert_eq!(routes.by_id(&id(2)).map(|r| r.hop.clone()), Some(Hop::Detector));
         let c = routes.add(&id(3), Hop::History);
         assert_eq!(c, a, "a freed number is reused");
         assert_eq!(routes.ids(&[c, b]), vec![id(2), id(3)]);
