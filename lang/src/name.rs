@@ -19,7 +19,7 @@ pub struct Name(Arc<str>);
 /// their pointer, without comparing the text (`Arc<str>` itself always compares it).
 impl PartialEq for Name {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        Arc::ptr_eq(&self.0, &other.0) || same_text(&self.0, &other.0)
     }
 }
 
@@ -200,6 +200,8 @@ fn same_text(a: &str, b: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn names_equal_text_exactly_at_every_length() {
         for n in 0..40 {
@@ -214,8 +216,6 @@ mod tests {
             assert!(!same_text(&text, &format!("{text}a")));
         }
     }
-
-    use super::*;
 
     #[test]
     fn decoded_names_are_checked_and_shared() {
