@@ -111,7 +111,7 @@ impl Default for Bounds {
 
 /// What a stored partial match counts toward [`Bounds::max_bytes`] besides its
 /// publications: about what one takes, rounded up (`padres-bench composite` measures
-/// it: 532 B until buckets held their matches tagged by list, 410 B since).
+/// it: about 410 B).
 pub const PARTIAL_OVERHEAD: u64 = 512;
 
 /// What the detectors did, since the broker started (`stored`: now).
