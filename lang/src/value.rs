@@ -7,9 +7,11 @@
 
 use std::cmp::Ordering;
 use std::fmt;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+/// The text of a string value: up to 23 bytes held inline, longer behind an `Arc`, so
+/// cloning a publication's short strings copies bytes instead of counting references.
+pub use smol_str::SmolStr;
 
 use crate::error::InvalidMessage;
 
@@ -22,7 +24,7 @@ pub enum Value {
     /// A finite 64-bit float.
     Float(f64),
     /// A UTF-8 string.
-    Str(Arc<str>),
+    Str(SmolStr),
     /// `true` or `false`.
     Bool(bool),
     /// A point in time, in milliseconds since the Unix epoch (UTC).
@@ -34,7 +36,7 @@ pub enum Value {
 enum RawValue {
     Int(i64),
     Float(f64),
-    Str(Arc<str>),
+    Str(SmolStr),
     Bool(bool),
     Time(Timestamp),
 }
@@ -77,7 +79,7 @@ impl fmt::Display for Kind {
 impl Value {
     /// A string value.
     pub fn str(text: &str) -> Self {
-        Self::Str(Arc::from(text))
+        Self::Str(SmolStr::new(text))
     }
 
     /// A float value, or an error for NaN and infinities.

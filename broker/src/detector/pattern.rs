@@ -3,9 +3,9 @@
 //! its stored partial matches) and the other shared variables (checked per pair).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use padres_lang::composite::{CompositeOp, CompositeSubscription, Expr};
+use padres_lang::value::SmolStr;
 use padres_lang::{Name, Number, Subscription, Value};
 
 /// What a node does with the matches of its children.
@@ -61,7 +61,7 @@ pub(super) struct Pattern {
 /// One value of an index key: numbers by numeric value, so `3` and `3.0` meet.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) enum KeyPart {
-    Str(Arc<str>),
+    Str(SmolStr),
     Int(i64),
     Float(u64),
     Bool(bool),

@@ -2,8 +2,8 @@
 //! or in the exact list.
 
 use std::cmp::Ordering;
-use std::sync::Arc;
 
+use padres_lang::value::SmolStr;
 use padres_lang::{Number, Op, Operand, Predicate, Value, VarKind};
 
 use super::column::{Probe, Side};
@@ -103,11 +103,11 @@ fn cmp_after_prefix(a: &str, b: &str) -> Ordering {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Text {
     prefix: u64,
-    text: Arc<str>,
+    text: SmolStr,
 }
 
 impl Text {
-    pub(super) fn new(text: Arc<str>) -> Self {
+    pub(super) fn new(text: SmolStr) -> Self {
         Self { prefix: prefix8(&text), text }
     }
 
@@ -215,7 +215,7 @@ pub(super) fn placement(p: &Predicate) -> Placement {
                 Op::StrPrefix => {
                     let mut halves = Vec::with_capacity(2);
                     if let Some(end) = prefix_end(&s.text) {
-                        halves.push((Upper, Text::new(Arc::from(end)), true));
+                        halves.push((Upper, Text::new(SmolStr::new(end)), true));
                     }
                     halves.push((Lower, s, false));
                     halves
@@ -297,7 +297,7 @@ mod tests {
         ];
         for a in words {
             for b in words {
-                let (ka, kb) = (Text::new(Arc::from(a)), Text::new(Arc::from(b)));
+                let (ka, kb) = (Text::new(SmolStr::new(a)), Text::new(SmolStr::new(b)));
                 assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
                 assert_eq!(TextProbe::new(a).cmp_key(&kb), a.cmp(b), "{a:?} vs {b:?}");
             }

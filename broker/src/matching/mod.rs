@@ -73,6 +73,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use foldhash::HashMap as FastMap;
+use padres_lang::value::SmolStr;
 use padres_lang::{Advertisement, Name, Op, Publication, Subscription, Value};
 
 pub use advertisements::AdvertisementIndex;
@@ -114,13 +115,13 @@ struct Partition<K> {
     /// How many subscriptions of the class constrain each attribute (for pivot choice).
     uses: HashMap<AttrId, usize>,
     /// How many subscriptions of the class have each `eq` string literal, by attribute.
-    values: HashMap<AttrId, HashMap<Arc<str>, usize>>,
+    values: HashMap<AttrId, HashMap<SmolStr, usize>>,
     /// The value pivots with a group: per attribute that has some (a few at most, sorted by
     /// id), value → pivot (foldhash: the values of a publication's attributes are looked
     /// up on every match, and SipHash cost W4 8%; it is seeded per process, so clients
     /// cannot choose colliding values); and back.
-    value_pivots: Vec<(AttrId, FastMap<Arc<str>, Pivot>)>,
-    pivot_values: HashMap<Pivot, (AttrId, Arc<str>)>,
+    value_pivots: Vec<(AttrId, FastMap<SmolStr, Pivot>)>,
+    pivot_values: HashMap<Pivot, (AttrId, SmolStr)>,
     /// Attributes whose subscriptions were filed again when they reached
     /// [`VALUE_PIVOT_AFTER`] values (once each).
     refiled: Vec<AttrId>,
@@ -148,7 +149,7 @@ impl<K> Partition<K> {
 
     /// The pivot of `(attr, value)`, made if there is none (`None` if every number is in
     /// use).
-    fn value_pivot(&mut self, attr: AttrId, value: &Arc<str>) -> Option<Pivot> {
+    fn value_pivot(&mut self, attr: AttrId, value: &SmolStr) -> Option<Pivot> {
         if let Some(&pivot) = self.values_of(attr).and_then(|m| m.get(value)) {
             return Some(pivot);
         }
@@ -178,7 +179,7 @@ impl<K> Partition<K> {
     }
 
     /// The value pivots of attribute `attr`, if it has some.
-    fn values_of(&self, attr: AttrId) -> Option<&FastMap<Arc<str>, Pivot>> {
+    fn values_of(&self, attr: AttrId) -> Option<&FastMap<SmolStr, Pivot>> {
         Some(&self.value_pivots[self.value_attr(attr).ok()?].1)
     }
 
@@ -201,7 +202,7 @@ impl<K> Partition<K> {
 fn eq_literals<'s>(
     sub: &'s Subscription,
     names: &'s FastMap<Name, AttrId>,
-) -> impl Iterator<Item = (AttrId, &'s Arc<str>)> + 's {
+) -> impl Iterator<Item = (AttrId, &'s SmolStr)> + 's {
     sub.predicates().iter().filter_map(move |p| {
         if p.op() != Op::Eq || p.attr() == "class" {
             return None;
