@@ -189,6 +189,8 @@ pub struct Config {
     pub name: String,
     /// Address and UDP port to listen on for QUIC.
     pub listen: SocketAddr,
+    /// Address and TCP port of the HTTP listener (`/metrics`, `/api/...`); none: off.
+    pub http: Option<SocketAddr>,
     /// Neighbour brokers to connect to, as `quic://HOST:PORT` (`neighbors` is read too).
     #[serde(alias = "neighbors")]
     pub neighbours: Vec<String>,
@@ -223,6 +225,7 @@ impl Default for Config {
         Self {
             name: "broker".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
+            http: None,
             neighbours: Vec::new(),
             peer_certs: Vec::new(),
             federation_ca: None,
@@ -458,6 +461,20 @@ impl Config {
         let _ = writeln!(out, "name = {}\n", value(&self.name));
         let _ = writeln!(out, "# Address and UDP port to listen on for QUIC.");
         let _ = writeln!(out, "listen = {}\n", value(&self.listen.to_string()));
+        let _ = writeln!(
+            out,
+            "# Address and TCP port of the HTTP listener: Prometheus metrics at /metrics, JSON"
+        );
+        let _ = writeln!(out, "# at /api/stats, /api/links and /api/routes. Off unless set; plain HTTP, for");
+        let _ = writeln!(out, "# loopback or a trusted network.");
+        match &self.http {
+            Some(http) => {
+                let _ = writeln!(out, "http = {}\n", value(&http.to_string()));
+            }
+            None => {
+                let _ = writeln!(out, "# http = \"127.0.0.1:7780\"\n");
+            }
+        }
         let _ = writeln!(out, "# Neighbour brokers to connect to, as \"quic://HOST:PORT\".");
         let _ = writeln!(out, "neighbours = {}\n", list(&self.neighbours));
         let _ =

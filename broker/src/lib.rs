@@ -14,13 +14,16 @@
 //!   handshake (`net/accept.rs`), the router task that owns the router and the link policy
 //!   (`net/router_task.rs`), client sessions (`net/session.rs`), neighbour links
 //!   (`net/link.rs`), batched writes (`net/write.rs`), trust and identity (`net/tls.rs`,
-//!   [`net::cert`]). The hello/welcome handshake itself is `padres_transport::handshake`.
+//!   [`net::cert`]), and the optional HTTP listener (`net/http.rs`). The hello/welcome handshake itself is `padres_transport::handshake`.
 //!
 //! - [`detector`]: composite detection, sans-IO: the detectors of one broker, their stored
 //!   partial matches and bounds.
 //!
 //! - [`sim`]: a deterministic in-memory federation of routers in virtual time, for tests and
 //!   benchmarks.
+//!
+//! - [`metrics`]: the broker's counters in the Prometheus text format, for the HTTP
+//!   listener (`net/http.rs`), which also serves them as JSON.
 //!
 //! - [`history`]: the history store: a SQLite database of the publications this broker's
 //!   history filters select (`history/mod.rs`), and the thread that writes it
@@ -31,6 +34,7 @@ pub mod detector;
 pub mod history;
 pub mod links;
 pub mod matching;
+pub mod metrics;
 pub mod net;
 pub mod router;
 pub mod sim;

@@ -120,6 +120,11 @@ struct Overrides {
     /// Address and UDP port to listen on, e.g. 0.0.0.0:7700.
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     listen: Option<SocketAddr>,
+    /// Serve Prometheus metrics (/metrics) and a read-only JSON API (/api/stats,
+    /// /api/links, /api/routes) over plain HTTP on this address and TCP port, e.g.
+    /// 127.0.0.1:7780 [default: off].
+    #[arg(long, value_name = "ADDR:PORT", global = true)]
+    http: Option<SocketAddr>,
     /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
     #[arg(long = "neighbour", visible_alias = "neighbor", value_name = "URI", global = true)]
     neighbours: Vec<String>,
@@ -235,6 +240,9 @@ impl Overrides {
         }
         if let Some(listen) = self.listen {
             config.listen = listen;
+        }
+        if let Some(http) = self.http {
+            config.http = Some(http);
         }
         if !self.neighbours.is_empty() {
             config.neighbours.clone_from(&self.neighbours);

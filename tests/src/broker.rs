@@ -17,6 +17,8 @@ pub struct Broker {
     pub child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where its HTTP listener is, if it was started with `--http`.
+    pub http: Option<SocketAddr>,
     /// Its data directory (its certificate is `cert.pem` there).
     pub dir: PathBuf,
     /// The flags it was started with (but --listen), to restart it the same way.
@@ -36,20 +38,28 @@ pub fn data_dir(test: &str, name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("padres-e2e-{test}-{name}-{}", std::process::id()))
 }
 
-/// Spawns a broker listening on `listen` and reads the address it prints.
-fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr) {
+/// Spawns a broker listening on `listen` and reads the addresses it prints: the HTTP
+/// listener's first if it has one, then the QUIC one.
+fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr, Option<SocketAddr>) {
     let mut command = Command::new(crate::binary("padres-broker"));
     command.args(["--listen", listen, "--data-dir"]).arg(dir).args(args);
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("broker starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("reads the listening line");
-    let addr = line
-        .trim()
-        .rsplit_once("quic://")
-        .and_then(|(_, a)| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (child, addr)
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut http = None;
+    loop {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("reads the listening line");
+        if let Some((_, a)) = line.trim().rsplit_once("http://") {
+            http = Some(a.parse().unwrap_or_else(|_| panic!("no HTTP address in {line:?}")));
+            continue;
+        }
+        let addr = line
+            .trim()
+            .rsplit_once("quic://")
+            .and_then(|(_, a)| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        return (child, addr, http);
+    }
 }
 
 /// A broker named `name` with extra flags.
@@ -57,8 +67,8 @@ pub fn start_with(name: &str, test: &str, extra: &[String]) -> Broker {
     let dir = data_dir(test, name);
     let mut args = vec!["--name".to_owned(), name.to_owned()];
     args.extend(extra.iter().cloned());
-    let (child, addr) = spawn(&dir, "127.0.0.1:0", &args);
-    Broker { child, addr, dir, args }
+    let (child, addr, http) = spawn(&dir, "127.0.0.1:0", &args);
+    Broker { child, addr, http, dir, args }
 }
 
 /// A broker named `name` without neighbours.
@@ -87,9 +97,10 @@ impl Broker {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, addr) = spawn(&self.dir, &self.addr.to_string(), &self.args);
+        let (child, addr, http) = spawn(&self.dir, &self.addr.to_string(), &self.args);
         assert_eq!(addr, self.addr);
         self.child = child;
+        self.http = http;
     }
 }
 

@@ -4,6 +4,7 @@
 //! - `e2e_quic.rs`: real `padres-broker` processes and `padres-client` clients on loopback
 //!   ports chosen at run time.
 //! - `e2e_composite.rs`: composite subscriptions across real brokers.
+//! - `e2e_http.rs`: a broker's HTTP listener: `/metrics` and the JSON API.
 //! - `cli.rs`: the real `padres` binary against a broker embedded in the test.
 //! - [`broker`]: starting, restarting and watching broker processes, for those tests.
 //!

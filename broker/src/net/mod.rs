@@ -13,6 +13,7 @@
 //!   side opened.
 //! - `write.rs`: batched writes shared by sessions and links.
 //! - `tls.rs`, [`cert`]: whom a broker trusts when it dials, and its own identity.
+//! - `http.rs`: the optional HTTP listener: `/metrics` and a read-only JSON API.
 //!
 //! Trust (see `tls.rs`): a neighbour is verified against `peer_certs`, the federation CA,
 //! and, for a neighbour on a loopback address, the certificate its broker left in the
@@ -32,6 +33,7 @@
 
 mod accept;
 pub mod cert;
+mod http;
 mod link;
 mod router_task;
 mod session;
@@ -70,6 +72,14 @@ pub enum ServeError {
     /// The history store.
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
+    /// The HTTP listener's socket.
+    #[error("cannot listen for HTTP on {addr}: {source}")]
+    HttpListen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The socket.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -172,6 +182,15 @@ pub async fn serve_until(
         }
         None => None,
     };
+    let http = match config.http {
+        Some(addr) => {
+            let http_error = |source| ServeError::HttpListen { addr, source };
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(http_error)?;
+            let bound = listener.local_addr().map_err(http_error)?;
+            Some((listener, bound))
+        }
+        None => None,
+    };
     let options = Options { incarnation, ..settings.router };
     let router = Router::with_options(name.clone(), options);
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
@@ -181,6 +200,11 @@ pub async fn serve_until(
             false
         }
     };
+    // Before the QUIC line, which scripts and tests read first to learn the address.
+    if let Some((_, http)) = &http {
+        tracing::info!(%http, "HTTP listener: /metrics, /api/stats, /api/links, /api/routes");
+        println!("padres-broker {} http on http://{http}", config.name);
+    }
     tracing::info!(broker = %config.name, %addr, incarnation, "listening");
     println!("padres-broker {} listening on quic://{addr}", config.name);
     if let Some(bound) = bound {
@@ -211,6 +235,12 @@ pub async fn serve_until(
     };
     let router_task =
         tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, limits, open.clone(), history));
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let http_task = http.map(|(listener, _)| {
+        tokio::spawn(http::serve(listener, events.clone(), async move {
+            let _ = http_stopped.await;
+        }))
+    });
     let mut connections = JoinSet::new();
     let mut next_client: ClientId = 0;
     loop {
@@ -241,7 +271,10 @@ pub async fn serve_until(
             }
         }
     }
-    // The router task closes links and client queues; every task then writes what it holds.
+    // The HTTP listener stops taking requests (its open ones end with 503 once the router
+    // task is gone). The router task closes links and client queues; every task then
+    // writes what it holds.
+    let _ = stop_http.send(());
     let _ = events.send(router_task::Event::Shutdown).await;
     drop(events);
     // The router task gives its own links DRAIN_TIMEOUT; this wait is a little longer so
@@ -254,6 +287,10 @@ pub async fn serve_until(
     if drained.is_err() {
         tracing::warn!("connections still writing after {DRAIN_TIMEOUT:?}; closing them");
         connections.abort_all();
+    }
+    if let Some(task) = http_task {
+        // Requests still open (a slow scraper) do not hold the broker up.
+        let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
     }
     endpoint.close(CloseCode::ShuttingDown.to_quic().into(), b"broker shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;

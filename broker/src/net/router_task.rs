@@ -4,7 +4,7 @@
 //! runtime's clock), carries out the policy's actions (dial, close, neighbour up or down),
 //! and answers queries.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -13,7 +13,7 @@ use padres_lang::wire::{
     BrokerMessage, BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, RouteEntry, RoutesReport,
 };
 use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::link::Dialer;
@@ -21,6 +21,7 @@ use super::{DRAIN_TIMEOUT, Limits};
 use crate::history::writer::{Ack, History};
 use crate::history::{Durability, Record};
 use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
+use crate::metrics::{LinkSnapshot, Snapshot};
 use crate::router::{ClientId, Input, Output, Router};
 
 /// Events the router task handles before it hands out what they produced, so that a
@@ -70,8 +71,29 @@ pub(super) enum Event {
     DialFailed(Target),
     /// A broker was refused at the hello.
     LinkRefused,
+    /// A question from the HTTP listener.
+    Inspect(Inspect),
     /// Close every link and client queue, then stop.
     Shutdown,
+}
+
+/// What the HTTP listener asks the router task, with where to send the answer.
+#[derive(Debug)]
+pub(super) enum Inspect {
+    /// The counters, for `/metrics` and `/api/stats`.
+    Snapshot(oneshot::Sender<Snapshot>),
+    /// The routing tables, at most `limit` rows of each (`/api/routes`).
+    Routes { limit: u32, reply: oneshot::Sender<RoutesReport> },
+}
+
+/// What one neighbour's links carried, over every link to it so far.
+#[derive(Debug, Default)]
+struct LinkCounters {
+    messages_in: u64,
+    messages_out: u64,
+    /// UDP bytes of its connections that have closed (open ones are read when asked).
+    closed_bytes_in: u64,
+    closed_bytes_out: u64,
 }
 
 /// A history store's answer to a historic query.
@@ -88,6 +110,7 @@ struct Counters {
     slow_clients_dropped: u64,
     links_refused: u64,
     links_cut: u64,
+    history_queries: u64,
 }
 
 #[derive(Debug)]
@@ -108,6 +131,8 @@ struct RouterTask {
     clients: HashMap<ClientId, ClientHandle>,
     links: HashMap<LinkId, LinkHandle>,
     counters: Counters,
+    /// Per neighbour ever linked.
+    link_counters: BTreeMap<Name, LinkCounters>,
     /// Connections accepted and open (kept by the accepting loop).
     open: Arc<AtomicUsize>,
     out: Vec<Output>,
@@ -154,6 +179,7 @@ pub(super) async fn run(
         clients: HashMap::new(),
         links: HashMap::new(),
         counters: Counters::default(),
+        link_counters: BTreeMap::new(),
         open,
         out: Vec::new(),
         history,
@@ -290,6 +316,13 @@ impl RouterTask {
                     let _ = handle.queue.send((Frame::Report { req, report }, 0));
                 }
             }
+            // The asker may have gone (a closed HTTP connection): the answer is dropped.
+            Event::Inspect(Inspect::Snapshot(reply)) => {
+                let _ = reply.send(self.snapshot(now));
+            }
+            Event::Inspect(Inspect::Routes { limit, reply }) => {
+                let _ = reply.send(routes(&self.router, limit));
+            }
             Event::Gone(id) => {
                 self.clients.remove(&id);
                 let wall = self.wall(now);
@@ -300,6 +333,7 @@ impl RouterTask {
                 self.dispatch(now);
                 let (peer, link, target) = (handle.peer.clone(), handle.id, handle.target);
                 tracing::info!(%peer, link, dialled = target.is_some(), "neighbour link up");
+                self.link_counters.entry(peer.clone()).or_default();
                 self.links.insert(link, handle);
                 self.policy.handle_link_up(now, peer, link, target);
                 self.apply_link_actions(now);
@@ -312,6 +346,9 @@ impl RouterTask {
                     return;
                 }
                 self.counters.broker_messages_in += 1;
+                if let Some(counters) = self.link_counters.get_mut(&peer) {
+                    counters.messages_in += 1;
+                }
                 tracing::trace!(%peer, ?message, "from neighbour");
                 let wall = self.wall(now);
                 self.router.handle(wall, Input::Broker { from: peer, message }, &mut self.out);
@@ -320,6 +357,10 @@ impl RouterTask {
                 self.dispatch(now);
                 if let Some(handle) = self.links.remove(&link) {
                     tracing::info!(peer = %handle.peer, link, ?code, "neighbour link down");
+                    let udp = handle.connection.stats();
+                    let counters = self.link_counters.entry(handle.peer.clone()).or_default();
+                    counters.closed_bytes_in += udp.udp_rx.bytes;
+                    counters.closed_bytes_out += udp.udp_tx.bytes;
                     self.policy.handle_link_down(now, &handle.peer, link, handle.target, code);
                     self.apply_link_actions(now);
                 }
@@ -417,6 +458,45 @@ impl RouterTask {
         }
     }
 
+    /// The counters and per-link figures `/metrics` shows, as of now.
+    fn snapshot(&self, now: u64) -> Snapshot {
+        let links = self
+            .link_counters
+            .iter()
+            .map(|(peer, counters)| {
+                let mut link = LinkSnapshot {
+                    peer: peer.clone(),
+                    up: self.policy.link_to(peer).is_some_and(|id| self.links.contains_key(&id)),
+                    messages_in: counters.messages_in,
+                    messages_out: counters.messages_out,
+                    bytes_in: counters.closed_bytes_in,
+                    bytes_out: counters.closed_bytes_out,
+                    queued_frames: 0,
+                };
+                // Every connection open to it (a duplicate being closed among them).
+                for handle in self.links.values().filter(|h| h.peer == *peer) {
+                    let udp = handle.connection.stats();
+                    link.bytes_in += udp.udp_rx.bytes;
+                    link.bytes_out += udp.udp_tx.bytes;
+                    link.queued_frames +=
+                        u64::try_from(handle.queued.load(Ordering::Relaxed)).unwrap_or(u64::MAX);
+                }
+                link
+            })
+            .collect();
+        let client_queued_bytes = self
+            .clients
+            .values()
+            .map(|c| u64::try_from(c.queued.load(Ordering::Relaxed)).unwrap_or(u64::MAX))
+            .sum();
+        Snapshot {
+            stats: self.stats(now),
+            links,
+            client_queued_bytes,
+            history_queries: self.counters.history_queries,
+        }
+    }
+
     /// Hands every output to its client or link; cuts off clients that fell too far
     /// behind and links the policy finds stuck (which may produce more outputs:
     /// withdrawals for the neighbours).
@@ -471,6 +551,9 @@ impl RouterTask {
                             && link.queue.send(Frame::Broker(message)).is_ok()
                         {
                             link.queued.fetch_add(1, Ordering::Relaxed);
+                            if let Some(counters) = self.link_counters.get_mut(&to) {
+                                counters.messages_out += 1;
+                            }
                         }
                         continue;
                     }
@@ -556,6 +639,7 @@ impl RouterTask {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         match &self.history {
             Some(history) => {
+                self.counters.history_queries += 1;
                 let answers = self.answers.clone();
                 // From the writer thread, or at once here if its queue is full: never waits.
                 // After shutdown nobody reads it, and the answer is dropped.

@@ -1,0 +1,217 @@
+//! The broker's metrics in the Prometheus text format (OpenMetrics 1.0), as `/metrics`
+//! serves them ([`crate::net`]'s HTTP listener).
+//!
+//! The router task owns every counter; a scrape asks it for a [`Snapshot`] and encodes
+//! that, so the figures of one scrape are consistent with each other and agree with
+//! `padres broker stats` taken at the same moment. Names follow Prometheus conventions:
+//! a `padres_` prefix, base units in the name (`_bytes`, `_seconds`), counters ending in
+//! `_total`. Encoding is `prometheus-client`'s, not formatted here.
+//!
+//! | metric | type | from `broker stats` |
+//! |---|---|---|
+//! | `padres_uptime_seconds` | gauge | `uptime_ms` |
+//! | `padres_clients`, `padres_connections`, `padres_neighbours` | gauge | `clients`, `connections`, `neighbours` |
+//! | `padres_client_requests_total` | counter | `client_requests` |
+//! | `padres_publications_in_total` | counter | `publications_in` |
+//! | `padres_notifications_out_total` | counter | `notifications_out` (atomic and composite) |
+//! | `padres_broker_messages_in_total`, `…_out_total` | counter | `broker_messages_in`, `…_out` |
+//! | `padres_link_messages_in_total{peer}`, `…_out_total{peer}` | counter | per neighbour |
+//! | `padres_link_received_bytes_total{peer}`, `padres_link_sent_bytes_total{peer}` | counter | per neighbour, UDP bytes of its QUIC connections |
+//! | `padres_link_queued_frames{peer}` | gauge | frames waiting for the neighbour's link |
+//! | `padres_client_queued_bytes` | gauge | notifications waiting for clients, estimated |
+//! | `padres_slow_clients_dropped_total`, `padres_links_refused_total`, `padres_links_cut_total` | counter | same names |
+//! | `padres_routing_table_entries{table}` | gauge | `advertisements` (`srt`), `subscriptions` (`prt`), `composites` |
+//! | `padres_composite_detectors`, `padres_partial_matches`, `padres_partial_match_bytes`, `padres_partial_match_cap_bytes` | gauge | `detectors`, `partial_matches`, `partial_match_bytes`, `partial_match_bytes_cap` |
+//! | `padres_composite_matches_total`, `padres_partial_matches_evicted_total`, `…_expired_total`, `…_ended_total`, `padres_composite_pairs_dropped_total` | counter | `composite_matches`, `partials_evicted`, `partials_expired`, `partials_ended`, `pairs_dropped` |
+//! | `padres_history_rows_written_total`, `padres_history_dropped_total`, `padres_history_failed_total`, `padres_history_rows_removed_total` | counter | `history_stored`, `history_dropped`, `history_failed`, `history_removed` |
+//! | `padres_history_queued`, `padres_history_rows` | gauge | `history_queued`, `history_rows` |
+//! | `padres_history_queries_total` | counter | historic queries this broker's store answered |
+
+use padres_lang::Name;
+use padres_lang::wire::BrokerStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+use serde::Serialize;
+
+/// One neighbour's link, as the router task counts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LinkSnapshot {
+    /// The neighbour.
+    pub peer: Name,
+    /// True if a link to it is up now.
+    pub up: bool,
+    /// Messages received from it, since this broker started.
+    pub messages_in: u64,
+    /// Messages sent to it.
+    pub messages_out: u64,
+    /// UDP bytes received on its QUIC connections (every connection so far).
+    pub bytes_in: u64,
+    /// UDP bytes sent on them.
+    pub bytes_out: u64,
+    /// Frames waiting to be written to it now.
+    pub queued_frames: u64,
+}
+
+/// Everything `/metrics` shows, taken at one moment by the router task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    /// What `padres broker stats` shows.
+    pub stats: BrokerStats,
+    /// Per neighbour ever linked, sorted by name.
+    pub links: Vec<LinkSnapshot>,
+    /// Estimated bytes of notifications waiting for clients.
+    pub client_queued_bytes: u64,
+    /// Historic queries the history store answered (or failed to).
+    pub history_queries: u64,
+}
+
+/// The OpenMetrics content type `/metrics` is served with.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `snapshot` in the OpenMetrics text format.
+pub fn encode(snapshot: Snapshot) -> String {
+    let mut registry = Registry::with_prefix("padres");
+    registry.register_collector(Box::new(snapshot));
+    let mut text = String::new();
+    // Writing into a String does not fail; the collector's own encoding does not either.
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes into a string");
+    text
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.stats;
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        // Counters: the encoder appends `_total`.
+        let counters: [(&str, &str, u64); 17] = [
+            ("client_requests", "Requests received from clients.", s.client_requests),
+            ("publications_in", "Publications received from clients.", s.publications_in),
+            (
+                "notifications_out",
+                "Notifications sent to clients (atomic and composite).",
+                s.notifications_out,
+            ),
+            ("broker_messages_in", "Messages received from neighbour brokers.", s.broker_messages_in),
+            ("broker_messages_out", "Messages sent to neighbour brokers.", s.broker_messages_out),
+            ("slow_clients_dropped", "Clients cut off because they did not read.", s.slow_clients_dropped),
+            ("links_refused", "Brokers refused at the hello.", s.links_refused),
+            ("links_cut", "Neighbour links cut because they did not keep up.", s.links_cut),
+            (
+                "composite_matches",
+                "Composite matches completed by this broker's detectors.",
+                s.composite_matches,
+            ),
+            ("partial_matches_evicted", "Partial matches evicted by a cap.", s.partials_evicted),
+            (
+                "partial_matches_expired",
+                "Partial matches dropped when their window passed.",
+                s.partials_expired,
+            ),
+            ("partial_matches_ended", "Partial matches ended by an until publication.", s.partials_ended),
+            (
+                "composite_pairs_dropped",
+                "Matches not formed: an input reached the pair limit.",
+                s.pairs_dropped,
+            ),
+            ("history_rows_written", "Publications the history store wrote.", s.history_stored),
+            ("history_dropped", "Publications not stored: the writer's queue was full.", s.history_dropped),
+            ("history_failed", "Publications not stored: their write failed.", s.history_failed),
+            ("history_rows_removed", "Rows deleted by the history store's retention.", s.history_removed),
+        ];
+        for (name, help, value) in counters {
+            let counter = ConstCounter::new(value);
+            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        }
+        let queries = ConstCounter::new(self.history_queries);
+        queries.encode(encoder.encode_descriptor(
+            "history_queries",
+            "Historic queries the history store answered.",
+            None,
+            queries.metric_type(),
+        )?)?;
+
+        let gauges: [(&str, &str, u64); 7] = [
+            ("clients", "Clients connected now.", s.clients),
+            ("connections", "Connections open now (clients and links other brokers dialled).", s.connections),
+            ("neighbours", "Neighbour links up now.", count(s.neighbours.len())),
+            ("composite_detectors", "Composite detectors running here.", s.detectors),
+            ("partial_matches", "Partial matches the detectors store now.", s.partial_matches),
+            ("history_queued", "Publications waiting for the history writer.", s.history_queued),
+            ("history_rows", "Rows in the history store (as of its last retention pass).", s.history_rows),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let byte_gauges: [(&str, &str, u64); 3] = [
+            ("partial_match", "Estimated bytes the stored partial matches hold.", s.partial_match_bytes),
+            ("partial_match_cap", "The cap on partial_match_bytes.", s.partial_match_bytes_cap),
+            (
+                "client_queued",
+                "Estimated bytes of notifications waiting for clients.",
+                self.client_queued_bytes,
+            ),
+        ];
+        for (name, help, value) in byte_gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(
+                name,
+                help,
+                Some(&Unit::Bytes),
+                gauge.metric_type(),
+            )?)?;
+        }
+        #[allow(clippy::cast_precision_loss)] // milliseconds of uptime fit an f64 exactly for 285,000 years
+        let uptime = ConstGauge::new(s.uptime_ms as f64 / 1000.0);
+        uptime.encode(encoder.encode_descriptor(
+            "uptime",
+            "Time since the broker started.",
+            Some(&Unit::Seconds),
+            uptime.metric_type(),
+        )?)?;
+
+        let tables = [("srt", s.advertisements), ("prt", s.subscriptions), ("composites", s.composites)];
+        let mut family = encoder.encode_descriptor(
+            "routing_table_entries",
+            "Entries in the routing tables: srt (advertisements), prt (subscriptions), composites.",
+            None,
+            ConstGauge::new(0_u64).metric_type(),
+        )?;
+        for (table, value) in tables {
+            let labels = [("table", table)];
+            ConstGauge::new(value).encode(family.encode_family(&labels.as_slice())?)?;
+        }
+
+        type PerLink = fn(&LinkSnapshot) -> u64;
+        let per_link_counters: [(&str, &str, Option<Unit>, PerLink); 4] = [
+            ("link_messages_in", "Messages received from a neighbour.", None, |l| l.messages_in),
+            ("link_messages_out", "Messages sent to a neighbour.", None, |l| l.messages_out),
+            ("link_received", "UDP bytes received on a neighbour's connections.", Some(Unit::Bytes), |l| {
+                l.bytes_in
+            }),
+            ("link_sent", "UDP bytes sent on a neighbour's connections.", Some(Unit::Bytes), |l| l.bytes_out),
+        ];
+        for (name, help, unit, value) in &per_link_counters {
+            let kind = ConstCounter::new(0_u64).metric_type();
+            let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), kind)?;
+            for link in &self.links {
+                let labels = [("peer", link.peer.as_str())];
+                ConstCounter::new(value(link)).encode(family.encode_family(&labels.as_slice())?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "link_queued_frames",
+            "Frames waiting to be written to a neighbour.",
+            None,
+            ConstGauge::new(0_u64).metric_type(),
+        )?;
+        for link in &self.links {
+            let labels = [("peer", link.peer.as_str())];
+            ConstGauge::new(link.queued_frames).encode(family.encode_family(&labels.as_slice())?)?;
+        }
+        Ok(())
+    }
+}

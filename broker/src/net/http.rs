@@ -1,0 +1,96 @@
+//! The HTTP listener, off unless `http = "ADDR:PORT"` (or `--http`) is set: Prometheus
+//! metrics and a read-only JSON API for operators and scripts.
+//!
+//! | path | answer |
+//! |---|---|
+//! | `GET /metrics` | every counter in the OpenMetrics text format ([`crate::metrics`]) |
+//! | `GET /api/stats` | what `padres broker stats --json` shows |
+//! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
+//! | `GET /api/routes?limit=N` | the routing tables (SRT, PRT, composites), at most `N` rows of each (default 100, at most 10,000), with their totals |
+//!
+//! Every answer is taken from the router task when asked, as `padres broker stats` is.
+//! The listener speaks plain HTTP/1.1 and is meant for a trusted network or loopback
+//! (a scraper on the same host); it changes nothing in the broker.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use padres_lang::wire::{BrokerStats, RoutesReport};
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::router_task::{Event, Inspect};
+use crate::metrics::{self, LinkSnapshot, Snapshot};
+
+/// Rows of each table `/api/routes` lists when no `limit` is given.
+const DEFAULT_ROUTES_LIMIT: u32 = 100;
+
+/// Serves `listener` until `shutdown` completes.
+pub(super) async fn serve(
+    listener: tokio::net::TcpListener,
+    events: mpsc::Sender<Event>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/api/stats", get(stats))
+        .route("/api/links", get(links))
+        .route("/api/routes", get(routes))
+        .with_state(events);
+    if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        tracing::error!(%error, "the HTTP listener stopped");
+    }
+}
+
+/// The broker is shutting down: nothing to answer with.
+fn unavailable() -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, "the broker is shutting down\n").into_response()
+}
+
+async fn snapshot(events: &mpsc::Sender<Event>) -> Option<Snapshot> {
+    let (reply, answer) = oneshot::channel();
+    events.send(Event::Inspect(Inspect::Snapshot(reply))).await.ok()?;
+    answer.await.ok()
+}
+
+async fn metrics_text(State(events): State<mpsc::Sender<Event>>) -> Response {
+    match snapshot(&events).await {
+        Some(snapshot) => {
+            ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::encode(snapshot)).into_response()
+        }
+        None => unavailable(),
+    }
+}
+
+async fn stats(State(events): State<mpsc::Sender<Event>>) -> Response {
+    match snapshot(&events).await {
+        Some(snapshot) => Json::<BrokerStats>(snapshot.stats).into_response(),
+        None => unavailable(),
+    }
+}
+
+async fn links(State(events): State<mpsc::Sender<Event>>) -> Response {
+    match snapshot(&events).await {
+        Some(snapshot) => Json::<Vec<LinkSnapshot>>(snapshot.links).into_response(),
+        None => unavailable(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RoutesParams {
+    limit: Option<u32>,
+}
+
+async fn routes(State(events): State<mpsc::Sender<Event>>, Query(params): Query<RoutesParams>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    let limit = params.limit.unwrap_or(DEFAULT_ROUTES_LIMIT);
+    if events.send(Event::Inspect(Inspect::Routes { limit, reply })).await.is_err() {
+        return unavailable();
+    }
+    match answer.await {
+        Ok(report) => Json::<RoutesReport>(report).into_response(),
+        Err(_) => unavailable(),
+    }
+}

@@ -1,0 +1,188 @@
+//! The broker's HTTP listener (`--http`), against real broker processes: `/metrics`
+//! parsed by an OpenMetrics parser and compared with `padres broker stats` after a known
+//! load, the JSON API, and bad requests.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use openmetrics_parser::{MetricNumber, OpenMetricsType, OpenMetricsValue};
+use padres_client::{Client, Notification};
+use padres_tests::broker::{Broker, client, neighbour_of, start_with};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const HTTP: [&str; 2] = ["--http", "127.0.0.1:0"];
+
+fn with_http(extra: Vec<String>) -> Vec<String> {
+    HTTP.iter().map(ToString::to_string).chain(extra).collect()
+}
+
+/// One HTTP/1.1 GET; returns the status code, the headers (lower-case names) and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, HashMap<String, String>, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects to the HTTP listener");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("sends the request");
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+        .await
+        .expect("answers within 10 s")
+        .expect("reads the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    let mut lines = head.lines();
+    let status =
+        lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("a status");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+async fn next_publication(client: &mut Client, wait: Duration) -> Option<padres_lang::Publication> {
+    match tokio::time::timeout(wait, client.next_notification()).await.ok().flatten()? {
+        Notification::Publication { publication, .. } => Some(publication),
+        other => panic!("expected a publication, got {other:?}"),
+    }
+}
+
+/// The value of sample `name` (a family's name, as the parser keys it) with label values
+/// `labels`, whatever its type.
+fn value(
+    metrics: &openmetrics_parser::MetricsExposition<OpenMetricsType, OpenMetricsValue>,
+    name: &str,
+    labels: &[&str],
+) -> f64 {
+    let family = metrics.families.get(name).unwrap_or_else(|| panic!("no family {name}"));
+    let labels: Vec<String> = labels.iter().map(ToString::to_string).collect();
+    let sample = family.get_sample_by_label_values(&labels).unwrap_or_else(|| panic!("no {name}{labels:?}"));
+    match &sample.value {
+        OpenMetricsValue::Counter(c) => c.value.as_f64(),
+        OpenMetricsValue::Gauge(MetricNumber::Int(n)) => *n as f64,
+        OpenMetricsValue::Gauge(MetricNumber::Float(n)) => *n,
+        other => panic!("{name}: unexpected value {other:?}"),
+    }
+}
+
+fn http_of(broker: &Broker) -> SocketAddr {
+    broker.http.expect("the broker printed its HTTP address")
+}
+
+#[tokio::test]
+async fn metrics_parse_and_agree_with_broker_stats_after_a_known_load() {
+    let b1 = start_with("B1", "http-metrics", &with_http(Vec::new()));
+    let b2 = start_with("B2", "http-metrics", &neighbour_of(&b1));
+    let publisher = client(&b1, "pub").await;
+    let mut subscriber = client(&b2, "sub").await;
+    publisher.send("a [class,eq,'quote'],[n,isPresent,0]").await.expect("advertised");
+    subscriber.send("s [class,eq,'quote']").await.expect("subscribed");
+    // Until the subscription has reached B1 over the link.
+    let mut warm_up = 0;
+    loop {
+        publisher.send(&format!("p [class,'quote'],[n,{warm_up}]")).await.expect("published");
+        warm_up += 1;
+        if next_publication(&mut subscriber, Duration::from_millis(100)).await.is_some() {
+            break;
+        }
+        assert!(warm_up < 200, "the subscription never reached B1");
+    }
+    // Some warm-up publications may still be on their way: take them before counting.
+    while next_publication(&mut subscriber, Duration::from_millis(300)).await.is_some() {}
+    let load = 100;
+    for n in 0..load {
+        publisher.send(&format!("p [class,'quote'],[n,{}]", 1000 + n)).await.expect("published");
+    }
+    for _ in 0..load {
+        next_publication(&mut subscriber, Duration::from_secs(10)).await.expect("every publication arrives");
+    }
+
+    let stats = publisher.stats().await.expect("stats");
+    let (status, headers, body) = get(http_of(&b1), "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        headers.get("content-type").is_some_and(|t| t.starts_with("application/openmetrics-text")),
+        "{headers:?}"
+    );
+    let metrics = openmetrics_parser::openmetrics::parse_openmetrics(&body)
+        .unwrap_or_else(|e| panic!("/metrics does not parse: {e:?}\n{body}"));
+
+    // What the publisher's own requests count, and what the tables hold, is settled.
+    assert_eq!(stats.publications_in, (warm_up + load) as u64);
+    assert_eq!(value(&metrics, "padres_publications_in", &[]), stats.publications_in as f64);
+    assert_eq!(value(&metrics, "padres_client_requests", &[]), stats.client_requests as f64);
+    assert_eq!(value(&metrics, "padres_notifications_out", &[]), stats.notifications_out as f64);
+    assert_eq!(value(&metrics, "padres_routing_table_entries", &["srt"]), stats.advertisements as f64);
+    assert_eq!(value(&metrics, "padres_routing_table_entries", &["prt"]), stats.subscriptions as f64);
+    assert_eq!(value(&metrics, "padres_clients", &[]), stats.clients as f64);
+    assert_eq!(value(&metrics, "padres_neighbours", &[]), 1.0);
+    assert_eq!(metrics.families["padres_publications_in"].family_type, OpenMetricsType::Counter);
+    assert_eq!(metrics.families["padres_clients"].family_type, OpenMetricsType::Gauge);
+    // Every publication went over the link to B2 (the link's own keep-alive traffic may
+    // add to both counts, never take away).
+    let to_b2 = value(&metrics, "padres_link_messages_out", &["B2"]);
+    assert!(to_b2 >= (warm_up + load) as f64, "{to_b2} messages to B2");
+    assert!(value(&metrics, "padres_broker_messages_out", &[]) >= to_b2);
+    assert!(value(&metrics, "padres_link_sent_bytes", &["B2"]) > 100.0 * load as f64);
+    assert!(value(&metrics, "padres_link_received_bytes", &["B2"]) > 0.0);
+    assert!(value(&metrics, "padres_uptime_seconds", &[]) > 0.0);
+    for name in metrics.families.keys() {
+        assert!(name.starts_with("padres_"), "{name} lacks the prefix");
+    }
+}
+
+#[tokio::test]
+async fn the_json_api_answers_and_bad_requests_are_refused() {
+    let b1 = start_with("B1", "http-api", &with_http(Vec::new()));
+    let publisher = client(&b1, "pub").await;
+    publisher.send("a [class,eq,'quote'],[n,isPresent,0]").await.expect("advertised");
+    publisher.send("a [class,eq,'trade'],[n,isPresent,0]").await.expect("advertised");
+    publisher.send("p [class,'quote'],[n,1]").await.expect("published");
+    let http = http_of(&b1);
+
+    let (status, headers, body) = get(http, "/api/stats").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(headers.get("content-type").map(String::as_str), Some("application/json"));
+    let stats: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(stats["broker"], "B1");
+    assert_eq!(stats["advertisements"], 2);
+    assert_eq!(stats["publications_in"], 1);
+
+    let (status, _, body) = get(http, "/api/routes?limit=1").await;
+    assert_eq!(status, 200, "{body}");
+    let routes: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(routes["srt_total"], 2);
+    assert_eq!(routes["srt"].as_array().map(Vec::len), Some(1), "{routes}");
+
+    let (status, _, body) = get(http, "/api/links").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).expect("JSON"), serde_json::json!([]));
+
+    let (status, _, body) = get(http, "/api/routes?limit=many").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("limit"), "the refusal names the parameter: {body}");
+    let (status, _, _) = get(http, "/no-such-page").await;
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_taken_http_port_stops_the_broker_with_the_reason() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let port = taken.local_addr().expect("an address").port();
+    let dir = padres_tests::broker::data_dir("http-taken", "B1");
+    let output = std::process::Command::new(padres_tests::binary("padres-broker"))
+        .args([
+            "--name",
+            "B1",
+            "--listen",
+            "127.0.0.1:0",
+            "--http",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .expect("runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "started on a taken port");
+    assert!(stderr.contains(&format!("cannot listen for HTTP on 127.0.0.1:{port}")), "{stderr}");
+}
