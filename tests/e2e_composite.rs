@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use padres_client::{Client, Notification};
 use padres_lang::{MessageId, Publication, Value};
-use padres_tests::broker::{Broker, client, start_broker, start_linked_broker, start_with, until_routes};
+use padres_tests::broker::{
+    Broker, client, client_advertisements, start_broker, start_linked_broker, start_with, until_routes,
+};
 
 /// The next composite match, as `(subscription, [(leaf, publication text)])`.
 async fn next_match(client: &mut Client, wait: Duration) -> Option<(MessageId, Vec<(u32, String)>)> {
@@ -190,7 +192,7 @@ async fn a_five_broker_star_detects_at_the_hub_and_unsubscribe_cleans_every_tabl
     at_l4.send("a [class,eq,'c'],[n,isPresent,0]").await.expect("advertised");
     // Every broker knows the three advertisements before the pattern is placed.
     for observer in &observers {
-        until_routes(observer, "three advertisements", |r| r.srt_total == 3).await;
+        until_routes(observer, "three advertisements", |r| client_advertisements(r) == 3).await;
     }
     let cs = subscriber
         .send("cs {{[class,eq,'a'],[k,eq,$S$k]}&{[class,eq,'b'],[k,eq,$S$k]}}||{[class,eq,'c'],[n,=,$I$n]}")
@@ -242,7 +244,7 @@ async fn a_broker_restarted_in_the_middle_of_a_pattern_takes_it_up_again() {
     until_routes(&observer, "B3 linked", |r| r.neighbours.len() == 1).await;
     publisher.send("a [class,eq,'a'],[k,isPresent,0]").await.expect("advertised");
     publisher.send("a [class,eq,'b'],[k,isPresent,0]").await.expect("advertised");
-    until_routes(&observer, "both advertisements at B3", |r| r.srt_total == 2).await;
+    until_routes(&observer, "both advertisements at B3", |r| client_advertisements(r) == 2).await;
     let cs = subscriber
         .send("cs {[class,eq,'a'],[k,=,$I$k]};{[class,eq,'b'],[k,=,$I$k]}")
         .await

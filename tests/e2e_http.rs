@@ -143,13 +143,14 @@ async fn the_json_api_answers_and_bad_requests_are_refused() {
     assert_eq!(headers.get("content-type").map(String::as_str), Some("application/json"));
     let stats: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(stats["broker"], "B1");
-    assert_eq!(stats["advertisements"], 2);
+    // The client's two, and the broker's own for its reports (`padres_broker`).
+    assert_eq!(stats["advertisements"], 3);
     assert_eq!(stats["publications_in"], 1);
 
     let (status, _, body) = get(http, "/api/routes?limit=1").await;
     assert_eq!(status, 200, "{body}");
     let routes: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-    assert_eq!(routes["srt_total"], 2);
+    assert_eq!(routes["srt_total"], 3);
     assert_eq!(routes["srt"].as_array().map(Vec::len), Some(1), "{routes}");
 
     let (status, _, body) = get(http, "/api/links").await;
@@ -185,4 +186,53 @@ fn a_taken_http_port_stops_the_broker_with_the_reason() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "started on a taken port");
     assert!(stderr.contains(&format!("cannot listen for HTTP on 127.0.0.1:{port}")), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_federation_view_comes_from_the_brokers_reports() {
+    let fast = |extra: Vec<String>| -> Vec<String> {
+        ["--monitor-interval-ms", "200"].iter().map(ToString::to_string).chain(extra).collect()
+    };
+    let b1 = start_with("B1", "http-federation", &fast(with_http(Vec::new())));
+    let b2 = start_with("B2", "http-federation", &fast(neighbour_of(&b1)));
+    let b3 = start_with("B3", "http-federation", &fast(neighbour_of(&b2)));
+    // Any client may watch the reports: here B3's, from B1.
+    let mut watcher = client(&b1, "watcher").await;
+    watcher.send("s [class,eq,'padres_broker'],[broker,eq,'B3']").await.expect("subscribed");
+
+    let mut last = serde_json::Value::Null;
+    let mut complete = false;
+    for _ in 0..100 {
+        let (status, _, body) = get(http_of(&b1), "/api/federation").await;
+        assert_eq!(status, 200, "{body}");
+        last = serde_json::from_str(&body).expect("JSON");
+        let brokers: Vec<&str> = last["brokers"]
+            .as_array()
+            .expect("brokers")
+            .iter()
+            .filter_map(|b| b["broker"].as_str())
+            .collect();
+        if brokers == ["B1", "B2", "B3"] && last["links"] == serde_json::json!([["B1", "B2"], ["B2", "B3"]]) {
+            complete = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(complete, "the view never showed 3 brokers and 2 links: {last:#}");
+    let b2_view =
+        last["brokers"].as_array().expect("brokers").iter().find(|b| b["broker"] == "B2").expect("B2");
+    assert_eq!(b2_view["neighbours"], serde_json::json!(["B1", "B3"]));
+    assert_eq!(b2_view["interval_ms"], 200);
+
+    let report = next_publication(&mut watcher, Duration::from_secs(10)).await.expect("B3's report arrives");
+    assert_eq!(report.get("broker").and_then(padres_lang::Value::as_str), Some("B3"));
+    assert_eq!(report.get("neighbours").and_then(padres_lang::Value::as_str), Some("B2"));
+    drop(b3);
+
+    // The class is the brokers' own: a client cannot speak for one.
+    let impostor = client(&b1, "impostor").await;
+    impostor.send("a [class,eq,'padres_broker'],[broker,isPresent,'']").await.expect("advertised");
+    let refused = impostor.send("p [class,'padres_broker'],[broker,'B9']").await;
+    let message = format!("{:?}", refused.expect_err("refused"));
+    assert!(message.contains("reserved"), "{message}");
 }

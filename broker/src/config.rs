@@ -191,6 +191,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address and TCP port of the HTTP listener (`/metrics`, `/api/...`); none: off.
     pub http: Option<SocketAddr>,
+    /// How often the broker publishes its report on the reserved class `padres_broker`
+    /// (milliseconds; 0: never). See [`crate::monitor`].
+    pub monitor_interval_ms: u64,
     /// Neighbour brokers to connect to, as `quic://HOST:PORT` (`neighbors` is read too).
     #[serde(alias = "neighbors")]
     pub neighbours: Vec<String>,
@@ -226,6 +229,7 @@ impl Default for Config {
             name: "broker".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             http: None,
+            monitor_interval_ms: DEFAULT_MONITOR_INTERVAL_MS,
             neighbours: Vec::new(),
             peer_certs: Vec::new(),
             federation_ca: None,
@@ -240,6 +244,11 @@ impl Default for Config {
         }
     }
 }
+
+/// How often a broker reports on itself unless configured otherwise, in milliseconds.
+pub const DEFAULT_MONITOR_INTERVAL_MS: u64 = 5_000;
+/// The shortest report interval accepted (other than 0, never).
+pub const MIN_MONITOR_INTERVAL_MS: u64 = 100;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -323,6 +332,11 @@ impl Config {
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let name = Name::new(&self.name).map_err(|e| ConfigError::Invalid(format!("name: {e}")))?;
         let neighbours = self.neighbours.iter().map(|n| parse_neighbour(n)).collect::<Result<Vec<_>, _>>()?;
+        if self.monitor_interval_ms != 0 && self.monitor_interval_ms < MIN_MONITOR_INTERVAL_MS {
+            return Err(ConfigError::Invalid(format!(
+                "monitor_interval_ms must be 0 (no reports) or at least {MIN_MONITOR_INTERVAL_MS}"
+            )));
+        }
         let l = &self.limits;
         let ceiling = padres_lang::wire::codec::MAX_FRAME_CEILING;
         if l.max_frame_bytes < 1024 || l.max_frame_bytes > ceiling {
@@ -475,6 +489,14 @@ impl Config {
                 let _ = writeln!(out, "# http = \"127.0.0.1:7780\"\n");
             }
         }
+        let _ =
+            writeln!(out, "# How often (ms) the broker publishes a report on itself on the reserved class");
+        let _ =
+            writeln!(out, "# 'padres_broker' (neighbours, counters), which any client may subscribe to and");
+        let _ =
+            writeln!(out, "# the HTTP listener's /api/federation shows; 0: never (then no federation view");
+        let _ = writeln!(out, "# includes this broker). At least {MIN_MONITOR_INTERVAL_MS} otherwise.");
+        let _ = writeln!(out, "monitor_interval_ms = {}\n", self.monitor_interval_ms);
         let _ = writeln!(out, "# Neighbour brokers to connect to, as \"quic://HOST:PORT\".");
         let _ = writeln!(out, "neighbours = {}\n", list(&self.neighbours));
         let _ =

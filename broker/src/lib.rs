@@ -22,6 +22,8 @@
 //! - [`sim`]: a deterministic in-memory federation of routers in virtual time, for tests and
 //!   benchmarks.
 //!
+//! - [`monitor`]: brokers' reports on themselves (a reserved class) and the federation
+//!   view built from them.
 //! - [`metrics`]: the broker's counters in the Prometheus text format, for the HTTP
 //!   listener (`net/http.rs`), which also serves them as JSON.
 //!
@@ -35,6 +37,7 @@ pub mod history;
 pub mod links;
 pub mod matching;
 pub mod metrics;
+pub mod monitor;
 pub mod net;
 pub mod router;
 pub mod sim;

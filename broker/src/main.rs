@@ -125,6 +125,10 @@ struct Overrides {
     /// 127.0.0.1:7780 [default: off].
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     http: Option<SocketAddr>,
+    /// How often (milliseconds) the broker publishes a report on itself on the reserved
+    /// class padres_broker, for monitors and /api/federation; 0: never [default: 5000].
+    #[arg(long, value_name = "MS", global = true)]
+    monitor_interval_ms: Option<u64>,
     /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
     #[arg(long = "neighbour", visible_alias = "neighbor", value_name = "URI", global = true)]
     neighbours: Vec<String>,
@@ -243,6 +247,9 @@ impl Overrides {
         }
         if let Some(http) = self.http {
             config.http = Some(http);
+        }
+        if let Some(ms) = self.monitor_interval_ms {
+            config.monitor_interval_ms = ms;
         }
         if !self.neighbours.is_empty() {
             config.neighbours.clone_from(&self.neighbours);

@@ -109,6 +109,12 @@ pub async fn client(broker: &Broker, name: &str) -> Client {
     Client::connect(broker.addr, "localhost", &broker.dir.join("cert.pem"), name).await.expect("connects")
 }
 
+/// The advertisements in `routes` other than the brokers' own for their reports (class
+/// `padres_broker`, one per broker that reports: `padres_broker::monitor`).
+pub fn client_advertisements(routes: &padres_lang::wire::RoutesReport) -> usize {
+    routes.srt.iter().filter(|entry| !entry.text.contains("'padres_broker'")).count()
+}
+
 /// Checks `condition` on a broker's routes until it holds (tables settle as messages
 /// travel), or fails after ten seconds.
 pub async fn until_routes(

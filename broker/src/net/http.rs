@@ -6,6 +6,7 @@
 //! | `GET /metrics` | every counter in the OpenMetrics text format ([`crate::metrics`]) |
 //! | `GET /api/stats` | what `padres broker stats --json` shows |
 //! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
+//! | `GET /api/federation` | every broker that reported recently ([`crate::monitor`]): its neighbours and counters, and the links between them |
 //! | `GET /api/routes?limit=N` | the routing tables (SRT, PRT, composites), at most `N` rows of each (default 100, at most 10,000), with their totals |
 //!
 //! Every answer is taken from the router task when asked, as `padres broker stats` is.
@@ -23,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::router_task::{Event, Inspect};
 use crate::metrics::{self, LinkSnapshot, Snapshot};
+use crate::monitor::FederationView;
 
 /// Rows of each table `/api/routes` lists when no `limit` is given.
 const DEFAULT_ROUTES_LIMIT: u32 = 100;
@@ -38,6 +40,7 @@ pub(super) async fn serve(
         .route("/api/stats", get(stats))
         .route("/api/links", get(links))
         .route("/api/routes", get(routes))
+        .route("/api/federation", get(federation))
         .with_state(events);
     if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
         tracing::error!(%error, "the HTTP listener stopped");
@@ -75,6 +78,17 @@ async fn links(State(events): State<mpsc::Sender<Event>>) -> Response {
     match snapshot(&events).await {
         Some(snapshot) => Json::<Vec<LinkSnapshot>>(snapshot.links).into_response(),
         None => unavailable(),
+    }
+}
+
+async fn federation(State(events): State<mpsc::Sender<Event>>) -> Response {
+    let (reply, answer) = oneshot::channel();
+    if events.send(Event::Inspect(Inspect::Federation(reply))).await.is_err() {
+        return unavailable();
+    }
+    match answer.await {
+        Ok(view) => Json::<FederationView>(view).into_response(),
+        Err(_) => unavailable(),
     }
 }
 

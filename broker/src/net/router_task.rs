@@ -22,7 +22,8 @@ use crate::history::writer::{Ack, History};
 use crate::history::{Durability, Record};
 use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
 use crate::metrics::{LinkSnapshot, Snapshot};
-use crate::router::{ClientId, Input, Output, Router};
+use crate::monitor::{self, Federation, FederationView};
+use crate::router::{BROKER_CLIENT, ClientId, Input, Output, Router};
 
 /// Events the router task handles before it hands out what they produced, so that a
 /// busy connection task is woken once for many frames.
@@ -84,6 +85,28 @@ pub(super) enum Inspect {
     Snapshot(oneshot::Sender<Snapshot>),
     /// The routing tables, at most `limit` rows of each (`/api/routes`).
     Routes { limit: u32, reply: oneshot::Sender<RoutesReport> },
+    /// The brokers' latest reports (`/api/federation`).
+    Federation(oneshot::Sender<FederationView>),
+}
+
+/// What the router task runs with besides the router, its channels and the dialer.
+#[derive(Debug)]
+pub(super) struct Setup {
+    pub(super) limits: Limits,
+    /// Connections accepted and open (kept by the accepting loop).
+    pub(super) open: Arc<AtomicUsize>,
+    /// The history store's writer and filters, if this broker keeps history.
+    pub(super) history: Option<(History, Vec<Subscription>)>,
+    pub(super) reports: Reports,
+}
+
+/// The broker's reports on itself ([`crate::monitor`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Reports {
+    /// How often it publishes one; `None`: never.
+    pub(super) interval: Option<std::time::Duration>,
+    /// Whether it subscribes to every broker's, for `/api/federation`.
+    pub(super) view: bool,
 }
 
 /// What one neighbour's links carried, over every link to it so far.
@@ -133,6 +156,9 @@ struct RouterTask {
     counters: Counters,
     /// Per neighbour ever linked.
     link_counters: BTreeMap<Name, LinkCounters>,
+    reports: Reports,
+    /// The brokers' reports received, if this broker keeps a federation view.
+    federation: Federation,
     /// Connections accepted and open (kept by the accepting loop).
     open: Arc<AtomicUsize>,
     out: Vec<Output>,
@@ -154,10 +180,9 @@ pub(super) async fn run(
     mut inbox: mpsc::Receiver<Event>,
     events: mpsc::Sender<Event>,
     dialer: Dialer,
-    limits: Limits,
-    open: Arc<AtomicUsize>,
-    history: Option<(History, Vec<Subscription>)>,
+    setup: Setup,
 ) {
+    let Setup { limits, open, history, reports } = setup;
     let (answers, mut answered) = mpsc::unbounded_channel::<HistoryAnswer>();
     let (history, filters) = match history {
         Some((history, filters)) => (Some(history), filters),
@@ -180,6 +205,8 @@ pub(super) async fn run(
         links: HashMap::new(),
         counters: Counters::default(),
         link_counters: BTreeMap::new(),
+        reports,
+        federation: Federation::default(),
         open,
         out: Vec::new(),
         history,
@@ -191,6 +218,19 @@ pub(super) async fn run(
         let now = task.now();
         let wall = task.wall(now);
         task.router.handle(wall, Input::KeepHistory(filter), &mut task.out);
+    }
+    // The broker as a client of itself: it advertises its reports and, with a federation
+    // view, subscribes to everyone's.
+    let mut report_timer = reports.interval.map(|every| {
+        let mut timer = tokio::time::interval(every);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer
+    });
+    if report_timer.is_some() {
+        task.as_broker(Message::Advertise(monitor::advertisement()));
+    }
+    if reports.view {
+        task.as_broker(Message::Subscribe(monitor::subscription()));
     }
     'run: loop {
         // The policy's timers run on the task's clock, the router's (composite windows,
@@ -241,6 +281,19 @@ pub(super) async fn run(
                 task.dispatch(now);
             }
             Some(_) = task.tasks.join_next(), if !task.tasks.is_empty() => {}
+            _ = tick(&mut report_timer), if report_timer.is_some() => {
+                let now = task.now();
+                let interval = task.reports.interval.map_or(0, |i| u64::try_from(i.as_millis()).unwrap_or(u64::MAX));
+                let report = monitor::report(&task.stats(now), interval);
+                // A publication is not delivered back to the client that published it:
+                // this broker's own report goes into its view directly.
+                if task.reports.view {
+                    let wall = task.wall(now);
+                    task.federation.receive(wall, &report);
+                }
+                task.as_broker(Message::Publish(report));
+                task.dispatch(now);
+            }
         }
     }
     task.shut_down();
@@ -258,6 +311,15 @@ pub(super) async fn run(
     };
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tasks.abort_all();
+    }
+}
+
+async fn tick(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(timer) => {
+            timer.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
@@ -322,6 +384,10 @@ impl RouterTask {
             }
             Event::Inspect(Inspect::Routes { limit, reply }) => {
                 let _ = reply.send(routes(&self.router, limit));
+            }
+            Event::Inspect(Inspect::Federation(reply)) => {
+                let wall = self.wall(now);
+                let _ = reply.send(self.federation.view(wall));
             }
             Event::Gone(id) => {
                 self.clients.remove(&id);
@@ -458,6 +524,13 @@ impl RouterTask {
         }
     }
 
+    /// Hands `message` to the router as the broker's own client ([`BROKER_CLIENT`]).
+    fn as_broker(&mut self, message: Message) {
+        let now = self.now();
+        let wall = self.wall(now);
+        self.router.handle(wall, Input::Client { client: BROKER_CLIENT, req: None, message }, &mut self.out);
+    }
+
     /// The counters and per-link figures `/metrics` shows, as of now.
     fn snapshot(&self, now: u64) -> Snapshot {
         let links = self
@@ -505,6 +578,15 @@ impl RouterTask {
             let mut slow = Vec::new();
             for output in std::mem::take(&mut self.out) {
                 let (client, frame, size) = match output {
+                    Output::Notify { client: BROKER_CLIENT, publication, .. } => {
+                        let wall = self.wall(now);
+                        self.federation.receive(wall, &publication);
+                        continue;
+                    }
+                    Output::Reply { client: BROKER_CLIENT, result: Err((code, message)), .. } => {
+                        tracing::warn!(?code, %message, "the broker's own report or view was refused");
+                        continue;
+                    }
                     Output::Reply { client, req, result } => (
                         client,
                         match (req, result) {

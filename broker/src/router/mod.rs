@@ -105,6 +105,11 @@ use sub_routes::SubRoutes;
 /// A client connection, numbered by the I/O shell.
 pub type ClientId = u64;
 
+/// The client id of the broker itself, publishing its reports on the reserved class
+/// [`crate::monitor::CLASS`] (and subscribing to others' for its federation view). Only it
+/// may publish on that class.
+pub const BROKER_CLIENT: ClientId = ClientId::MAX;
+
 /// Where a message came from or goes to: a local client or a neighbour broker.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Hop {
@@ -780,6 +785,15 @@ impl Router {
         publication: Publication,
         out: &mut Vec<Output>,
     ) -> Result<Option<MessageId>, (ErrorCode, String)> {
+        if client != BROKER_CLIENT && publication.class() == crate::monitor::CLASS {
+            return Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "class '{}' is reserved for brokers' reports on themselves; clients may subscribe to it",
+                    crate::monitor::CLASS
+                ),
+            ));
+        }
         let tree = self.clients.get(&client).and_then(|c| {
             c.advs
                 .iter()

@@ -1,0 +1,212 @@
+//! Brokers' reports on themselves, and the federation view built from them.
+//!
+//! Every broker publishes a report on the reserved class [`CLASS`] every
+//! `monitor_interval_ms` (5 s by default; 0 turns it off), as PADRES's brokers did for its
+//! monitor: its name, its neighbours (space-separated), and its main counters. The report
+//! is an ordinary publication, advertised and routed like any other: any client may
+//! subscribe to it (`padres sub "[class,eq,'padres_broker']"`), and a broker with an HTTP
+//! listener subscribes to it itself and serves the latest report of every broker, with the
+//! links they name, at `/api/federation`. So the view of the federation comes from the
+//! federation, with nothing central.
+//!
+//! The class is reserved: only a broker publishes on it (the router refuses a client's
+//! publication of it), so a report names the broker that sent it.
+//!
+//! Report attributes: `class`, `broker`, `neighbours`, `interval_ms`, `uptime_ms`,
+//! `clients`, `advertisements`, `subscriptions`, `publications_in`, `notifications_out`,
+//! `broker_messages_in`, `broker_messages_out`, `partial_matches`, `history_rows` (and the
+//! `time` every publication carries).
+
+use std::collections::BTreeMap;
+
+use padres_lang::wire::BrokerStats;
+use padres_lang::{Advertisement, Name, Publication, Subscription, Value};
+use serde::Serialize;
+
+/// The reserved class of brokers' reports.
+pub const CLASS: &str = "padres_broker";
+
+/// The counters a report carries, in order.
+const COUNTERS: [&str; 10] = [
+    "uptime_ms",
+    "clients",
+    "advertisements",
+    "subscriptions",
+    "publications_in",
+    "notifications_out",
+    "broker_messages_in",
+    "broker_messages_out",
+    "partial_matches",
+    "history_rows",
+];
+
+/// What a broker advertises for its reports.
+pub fn advertisement() -> Advertisement {
+    let mut text = format!(
+        "[class,eq,'{CLASS}'],[broker,isPresent,''],[neighbours,isPresent,''],[interval_ms,isPresent,0]"
+    );
+    for counter in COUNTERS {
+        text.push_str(&format!(",[{counter},isPresent,0]"));
+    }
+    text.parse().expect("the report advertisement parses")
+}
+
+/// What a broker with a federation view subscribes to.
+pub fn subscription() -> Subscription {
+    format!("[class,eq,'{CLASS}']").parse().expect("the report subscription parses")
+}
+
+/// The report of a broker whose counters are `stats`, sent every `interval_ms`.
+pub fn report(stats: &BrokerStats, interval_ms: u64) -> Publication {
+    let int = |n: u64| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
+    let values = [
+        stats.uptime_ms,
+        stats.clients,
+        stats.advertisements,
+        stats.subscriptions,
+        stats.publications_in,
+        stats.notifications_out,
+        stats.broker_messages_in,
+        stats.broker_messages_out,
+        stats.partial_matches,
+        stats.history_rows,
+    ];
+    let neighbours: Vec<&str> = stats.neighbours.iter().map(Name::as_str).collect();
+    let name = |n: &str| Name::new(n).expect("a report attribute is a valid name");
+    let mut attrs = vec![
+        (name("class"), Value::str(CLASS)),
+        (name("broker"), Value::str(stats.broker.as_str())),
+        (name("neighbours"), Value::str(&neighbours.join(" "))),
+        (name("interval_ms"), int(interval_ms)),
+    ];
+    attrs.extend(COUNTERS.iter().zip(values).map(|(counter, value)| (name(counter), int(value))));
+    Publication::new(attrs).expect("a report is a valid publication")
+}
+
+/// One broker as its latest report describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BrokerView {
+    /// Its name.
+    pub broker: String,
+    /// Its neighbours, as it reported them.
+    pub neighbours: Vec<String>,
+    /// How often it reports.
+    pub interval_ms: u64,
+    /// Its counters, by name.
+    pub counters: BTreeMap<String, u64>,
+    /// When its report was received here (this broker's clock, ms since the Unix epoch).
+    pub received_ms: u64,
+}
+
+/// The federation as the reports received here describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FederationView {
+    /// Every broker heard from recently, by name.
+    pub brokers: Vec<BrokerView>,
+    /// Every link a broker reported, each once, its two ends sorted.
+    pub links: Vec<(String, String)>,
+}
+
+/// The latest report of each broker, forgotten when it stops reporting.
+#[derive(Debug, Default)]
+pub struct Federation {
+    latest: BTreeMap<String, BrokerView>,
+}
+
+impl Federation {
+    /// Takes in a report received at `now`; false if `publication` is not a report.
+    pub fn receive(&mut self, now: u64, publication: &Publication) -> bool {
+        if publication.class() != CLASS {
+            return false;
+        }
+        let Some(broker) = publication.get("broker").and_then(Value::as_str) else { return false };
+        let number = |attr: &str| match publication.get(attr) {
+            Some(Value::Int(n)) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        let neighbours = publication
+            .get("neighbours")
+            .and_then(Value::as_str)
+            .map(|n| n.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
+        let counters = COUNTERS.iter().filter_map(|c| number(c).map(|n| ((*c).to_owned(), n))).collect();
+        let view = BrokerView {
+            broker: broker.to_owned(),
+            neighbours,
+            interval_ms: number("interval_ms").unwrap_or(0),
+            counters,
+            received_ms: now,
+        };
+        self.latest.insert(broker.to_owned(), view);
+        true
+    }
+
+    /// The view at `now`: brokers whose last report came within three of their intervals.
+    pub fn view(&mut self, now: u64) -> FederationView {
+        self.latest.retain(|_, b| now.saturating_sub(b.received_ms) <= 3 * b.interval_ms.max(1000));
+        let brokers: Vec<BrokerView> = self.latest.values().cloned().collect();
+        let mut links: Vec<(String, String)> = brokers
+            .iter()
+            .flat_map(|b| {
+                b.neighbours.iter().map(|n| {
+                    if b.broker <= *n { (b.broker.clone(), n.clone()) } else { (n.clone(), b.broker.clone()) }
+                })
+            })
+            .collect();
+        links.sort();
+        links.dedup();
+        FederationView { brokers, links }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(name: &str, neighbours: &[&str]) -> BrokerStats {
+        let mut stats: BrokerStats = serde_json::from_value(serde_json::json!({
+            "broker": name, "uptime_ms": 1, "clients": 2, "connections": 0, "neighbours": [],
+            "advertisements": 3, "subscriptions": 4, "client_requests": 0, "publications_in": 5,
+            "notifications_out": 6, "broker_messages_in": 7, "broker_messages_out": 8,
+            "slow_clients_dropped": 0, "links_refused": 0, "links_cut": 0, "composites": 0,
+            "detectors": 0, "partial_matches": 9, "partial_match_bytes": 0,
+            "partial_match_bytes_cap": 0, "composite_matches": 0, "partials_evicted": 0,
+            "partials_expired": 0, "partials_ended": 0, "pairs_dropped": 0, "history_stored": 0,
+            "history_dropped": 0, "history_failed": 0, "history_removed": 0, "history_queued": 0,
+            "history_rows": 10
+        }))
+        .expect("stats");
+        stats.neighbours = neighbours.iter().map(|n| Name::new(n).expect("name")).collect();
+        stats
+    }
+
+    #[test]
+    fn a_report_conforms_to_the_advertisement_and_reads_back() {
+        let report = report(&stats("B2", &["B1", "B3"]), 5000);
+        assert!(padres_lang::semantics::conforms(&report, &advertisement()), "{report}");
+        assert!(padres_lang::matches(&subscription(), &report));
+        let mut federation = Federation::default();
+        assert!(federation.receive(100, &report));
+        let view = federation.view(200);
+        assert_eq!(view.brokers.len(), 1);
+        let b2 = &view.brokers[0];
+        assert_eq!((b2.broker.as_str(), b2.interval_ms), ("B2", 5000));
+        assert_eq!(b2.neighbours, ["B1", "B3"]);
+        assert_eq!(b2.counters["publications_in"], 5);
+        assert_eq!(b2.counters["history_rows"], 10);
+        assert_eq!(view.links, [("B1".to_owned(), "B2".to_owned()), ("B2".to_owned(), "B3".to_owned())]);
+    }
+
+    #[test]
+    fn links_are_listed_once_and_silent_brokers_are_forgotten() {
+        let mut federation = Federation::default();
+        federation.receive(0, &report(&stats("B1", &["B2"]), 1000));
+        federation.receive(2000, &report(&stats("B2", &["B1"]), 1000));
+        assert_eq!(federation.view(2500).links, [("B1".to_owned(), "B2".to_owned())]);
+        // B1 last reported at 0: past three of its intervals at 3,001 it is gone.
+        let view = federation.view(3001);
+        assert_eq!(view.brokers.iter().map(|b| b.broker.as_str()).collect::<Vec<_>>(), ["B2"]);
+        let other: Publication = "[class,'quote'],[broker,'B9']".parse().expect("publication");
+        assert!(!federation.receive(3002, &other), "only reports are taken in");
+    }
+}
