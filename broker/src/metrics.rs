@@ -31,6 +31,7 @@ use padres_lang::Name;
 use padres_lang::wire::BrokerStats;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
@@ -85,133 +86,175 @@ impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.stats;
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        // Counters: the encoder appends `_total`.
-        let counters: [(&str, &str, u64); 17] = [
-            ("client_requests", "Requests received from clients.", s.client_requests),
-            ("publications_in", "Publications received from clients.", s.publications_in),
+        let bytes = Some(Unit::Bytes);
+        // (name, help, unit, value); the encoder appends the unit and, for counters, `_total`.
+        let counters: [(&str, &str, Option<Unit>, u64); 18] = [
+            ("client_requests", "Requests received from clients.", None, s.client_requests),
+            ("publications_in", "Publications received from clients.", None, s.publications_in),
             (
                 "notifications_out",
                 "Notifications sent to clients (atomic and composite).",
+                None,
                 s.notifications_out,
             ),
-            ("broker_messages_in", "Messages received from neighbour brokers.", s.broker_messages_in),
-            ("broker_messages_out", "Messages sent to neighbour brokers.", s.broker_messages_out),
-            ("slow_clients_dropped", "Clients cut off because they did not read.", s.slow_clients_dropped),
-            ("links_refused", "Brokers refused at the hello.", s.links_refused),
-            ("links_cut", "Neighbour links cut because they did not keep up.", s.links_cut),
+            ("broker_messages_in", "Messages received from neighbour brokers.", None, s.broker_messages_in),
+            ("broker_messages_out", "Messages sent to neighbour brokers.", None, s.broker_messages_out),
+            (
+                "slow_clients_dropped",
+                "Clients cut off because they did not read.",
+                None,
+                s.slow_clients_dropped,
+            ),
+            ("links_refused", "Brokers refused at the hello.", None, s.links_refused),
+            ("links_cut", "Neighbour links cut because they did not keep up.", None, s.links_cut),
             (
                 "composite_matches",
                 "Composite matches completed by this broker's detectors.",
+                None,
                 s.composite_matches,
             ),
-            ("partial_matches_evicted", "Partial matches evicted by a cap.", s.partials_evicted),
+            ("partial_matches_evicted", "Partial matches evicted by a cap.", None, s.partials_evicted),
             (
                 "partial_matches_expired",
                 "Partial matches dropped when their window passed.",
+                None,
                 s.partials_expired,
             ),
-            ("partial_matches_ended", "Partial matches ended by an until publication.", s.partials_ended),
+            (
+                "partial_matches_ended",
+                "Partial matches ended by an until publication.",
+                None,
+                s.partials_ended,
+            ),
             (
                 "composite_pairs_dropped",
                 "Matches not formed: an input reached the pair limit.",
+                None,
                 s.pairs_dropped,
             ),
-            ("history_rows_written", "Publications the history store wrote.", s.history_stored),
-            ("history_dropped", "Publications not stored: the writer's queue was full.", s.history_dropped),
-            ("history_failed", "Publications not stored: their write failed.", s.history_failed),
-            ("history_rows_removed", "Rows deleted by the history store's retention.", s.history_removed),
+            ("history_rows_written", "Publications the history store wrote.", None, s.history_stored),
+            (
+                "history_dropped",
+                "Publications not stored: the writer's queue was full.",
+                None,
+                s.history_dropped,
+            ),
+            ("history_failed", "Publications not stored: their write failed.", None, s.history_failed),
+            (
+                "history_rows_removed",
+                "Rows deleted by the history store's retention.",
+                None,
+                s.history_removed,
+            ),
+            ("history_queries", "Historic queries the history store answered.", None, self.history_queries),
         ];
-        for (name, help, value) in counters {
-            let counter = ConstCounter::new(value);
-            counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+        for (name, help, unit, value) in &counters {
+            one(&mut encoder, name, help, unit.as_ref(), &ConstCounter::new(*value))?;
         }
-        let queries = ConstCounter::new(self.history_queries);
-        queries.encode(encoder.encode_descriptor(
-            "history_queries",
-            "Historic queries the history store answered.",
-            None,
-            queries.metric_type(),
-        )?)?;
-
-        let gauges: [(&str, &str, u64); 7] = [
-            ("clients", "Clients connected now.", s.clients),
-            ("connections", "Connections open now (clients and links other brokers dialled).", s.connections),
-            ("neighbours", "Neighbour links up now.", count(s.neighbours.len())),
-            ("composite_detectors", "Composite detectors running here.", s.detectors),
-            ("partial_matches", "Partial matches the detectors store now.", s.partial_matches),
-            ("history_queued", "Publications waiting for the history writer.", s.history_queued),
-            ("history_rows", "Rows in the history store (as of its last retention pass).", s.history_rows),
-        ];
-        for (name, help, value) in gauges {
-            let gauge = ConstGauge::new(value);
-            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
-        }
-        let byte_gauges: [(&str, &str, u64); 3] = [
-            ("partial_match", "Estimated bytes the stored partial matches hold.", s.partial_match_bytes),
-            ("partial_match_cap", "The cap on partial_match_bytes.", s.partial_match_bytes_cap),
+        let gauges: [(&str, &str, Option<Unit>, u64); 10] = [
+            ("clients", "Clients connected now.", None, s.clients),
+            (
+                "connections",
+                "Connections open now (clients and links other brokers dialled).",
+                None,
+                s.connections,
+            ),
+            ("neighbours", "Neighbour links up now.", None, count(s.neighbours.len())),
+            ("composite_detectors", "Composite detectors running here.", None, s.detectors),
+            ("partial_matches", "Partial matches the detectors store now.", None, s.partial_matches),
+            ("history_queued", "Publications waiting for the history writer.", None, s.history_queued),
+            (
+                "history_rows",
+                "Rows in the history store (as of its last retention pass).",
+                None,
+                s.history_rows,
+            ),
+            (
+                "partial_match",
+                "Estimated bytes the stored partial matches hold.",
+                bytes.clone(),
+                s.partial_match_bytes,
+            ),
+            (
+                "partial_match_cap",
+                "The cap on partial_match_bytes.",
+                bytes.clone(),
+                s.partial_match_bytes_cap,
+            ),
             (
                 "client_queued",
                 "Estimated bytes of notifications waiting for clients.",
+                bytes,
                 self.client_queued_bytes,
             ),
         ];
-        for (name, help, value) in byte_gauges {
-            let gauge = ConstGauge::new(value);
-            gauge.encode(encoder.encode_descriptor(
-                name,
-                help,
-                Some(&Unit::Bytes),
-                gauge.metric_type(),
-            )?)?;
+        for (name, help, unit, value) in &gauges {
+            one(&mut encoder, name, help, unit.as_ref(), &ConstGauge::new(*value))?;
         }
         #[allow(clippy::cast_precision_loss)] // milliseconds of uptime fit an f64 exactly for 285,000 years
         let uptime = ConstGauge::new(s.uptime_ms as f64 / 1000.0);
-        uptime.encode(encoder.encode_descriptor(
-            "uptime",
-            "Time since the broker started.",
-            Some(&Unit::Seconds),
-            uptime.metric_type(),
-        )?)?;
+        one(&mut encoder, "uptime", "Time since the broker started.", Some(&Unit::Seconds), &uptime)?;
 
         let tables = [("srt", s.advertisements), ("prt", s.subscriptions), ("composites", s.composites)];
-        let mut family = encoder.encode_descriptor(
-            "routing_table_entries",
-            "Entries in the routing tables: srt (advertisements), prt (subscriptions), composites.",
-            None,
-            ConstGauge::new(0_u64).metric_type(),
-        )?;
+        let help = "Entries in the routing tables: srt (advertisements), prt (subscriptions), composites.";
+        let mut family = encoder.encode_descriptor("routing_table_entries", help, None, MetricType::Gauge)?;
         for (table, value) in tables {
-            let labels = [("table", table)];
-            ConstGauge::new(value).encode(family.encode_family(&labels.as_slice())?)?;
+            ConstGauge::new(value).encode(family.encode_family(&[("table", table)].as_slice())?)?;
         }
 
         type PerLink = fn(&LinkSnapshot) -> u64;
-        let per_link_counters: [(&str, &str, Option<Unit>, PerLink); 4] = [
-            ("link_messages_in", "Messages received from a neighbour.", None, |l| l.messages_in),
-            ("link_messages_out", "Messages sent to a neighbour.", None, |l| l.messages_out),
-            ("link_received", "UDP bytes received on a neighbour's connections.", Some(Unit::Bytes), |l| {
-                l.bytes_in
+        let per_link: [(&str, &str, Option<Unit>, MetricType, PerLink); 5] = [
+            ("link_messages_in", "Messages received from a neighbour.", None, MetricType::Counter, |l| {
+                l.messages_in
             }),
-            ("link_sent", "UDP bytes sent on a neighbour's connections.", Some(Unit::Bytes), |l| l.bytes_out),
+            ("link_messages_out", "Messages sent to a neighbour.", None, MetricType::Counter, |l| {
+                l.messages_out
+            }),
+            (
+                "link_received",
+                "UDP bytes received on a neighbour's connections.",
+                Some(Unit::Bytes),
+                MetricType::Counter,
+                |l| l.bytes_in,
+            ),
+            (
+                "link_sent",
+                "UDP bytes sent on a neighbour's connections.",
+                Some(Unit::Bytes),
+                MetricType::Counter,
+                |l| l.bytes_out,
+            ),
+            (
+                "link_queued_frames",
+                "Frames waiting to be written to a neighbour.",
+                None,
+                MetricType::Gauge,
+                |l| l.queued_frames,
+            ),
         ];
-        for (name, help, unit, value) in &per_link_counters {
-            let kind = ConstCounter::new(0_u64).metric_type();
-            let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), kind)?;
+        for (name, help, unit, kind, value) in &per_link {
+            let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), *kind)?;
             for link in &self.links {
                 let labels = [("peer", link.peer.as_str())];
-                ConstCounter::new(value(link)).encode(family.encode_family(&labels.as_slice())?)?;
+                let labels = labels.as_slice();
+                let sample = family.encode_family(&labels)?;
+                match kind {
+                    MetricType::Counter => ConstCounter::new(value(link)).encode(sample)?,
+                    _ => ConstGauge::new(value(link)).encode(sample)?,
+                }
             }
-        }
-        let mut family = encoder.encode_descriptor(
-            "link_queued_frames",
-            "Frames waiting to be written to a neighbour.",
-            None,
-            ConstGauge::new(0_u64).metric_type(),
-        )?;
-        for link in &self.links {
-            let labels = [("peer", link.peer.as_str())];
-            ConstGauge::new(link.queued_frames).encode(family.encode_family(&labels.as_slice())?)?;
         }
         Ok(())
     }
+}
+
+/// Encodes `metric` as the one sample of its own family.
+fn one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    metric: &dyn EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    metric.encode(encoder.encode_descriptor(name, help, unit, metric.metric_type())?)
 }

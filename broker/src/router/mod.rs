@@ -105,6 +105,17 @@ use sub_routes::SubRoutes;
 /// A client connection, numbered by the I/O shell.
 pub type ClientId = u64;
 
+/// The refusal of a client's advertisement or publication of the reserved class.
+fn reserved_class() -> (ErrorCode, String) {
+    (
+        ErrorCode::Forbidden,
+        format!(
+            "class '{}' is reserved for brokers' reports on themselves; clients may subscribe to it",
+            crate::monitor::CLASS
+        ),
+    )
+}
+
 /// The client id of the broker itself, publishing its reports on the reserved class
 /// [`crate::monitor::CLASS`] (and subscribing to others' for its federation view). Only it
 /// may publish on that class.
@@ -669,6 +680,9 @@ impl Router {
     ) {
         self.clients.entry(client).or_default();
         let result = match message {
+            Message::Advertise(adv) if client != BROKER_CLIENT && adv.class() == crate::monitor::CLASS => {
+                Err(reserved_class())
+            }
             Message::Advertise(adv) => {
                 let id = self.next_id();
                 self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), 0, out);
@@ -786,13 +800,7 @@ impl Router {
         out: &mut Vec<Output>,
     ) -> Result<Option<MessageId>, (ErrorCode, String)> {
         if client != BROKER_CLIENT && publication.class() == crate::monitor::CLASS {
-            return Err((
-                ErrorCode::Forbidden,
-                format!(
-                    "class '{}' is reserved for brokers' reports on themselves; clients may subscribe to it",
-                    crate::monitor::CLASS
-                ),
-            ));
+            return Err(reserved_class());
         }
         let tree = self.clients.get(&client).and_then(|c| {
             c.advs
