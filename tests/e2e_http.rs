@@ -238,3 +238,166 @@ async fn the_federation_view_comes_from_the_brokers_reports() {
         assert!(message.contains("Forbidden") && message.contains("reserved"), "{line}: {message}");
     }
 }
+
+/// One HTTP/1.1 POST of `body` as `content_type`; returns the status and the body.
+async fn post(addr: SocketAddr, path: &str, content_type: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects to the HTTP listener");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("sends the request");
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+        .await
+        .expect("answers within 10 s")
+        .expect("reads the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status");
+    (status, body.to_owned())
+}
+
+/// `examples/gateway.py` with `args`, its output piped.
+fn python(http: SocketAddr, args: &[&str]) -> std::process::Child {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gateway.py");
+    std::process::Command::new("python3")
+        .arg(script)
+        .args(["--url", &format!("http://{http}")])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs (the gateway example needs Python 3)")
+}
+
+#[tokio::test]
+async fn a_python_client_subscribes_and_publishes_through_the_gateway() {
+    use std::io::BufRead;
+    let b1 = start_with("B1", "http-gateway", &with_http(Vec::new()));
+    let http = http_of(&b1);
+
+    // Python subscribes; a Rust client publishes.
+    let mut subscriber = python(http, &["subscribe", "[class,eq,'quote'],[price,>,100]", "--count", "2"]);
+    let mut lines = std::io::BufReader::new(subscriber.stdout.take().expect("stdout")).lines();
+    let reply: serde_json::Value =
+        serde_json::from_str(&lines.next().expect("a first line").expect("reads")).expect("JSON");
+    assert_eq!((reply["type"].as_str(), reply["op"].as_str()), (Some("reply"), Some("s")), "{reply}");
+    let publisher = client(&b1, "rust-pub").await;
+    publisher
+        .send("a [class,eq,'quote'],[symbol,isPresent,''],[price,isPresent,0]")
+        .await
+        .expect("advertised");
+    for (symbol, price) in [("IBM", 120), ("HP", 90), ("SUN", 130)] {
+        publisher
+            .send(&format!("p [class,'quote'],[symbol,'{symbol}'],[price,{price}]"))
+            .await
+            .expect("published");
+    }
+    let received: Vec<serde_json::Value> = (0..2)
+        .map(|_| serde_json::from_str(&lines.next().expect("a notification").expect("reads")).expect("JSON"))
+        .collect();
+    assert_eq!(subscriber.wait().expect("python ends").code(), Some(0));
+    assert_eq!(received[0]["type"], "notification");
+    assert_eq!(received[0]["sub"], reply["id"]);
+    let symbols: Vec<&str> = received.iter().filter_map(|n| n["attrs"]["symbol"].as_str()).collect();
+    assert_eq!(symbols, ["IBM", "SUN"], "{received:?}");
+
+    // Python publishes; a Rust client subscribes.
+    let mut rust_sub = client(&b1, "rust-sub").await;
+    rust_sub.send("s [class,eq,'from_python']").await.expect("subscribed");
+    let output = python(
+        http,
+        &["publish", "a [class,eq,'from_python'],[n,isPresent,0]", "p [class,'from_python'],[n,7]"],
+    )
+    .wait_with_output()
+    .expect("python ends");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let p =
+        next_publication(&mut rust_sub, Duration::from_secs(10)).await.expect("Python's publication arrives");
+    assert_eq!(p.get("n"), Some(&padres_lang::Value::Int(7)));
+}
+
+#[tokio::test]
+async fn the_gateway_refuses_bad_input_with_the_reason() {
+    let b1 = start_with("B1", "http-gateway-bad", &with_http(Vec::new()));
+    let http = http_of(&b1);
+    let refusal = |body: &str| serde_json::from_str::<serde_json::Value>(body).expect("a JSON refusal");
+
+    // A line that does not parse: 400 naming the line, and nothing sent.
+    let (status, body) =
+        post(http, "/api/publish", "text/plain", "a [class,eq,'x'],[n,isPresent,0]\np [class,'x'").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(refusal(&body)["line"], 2, "{body}");
+    let routes: serde_json::Value = serde_json::from_str(&get(http, "/api/routes").await.2).expect("JSON");
+    assert_eq!(routes["srt_total"], 1, "only the broker's own advertisement: {routes}");
+
+    let (status, body) = post(http, "/api/publish", "application/json", "[\"p [class,'x']\"").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(refusal(&body)["message"].as_str().is_some_and(|m| m.contains("JSON array")), "{body}");
+
+    let (status, body) = post(http, "/api/publish", "text/plain", "s [class,eq,'x']").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("/api/subscribe"), "{body}");
+
+    // A publication the broker refuses (no advertisement): 422, the line named.
+    let (status, body) = post(http, "/api/publish", "text/plain", "p [class,'x'],[n,1]").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(refusal(&body)[0]["line"], 1, "{body}");
+
+    let (status, _, body) = get(http, "/api/subscribe?s=%5Bclass%2Ceq").await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _, body) = get(http, "/api/subscribe").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("s=FILTER"), "{body}");
+}
+
+#[tokio::test]
+async fn a_gateway_reader_that_stops_reading_is_cut_off_and_the_others_are_not() {
+    let limit = ["--max-queued-bytes-per-client", "200000"].map(String::from).to_vec();
+    let b1 = start_with("B1", "http-gateway-slow", &with_http(limit));
+    let http = http_of(&b1);
+    // A reader that subscribes and then never reads, with a small receive buffer (no
+    // autotuning) so that what the broker sends backs up into its queue soon.
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("a small receive buffer");
+    let mut stalled = socket.connect(http).await.expect("connects");
+    let request =
+        format!("GET /api/subscribe?s=%5Bclass%2Ceq%2C%27bulk%27%5D HTTP/1.1\r\nHost: {http}\r\n\r\n");
+    stalled.write_all(request.as_bytes()).await.expect("sends");
+    // A QUIC subscriber that keeps reading, on a task of its own.
+    let mut reader = client(&b1, "reader").await;
+    reader.send("s [class,eq,'bulk']").await.expect("subscribed");
+    let publisher = client(&b1, "pub").await;
+    publisher.send("a [class,eq,'bulk'],[n,isPresent,0],[pad,isPresent,'']").await.expect("advertised");
+    // Until the gateway's subscription is in place (two subscriptions at the broker).
+    for _ in 0..100 {
+        if publisher.stats().await.expect("stats").subscriptions >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let count = 5000;
+    let reading = tokio::spawn(async move {
+        let mut last = None;
+        while let Some(p) = next_publication(&mut reader, Duration::from_secs(10)).await {
+            last = p.get("n").cloned();
+            if last == Some(padres_lang::Value::Int(count - 1)) {
+                break;
+            }
+        }
+        last
+    });
+    // Far more than the stalled reader's buffers and its 200,000-byte allowance hold.
+    let payload = "x".repeat(4000);
+    for n in 0..count {
+        publisher.send(&format!("p [class,'bulk'],[n,{n}],[pad,'{payload}']")).await.expect("published");
+    }
+    let last = tokio::time::timeout(Duration::from_secs(60), reading)
+        .await
+        .expect("the reader ends")
+        .expect("joins");
+    assert_eq!(last, Some(padres_lang::Value::Int(count - 1)), "the QUIC reader got every publication");
+    let stats = publisher.stats().await.expect("stats");
+    assert_eq!(stats.slow_clients_dropped, 1, "the stalled gateway reader, and only it, was cut off");
+    drop(stalled);
+}

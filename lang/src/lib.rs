@@ -17,6 +17,7 @@
 //! - [`parse`] and [`print`](mod@print): the text syntax; `parse(print(x)) == x` for every message.
 //! - [`semantics`]: the reference [`matches`](fn@matches), [`conforms`], [`overlaps`], [`covers`] and
 //!   [`adv_covers`] that every optimized index is tested against.
+//! - [`json`]: notifications as JSON lines, the shapes clients and the HTTP gateway print.
 //! - [`wire`]: [`Frame`]s and the length-prefixed bincode codec with hard limits.
 //! - [`limits`]: [`Limits`] on message size, composite depth and regex size.
 //! - [`error`]: [`InvalidMessage`] and [`ParseError`].
@@ -33,6 +34,7 @@
 pub mod composite;
 pub mod error;
 pub mod id;
+pub mod json;
 pub mod limits;
 pub mod message;
 pub mod name;

@@ -9,19 +9,22 @@
 //! | `GET /api/federation` | every broker that reported recently ([`crate::monitor`]): its neighbours and counters, and the links between them |
 //! | `GET /api/routes?limit=N` | the routing tables (SRT, PRT, composites), at most `N` rows of each (default 100, at most 10,000), with their totals |
 //!
+//! | `POST /api/publish`, `GET /api/subscribe?s=FILTER` | the gateway for other languages (`net/gateway.rs`) |
+//!
 //! Every answer is taken from the router task when asked, as `padres broker stats` is.
 //! The listener speaks plain HTTP/1.1 and is meant for a trusted network or loopback
-//! (a scraper on the same host); it changes nothing in the broker.
+//! (a scraper or a script on the same host).
 
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use padres_lang::wire::{BrokerStats, RoutesReport};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
+use super::gateway::Gateway;
 use super::router_task::{Event, Inspect};
 use crate::metrics::{self, LinkSnapshot, Snapshot};
 use crate::monitor::FederationView;
@@ -32,16 +35,21 @@ const DEFAULT_ROUTES_LIMIT: u32 = 100;
 /// Serves `listener` until `shutdown` completes.
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
-    events: mpsc::Sender<Event>,
+    gateway: Gateway,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let app = axum::Router::new()
+    let inspect = axum::Router::new()
         .route("/metrics", get(metrics_text))
         .route("/api/stats", get(stats))
         .route("/api/links", get(links))
         .route("/api/routes", get(routes))
         .route("/api/federation", get(federation))
-        .with_state(events);
+        .with_state(gateway.events.clone());
+    let app = axum::Router::new()
+        .route("/api/publish", post(super::gateway::publish))
+        .route("/api/subscribe", get(super::gateway::subscribe))
+        .with_state(gateway)
+        .merge(inspect);
     if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
         tracing::error!(%error, "the HTTP listener stopped");
     }

@@ -13,7 +13,8 @@
 //!   side opened.
 //! - `write.rs`: batched writes shared by sessions and links.
 //! - `tls.rs`, [`cert`]: whom a broker trusts when it dials, and its own identity.
-//! - `http.rs`: the optional HTTP listener: `/metrics` and a read-only JSON API.
+//! - `http.rs`: the optional HTTP listener: `/metrics` and a read-only JSON API;
+//!   `gateway.rs`: publishing and subscribing over it, for other languages.
 //!
 //! Trust (see `tls.rs`): a neighbour is verified against `peer_certs`, the federation CA,
 //! and, for a neighbour on a loopback address, the certificate its broker left in the
@@ -33,6 +34,7 @@
 
 mod accept;
 pub mod cert;
+mod gateway;
 mod http;
 mod link;
 mod router_task;
@@ -240,13 +242,15 @@ pub async fn serve_until(
     let setup = router_task::Setup { limits, open: open.clone(), history, reports };
     let router_task = tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, setup));
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    // Client ids, for QUIC clients and the gateway's alike.
+    let next_client = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let http_task = http.map(|(listener, _)| {
-        tokio::spawn(http::serve(listener, events.clone(), async move {
+        let gateway = gateway::Gateway { events: events.clone(), next_client: next_client.clone() };
+        tokio::spawn(http::serve(listener, gateway, async move {
             let _ = http_stopped.await;
         }))
     });
     let mut connections = JoinSet::new();
-    let mut next_client: ClientId = 0;
     loop {
         tokio::select! {
             incoming = endpoint.accept() => {
@@ -256,10 +260,9 @@ pub async fn serve_until(
                     incoming.refuse();
                     continue;
                 }
-                next_client += 1;
                 let guard = OpenGuard::new(open.clone());
                 let events = events.clone();
-                let id = next_client;
+                let id: ClientId = next_client.fetch_add(1, Ordering::Relaxed) + 1;
                 let broker = name.clone();
                 connections.spawn(async move {
                     let _guard = guard;

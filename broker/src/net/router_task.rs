@@ -39,7 +39,9 @@ pub(super) struct ClientHandle {
     pub(super) queue: mpsc::UnboundedSender<(Frame, usize)>,
     /// Estimated bytes queued and not yet written.
     pub(super) queued: Arc<AtomicUsize>,
-    pub(super) connection: quinn::Connection,
+    /// The client's QUIC connection; `None` for a client of the HTTP gateway, whose stream
+    /// ends when its queue is dropped.
+    pub(super) connection: Option<quinn::Connection>,
 }
 
 /// A neighbour link as the router task sees it.
@@ -657,7 +659,9 @@ impl RouterTask {
                      (limits.max_queued_bytes_per_client)",
                     self.limits.max_queued
                 );
-                handle.connection.close(CloseCode::TooSlow.to_quic().into(), reason.as_bytes());
+                if let Some(connection) = &handle.connection {
+                    connection.close(CloseCode::TooSlow.to_quic().into(), reason.as_bytes());
+                }
                 let wall = self.wall(now);
                 self.router.handle(wall, Input::ClientGone(client), &mut self.out);
             }

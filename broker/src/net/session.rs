@@ -50,7 +50,7 @@ pub(super) async fn serve(
     let max_frame = limits.max_frame;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection };
+    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection: Some(connection) };
     events.send(Event::Connected(id, handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
     let mut out = Vec::new();
     let mut reading = true;

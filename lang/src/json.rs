@@ -1,0 +1,133 @@
+//! Notifications as one JSON object per line, the shapes `padres session`, `padres sub
+//! --json` and the broker's HTTP gateway all print:
+//!
+//! - a publication: `{"type":"notification","sub":"B1/3","subs":["B1/3"],"attrs":{"class":"stock","price":100}}`
+//!   (`sub` is the first subscription matched, `subs` all of them);
+//! - a composite subscription's match: `{"type":"notification","sub":"B1/4","pubs":[{"leaf":0,"attrs":{…}},{"leaf":1,"attrs":{…}}]}`
+//!   (the publications used, each with its leaf);
+//! - the end of a historic subscription's stored part:
+//!   `{"type":"end_of_history","sub":"B1/5","count":42,"missing":[],"truncated":false}`
+//!   (`missing`: the brokers whose stores did not answer in time).
+//!
+//! Keys keep this order, and a publication's attributes their own. Numbers stay numbers,
+//! timestamps become RFC 3339 strings, a payload becomes `"payload_hex"`.
+
+use serde_json::{Map, Value as Json, json};
+
+use crate::{MessageId, Name, Publication, Value};
+
+fn value(v: &Value) -> Json {
+    match v {
+        Value::Int(i) => json!(i),
+        Value::Float(f) => json!(f),
+        Value::Str(s) => json!(&**s),
+        Value::Bool(b) => json!(b),
+        Value::Time(t) => json!(t.to_rfc3339()),
+    }
+}
+
+fn attrs(publication: &Publication) -> Json {
+    let attrs: Map<String, Json> =
+        publication.attrs().iter().map(|(n, v)| (n.to_string(), value(v))).collect();
+    Json::Object(attrs)
+}
+
+fn with_payload(mut object: Json, publication: &Publication) -> Json {
+    if let Some(payload) = publication.payload() {
+        object["payload_hex"] = json!(hex::encode(payload));
+    }
+    object
+}
+
+/// A publication matching `subs`.
+pub fn publication(subs: &[MessageId], publication: &Publication) -> String {
+    let ids: Vec<String> = subs.iter().map(ToString::to_string).collect();
+    let first = ids.first().cloned().unwrap_or_default();
+    let object = json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attrs(publication) });
+    with_payload(object, publication).to_string()
+}
+
+/// A match of composite subscription `sub`: the publications it used, each with its leaf.
+pub fn composite<'a>(sub: &MessageId, pubs: impl IntoIterator<Item = (u32, &'a Publication)>) -> String {
+    let pubs: Vec<Json> = pubs
+        .into_iter()
+        .map(|(leaf, p)| with_payload(json!({ "leaf": leaf, "attrs": attrs(p) }), p))
+        .collect();
+    json!({ "type": "notification", "sub": sub.to_string(), "pubs": pubs }).to_string()
+}
+
+/// The end of historic subscription `sub`'s stored part.
+pub fn end_of_history(sub: &MessageId, count: u64, missing: &[Name], truncated: bool) -> String {
+    let missing: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    json!({
+        "type": "end_of_history",
+        "sub": sub.to_string(),
+        "count": count,
+        "missing": missing,
+        "truncated": truncated,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_keep_their_types() {
+        let p: Publication =
+            "[class,'stock'],[price,100],[ratio,0.5],[ok,true],[at,2026-11-21T10:00:00Z] payload=0x6869"
+                .parse()
+                .expect("valid");
+        let ids: Vec<MessageId> = vec!["B1/3".parse().expect("id"), "B1/4".parse().expect("id")];
+        let back: Json = serde_json::from_str(&publication(&ids, &p)).expect("json");
+        assert_eq!(back["type"], "notification");
+        assert_eq!(back["sub"], "B1/3");
+        assert_eq!(back["subs"][1], "B1/4");
+        assert_eq!(back["attrs"]["price"], 100);
+        assert_eq!(back["attrs"]["ratio"], 0.5);
+        assert_eq!(back["attrs"]["ok"], true);
+        assert_eq!(back["attrs"]["at"], "2026-11-21T10:00:00.000Z");
+        assert_eq!(back["payload_hex"], "6869");
+    }
+
+    #[test]
+    fn a_composite_match_lists_its_publications_by_leaf() {
+        let a: Publication = "[class,'a'],[k,'x']".parse().expect("valid");
+        let b: Publication = "[class,'b'],[n,2]".parse().expect("valid");
+        let sub: MessageId = "B2/7".parse().expect("id");
+        let back: Json = serde_json::from_str(&composite(&sub, [(0, &a), (1, &b)])).expect("json");
+        assert_eq!(back["type"], "notification");
+        assert_eq!(back["sub"], "B2/7");
+        assert_eq!(back["pubs"][0]["leaf"], 0);
+        assert_eq!(back["pubs"][0]["attrs"]["k"], "x");
+        assert_eq!(back["pubs"][1]["leaf"], 1);
+        assert_eq!(back["pubs"][1]["attrs"]["n"], 2);
+        assert!(back.get("attrs").is_none(), "a composite match has no top-level attrs");
+    }
+
+    #[test]
+    fn lines_keep_the_documented_order_of_their_keys() {
+        // Read by scripts as text too: `type` first, then `sub`, and a publication's
+        // attributes in its own order (docs/composite.md, docs/history.md).
+        let p: Publication = "[class,'stock'],[symbol,'IBM'],[price,100]".parse().expect("valid");
+        let ids: Vec<MessageId> = vec!["B1/3".parse().expect("id")];
+        assert_eq!(
+            publication(&ids, &p),
+            r#"{"type":"notification","sub":"B1/3","subs":["B1/3"],"attrs":{"class":"stock","symbol":"IBM","price":100}}"#
+        );
+        let sub: MessageId = "B2/7".parse().expect("id");
+        let line = composite(&sub, [(0, &p)]);
+        assert!(
+            line.starts_with(
+                r#"{"type":"notification","sub":"B2/7","pubs":[{"leaf":0,"attrs":{"class":"stock","#
+            ),
+            "{line}"
+        );
+        let end: MessageId = "B1/5".parse().expect("id");
+        assert_eq!(
+            end_of_history(&end, 42, &[], false),
+            r#"{"type":"end_of_history","sub":"B1/5","count":42,"missing":[],"truncated":false}"#
+        );
+    }
+}
