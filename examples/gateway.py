@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Publish and subscribe through a padres broker's HTTP gateway, with Python's standard
-library only. Start the broker with --http ADDR:PORT, then:
+library only. Start the broker with --http ADDR:PORT --http-gateway, then:
 
   python3 examples/gateway.py --url http://127.0.0.1:7781 subscribe "[class,eq,'quote']" --count 3
   python3 examples/gateway.py --url http://127.0.0.1:7781 publish \

@@ -17,6 +17,10 @@ fn with_http(extra: Vec<String>) -> Vec<String> {
     HTTP.iter().map(ToString::to_string).chain(extra).collect()
 }
 
+fn with_gateway(extra: Vec<String>) -> Vec<String> {
+    with_http(std::iter::once("--http-gateway".to_owned()).chain(extra).collect())
+}
+
 /// Sends one HTTP/1.1 `request` (closing the connection after it); returns the status
 /// code, the headers (lower-case names) and the body.
 async fn exchange(addr: SocketAddr, request: &str) -> (u16, HashMap<String, String>, String) {
@@ -177,6 +181,12 @@ async fn the_json_api_answers_and_bad_requests_are_refused() {
     assert!(body.contains("limit"), "the refusal names the parameter: {body}");
     let (status, _, _) = get(http, "/no-such-page").await;
     assert_eq!(status, 404);
+    // Without --http-gateway, nothing is published or subscribed over HTTP.
+    let (status, body) = post(http, "/api/publish", "text/plain", "p [class,'quote'],[n,2]").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--http-gateway"), "{body}");
+    let (status, _, body) = get(http, "/api/subscribe?s=%5Bclass%2Ceq%2C%27quote%27%5D").await;
+    assert_eq!(status, 404, "{body}");
 }
 
 #[test]
@@ -227,7 +237,14 @@ async fn the_federation_view_comes_from_the_brokers_reports() {
             .iter()
             .filter_map(|b| b["broker"].as_str())
             .collect();
-        if brokers == ["B1", "B2", "B3"] && last["links"] == serde_json::json!([["B1", "B2"], ["B2", "B3"]]) {
+        let b2_sees_both = last["brokers"]
+            .as_array()
+            .and_then(|b| b.iter().find(|b| b["broker"] == "B2"))
+            .is_some_and(|b2| b2["neighbours"] == serde_json::json!(["B1", "B3"]));
+        if brokers == ["B1", "B2", "B3"]
+            && last["links"] == serde_json::json!([["B1", "B2"], ["B2", "B3"]])
+            && b2_sees_both
+        {
             complete = true;
             break;
         }
@@ -270,14 +287,26 @@ fn python(http: SocketAddr, args: &[&str]) -> std::process::Child {
 #[tokio::test]
 async fn a_python_client_subscribes_and_publishes_through_the_gateway() {
     use std::io::BufRead;
-    let b1 = start_with("B1", "http-gateway", &with_http(Vec::new()));
+    let b1 = start_with("B1", "http-gateway", &with_gateway(Vec::new()));
     let http = http_of(&b1);
 
     // Python subscribes; a Rust client publishes.
     let mut subscriber = python(http, &["subscribe", "[class,eq,'quote'],[price,>,100]", "--count", "2"]);
-    let mut lines = std::io::BufReader::new(subscriber.stdout.take().expect("stdout")).lines();
-    let reply: serde_json::Value =
-        serde_json::from_str(&lines.next().expect("a first line").expect("reads")).expect("JSON");
+    // Its lines, read on a thread of their own so that a stalled script fails the test.
+    let stdout = subscriber.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || -> serde_json::Value {
+        let line = rx.recv_timeout(Duration::from_secs(20)).expect("the Python subscriber prints a line");
+        serde_json::from_str(&line).expect("JSON")
+    };
+    let reply = next_line();
     assert_eq!((reply["type"].as_str(), reply["op"].as_str()), (Some("reply"), Some("s")), "{reply}");
     let publisher = client(&b1, "rust-pub").await;
     publisher
@@ -290,9 +319,7 @@ async fn a_python_client_subscribes_and_publishes_through_the_gateway() {
             .await
             .expect("published");
     }
-    let received: Vec<serde_json::Value> = (0..2)
-        .map(|_| serde_json::from_str(&lines.next().expect("a notification").expect("reads")).expect("JSON"))
-        .collect();
+    let received: Vec<serde_json::Value> = (0..2).map(|_| next_line()).collect();
     assert_eq!(subscriber.wait().expect("python ends").code(), Some(0));
     assert_eq!(received[0]["type"], "notification");
     assert_eq!(received[0]["sub"], reply["id"]);
@@ -316,7 +343,7 @@ async fn a_python_client_subscribes_and_publishes_through_the_gateway() {
 
 #[tokio::test]
 async fn the_gateway_refuses_bad_input_with_the_reason() {
-    let b1 = start_with("B1", "http-gateway-bad", &with_http(Vec::new()));
+    let b1 = start_with("B1", "http-gateway-bad", &with_gateway(Vec::new()));
     let http = http_of(&b1);
     let refusal = |body: &str| serde_json::from_str::<serde_json::Value>(body).expect("a JSON refusal");
 
@@ -354,7 +381,7 @@ async fn a_gateway_reader_that_stops_reading_is_cut_off_and_the_others_are_not()
     // 2 MB: about 500 notifications the QUIC reader may fall behind by on a busy machine;
     // the stalled reader's buffers hold a few MB more, and 20 MB are published.
     let limit = ["--max-queued-bytes-per-client", "2000000"].map(String::from).to_vec();
-    let b1 = start_with("B1", "http-gateway-slow", &with_http(limit));
+    let b1 = start_with("B1", "http-gateway-slow", &with_gateway(limit));
     let http = http_of(&b1);
     // A reader that subscribes and then never reads, with a small receive buffer (no
     // autotuning) so that what the broker sends backs up into its queue soon.
@@ -369,13 +396,17 @@ async fn a_gateway_reader_that_stops_reading_is_cut_off_and_the_others_are_not()
     reader.send("s [class,eq,'bulk']").await.expect("subscribed");
     let publisher = client(&b1, "pub").await;
     publisher.send("a [class,eq,'bulk'],[n,isPresent,0],[pad,isPresent,'']").await.expect("advertised");
-    // Until the gateway's subscription is in place (two subscriptions at the broker).
-    for _ in 0..100 {
-        if publisher.stats().await.expect("stats").subscriptions >= 2 {
+    // Until the gateway's subscription is in place: the broker's own (for its federation
+    // view), the QUIC reader's and the gateway reader's.
+    let mut subscriptions = 0;
+    for _ in 0..200 {
+        subscriptions = publisher.stats().await.expect("stats").subscriptions;
+        if subscriptions >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert_eq!(subscriptions, 3, "the gateway reader's subscription never arrived");
     let count = 5000;
     let reading = tokio::spawn(async move {
         let mut last = None;

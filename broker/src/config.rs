@@ -191,6 +191,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address and TCP port of the HTTP listener (`/metrics`, `/api/...`); none: off.
     pub http: Option<SocketAddr>,
+    /// Serve the HTTP gateway too (publishing and subscribing over HTTP, unauthenticated).
+    pub http_gateway: bool,
     /// How often the broker publishes its report on the reserved class `padres_broker`
     /// (milliseconds; 0: never). See [`crate::monitor`].
     pub monitor_interval_ms: u64,
@@ -229,6 +231,7 @@ impl Default for Config {
             name: "broker".to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             http: None,
+            http_gateway: false,
             monitor_interval_ms: DEFAULT_MONITOR_INTERVAL_MS,
             neighbours: Vec::new(),
             peer_certs: Vec::new(),
@@ -249,6 +252,8 @@ impl Default for Config {
 pub const DEFAULT_MONITOR_INTERVAL_MS: u64 = 5_000;
 /// The shortest report interval accepted (other than 0, never).
 pub const MIN_MONITOR_INTERVAL_MS: u64 = 100;
+/// The longest report interval accepted: a day.
+pub const MAX_MONITOR_INTERVAL_MS: u64 = 86_400_000;
 
 /// Why a configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -332,10 +337,17 @@ impl Config {
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let name = Name::new(&self.name).map_err(|e| ConfigError::Invalid(format!("name: {e}")))?;
         let neighbours = self.neighbours.iter().map(|n| parse_neighbour(n)).collect::<Result<Vec<_>, _>>()?;
-        if self.monitor_interval_ms != 0 && self.monitor_interval_ms < MIN_MONITOR_INTERVAL_MS {
+        if self.monitor_interval_ms != 0
+            && !(MIN_MONITOR_INTERVAL_MS..=MAX_MONITOR_INTERVAL_MS).contains(&self.monitor_interval_ms)
+        {
             return Err(ConfigError::Invalid(format!(
-                "monitor_interval_ms must be 0 (no reports) or at least {MIN_MONITOR_INTERVAL_MS}"
+                "monitor_interval_ms must be 0 (no reports) or from {MIN_MONITOR_INTERVAL_MS} to {MAX_MONITOR_INTERVAL_MS}"
             )));
+        }
+        if self.http_gateway && self.http.is_none() {
+            return Err(ConfigError::Invalid(
+                "http_gateway needs the HTTP listener: set http = \"ADDR:PORT\" (--http) too".to_owned(),
+            ));
         }
         let l = &self.limits;
         let ceiling = padres_lang::wire::codec::MAX_FRAME_CEILING;
@@ -495,7 +507,10 @@ impl Config {
             writeln!(out, "# 'padres_broker' (neighbours, counters), which any client may subscribe to and");
         let _ =
             writeln!(out, "# the HTTP listener's /api/federation shows; 0: never (then no federation view");
-        let _ = writeln!(out, "# includes this broker). At least {MIN_MONITOR_INTERVAL_MS} otherwise.");
+        let _ = writeln!(
+            out,
+            "# includes this broker). From {MIN_MONITOR_INTERVAL_MS} to {MAX_MONITOR_INTERVAL_MS} otherwise."
+        );
         let _ = writeln!(out, "monitor_interval_ms = {}\n", self.monitor_interval_ms);
         let _ = writeln!(out, "# Neighbour brokers to connect to, as \"quic://HOST:PORT\".");
         let _ = writeln!(out, "neighbours = {}\n", list(&self.neighbours));

@@ -125,6 +125,11 @@ struct Overrides {
     /// 127.0.0.1:7780 [default: off].
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     http: Option<SocketAddr>,
+    /// Also serve the HTTP gateway on that listener: publish (POST /api/publish) and
+    /// subscribe (GET /api/subscribe, server-sent events) over HTTP. No authentication yet:
+    /// loopback or a trusted network only.
+    #[arg(long, global = true)]
+    http_gateway: bool,
     /// How often (milliseconds) the broker publishes a report on itself on the reserved
     /// class padres_broker, for monitors and /api/federation; 0: never [default: 5000].
     #[arg(long, value_name = "MS", global = true)]
@@ -248,6 +253,7 @@ impl Overrides {
         if let Some(http) = self.http {
             config.http = Some(http);
         }
+        config.http_gateway |= self.http_gateway;
         if let Some(ms) = self.monitor_interval_ms {
             config.monitor_interval_ms = ms;
         }

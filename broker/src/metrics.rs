@@ -25,7 +25,7 @@
 //! | `padres_composite_matches_total`, `padres_partial_matches_evicted_total`, `…_expired_total`, `…_ended_total`, `padres_composite_pairs_dropped_total` | counter | `composite_matches`, `partials_evicted`, `partials_expired`, `partials_ended`, `pairs_dropped` |
 //! | `padres_history_rows_written_total`, `padres_history_dropped_total`, `padres_history_failed_total`, `padres_history_rows_removed_total` | counter | `history_stored`, `history_dropped`, `history_failed`, `history_removed` |
 //! | `padres_history_queued`, `padres_history_rows` | gauge | `history_queued`, `history_rows` |
-//! | `padres_history_queries_total` | counter | historic queries this broker's store answered |
+//! | `padres_history_queries_total` | counter | historic queries put to this broker's store |
 
 use padres_lang::Name;
 use padres_lang::wire::BrokerStats;
@@ -65,7 +65,7 @@ pub struct Snapshot {
     pub links: Vec<LinkSnapshot>,
     /// Estimated bytes of notifications waiting for clients.
     pub client_queued_bytes: u64,
-    /// Historic queries the history store answered (or failed to).
+    /// Historic queries put to the history store.
     pub history_queries: u64,
 }
 
@@ -146,7 +146,7 @@ impl Collector for Snapshot {
                 None,
                 s.history_removed,
             ),
-            ("history_queries", "Historic queries the history store answered.", None, self.history_queries),
+            ("history_queries", "Historic queries put to the history store.", None, self.history_queries),
         ];
         for (name, help, unit, value) in &counters {
             one(&mut encoder, name, help, unit.as_ref(), &ConstCounter::new(*value))?;

@@ -10,7 +10,9 @@
 //! federation, with nothing central.
 //!
 //! The class is reserved: only a broker publishes on it (the router refuses a client's
-//! publication of it), so a report names the broker that sent it.
+//! advertisement or publication of it), so a report names the broker that sent it, as far
+//! as the brokers of the federation are trusted (a neighbour's reports are forwarded as
+//! they come).
 //!
 //! Report attributes: `class`, `broker`, `neighbours`, `interval_ms`, `uptime_ms`,
 //! `clients`, `advertisements`, `subscriptions`, `publications_in`, `notifications_out`,
@@ -141,9 +143,12 @@ impl Federation {
         true
     }
 
-    /// The view at `now`: brokers whose last report came within three of their intervals.
+    /// The view at `now`: brokers whose last report came within three of their intervals
+    /// (three seconds at least).
     pub fn view(&mut self, now: u64) -> FederationView {
-        self.latest.retain(|_, b| now.saturating_sub(b.received_ms) <= 3 * b.interval_ms.max(1000));
+        // A report's interval comes from another broker: saturating, whatever it says.
+        self.latest
+            .retain(|_, b| now.saturating_sub(b.received_ms) <= b.interval_ms.max(1000).saturating_mul(3));
         let brokers: Vec<BrokerView> = self.latest.values().cloned().collect();
         let mut links: Vec<(String, String)> = brokers
             .iter()

@@ -1,23 +1,33 @@
 //! The HTTP gateway, for programs in other languages: advertise and publish with a POST,
 //! subscribe with server-sent events, in the text syntax and the JSON shapes of `padres
-//! session` ([`padres_lang::json`]). Served by the HTTP listener (`net/http.rs`).
+//! session` ([`padres_lang::json`]). Served by the HTTP listener (`net/http.rs`) when
+//! `--http-gateway` (`http_gateway = true`) is given as well; otherwise both paths answer
+//! 404 saying so. There is no authentication yet: serve it on loopback or a trusted
+//! network only.
 //!
 //! - `POST /api/publish`: the body is session lines, one per line (`text/plain`), or a JSON
 //!   array of them (`application/json`); `a ADV`, `p PUB` and `unadv ID` are taken. Every
 //!   line is parsed before anything is sent: a line that does not parse answers 400 with
-//!   `{"type":"error","line":N,"message":…}` and nothing is sent. The lines then go to the
+//!   `{"type":"error","line":N,"message":…}` and nothing is sent (so does one too large
+//!   for a frame between brokers). The lines then go to the
 //!   broker in order, as one client that leaves when the request ends (its
 //!   advertisements go with it, after its publications are routed). The answer is a JSON
 //!   array of one `{"type":"reply","op":…,"line":N[,"id":…]}` or `{"type":"error",…}` per
-//!   line: 200 if every line was taken, 422 if the broker refused one.
+//!   line: 200 if every line was taken, 422 if the broker refused one, 504 (with what was
+//!   taken before) if the broker did not answer one within 30 s. `unadv` can name only an
+//!   advertisement of the same request.
 //! - `GET /api/subscribe?s=FILTER` (or `cs=PATTERN` for a composite subscription): a
-//!   refused or malformed subscription answers 400 with the reason. Otherwise an event
-//!   stream (`text/event-stream`): first `{"type":"reply","op":"s","id":…}`, then one
-//!   `data:` event per notification, as `padres session` prints them. The subscription
-//!   lasts as long as the stream. A reader that falls behind by more than
-//!   `limits.max_queued_bytes_per_client` is cut off (its stream ends), as a QUIC client is;
-//!   the others are not slowed.
+//!   malformed subscription answers 400, a refused one 422, with the reason. Otherwise an
+//!   event stream (`text/event-stream`): first `{"type":"reply","op":"s","line":1,"id":…}`,
+//!   then one `data:` event per notification as `padres session` prints them (and
+//!   `{"type":"error","message":…}` for an error the broker reports on it). The
+//!   subscription lasts as long as the stream. A reader that falls behind by more than
+//!   `limits.max_queued_bytes_per_client` is cut off as a QUIC client is: the broker drops
+//!   its subscription and queues nothing more for it, and the others are not slowed. Its
+//!   stream ends once what was already queued is read or its connection closes; until
+//!   then that (at most one allowance) is held.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -45,6 +55,10 @@ pub(super) struct Gateway {
     pub(super) events: mpsc::Sender<Event>,
     /// Client ids, shared with the QUIC listener.
     pub(super) next_client: Arc<AtomicU64>,
+    /// The largest frame between brokers (`limits.max_frame_bytes`).
+    pub(super) max_frame: usize,
+    /// Whether publishing and subscribing are served (`http_gateway`).
+    pub(super) enabled: bool,
 }
 
 /// One gateway client of the router task; leaves when dropped.
@@ -54,6 +68,22 @@ struct Client {
     events: mpsc::Sender<Event>,
     frames: mpsc::UnboundedReceiver<(Frame, usize)>,
     queued: Arc<AtomicUsize>,
+    /// Frames that came while a reply was awaited (a subscription's first notifications
+    /// arrive before its reply, which waits for it to settle), in order.
+    held: VecDeque<Frame>,
+}
+
+/// What became of a request.
+#[derive(Debug)]
+enum Answer {
+    /// Taken, with the id given.
+    Taken(Option<MessageId>),
+    /// Refused, with the broker's reason.
+    Refused(String),
+    /// No answer within [`REPLY_TIMEOUT`].
+    TimedOut,
+    /// The broker let the client go (it is shutting down).
+    Gone,
 }
 
 impl Client {
@@ -63,7 +93,7 @@ impl Client {
         let queued = Arc::new(AtomicUsize::new(0));
         let handle = ClientHandle { queue, queued: queued.clone(), connection: None };
         gateway.events.send(Event::Connected(id, handle)).await.ok()?;
-        Some(Self { id, events: gateway.events.clone(), frames, queued })
+        Some(Self { id, events: gateway.events.clone(), frames, queued, held: VecDeque::new() })
     }
 
     async fn request(&self, req: u64, message: Message) -> bool {
@@ -73,23 +103,34 @@ impl Client {
     /// The next frame for this client (its queue's count taken down); `None` once the
     /// broker has let it go.
     async fn next(&mut self) -> Option<Frame> {
+        if let Some(frame) = self.held.pop_front() {
+            return Some(frame);
+        }
+        self.received().await
+    }
+
+    async fn received(&mut self) -> Option<Frame> {
         let (frame, size) = self.frames.recv().await?;
         self.queued.fetch_sub(size, Ordering::Relaxed);
         Some(frame)
     }
 
-    /// Waits for the reply to request `req`, skipping anything else.
-    async fn reply(&mut self, req: u64) -> Option<Result<Option<MessageId>, String>> {
+    /// Waits for the reply to request `req`; what else comes meanwhile is held for
+    /// [`Self::next`].
+    async fn reply(&mut self, req: u64) -> Answer {
         let wait = async {
             loop {
-                match self.next().await? {
-                    Frame::Ok { req: r, id } if r == req => return Some(Ok(id)),
-                    Frame::Error { req: Some(r), message, .. } if r == req => return Some(Err(message)),
-                    _ => {}
+                match self.received().await {
+                    None => return Answer::Gone,
+                    Some(Frame::Ok { req: r, id }) if r == req => return Answer::Taken(id),
+                    Some(Frame::Error { req: Some(r), message, .. }) if r == req => {
+                        return Answer::Refused(message);
+                    }
+                    Some(other) => self.held.push_back(other),
                 }
             }
         };
-        tokio::time::timeout(REPLY_TIMEOUT, wait).await.ok().flatten()
+        tokio::time::timeout(REPLY_TIMEOUT, wait).await.unwrap_or(Answer::TimedOut)
     }
 }
 
@@ -128,6 +169,30 @@ fn unavailable() -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, None, "the broker is shutting down")
 }
 
+fn disabled() -> Response {
+    let why = "this broker's HTTP gateway is off: start it with --http-gateway (http_gateway = true)";
+    error(StatusCode::NOT_FOUND, None, why)
+}
+
+/// Why `message` cannot go to the broker from here, if it cannot: an advertisement or a
+/// subscription too large to forward between brokers, or a publication too large for a
+/// frame (a QUIC client's session refuses the same).
+fn too_large(message: &Message, max_frame: usize) -> Option<String> {
+    let fits = match message {
+        Message::Publish(publication) => {
+            let frame = Frame::Publish { publication: Arc::new(publication.clone()) };
+            padres_lang::wire::encode(&frame, max_frame, &mut Vec::new()).is_ok()
+        }
+        other => super::session::forwardable(other, max_frame),
+    };
+    (!fits).then(|| {
+        format!(
+            "this {} would not fit in a {max_frame}-byte frame between brokers (limits.max_frame_bytes): make it smaller",
+            message.command()
+        )
+    })
+}
+
 /// The session's name for what `message` does.
 fn op(message: &Message) -> &'static str {
     match message {
@@ -142,6 +207,9 @@ fn op(message: &Message) -> &'static str {
 
 /// `POST /api/publish`.
 pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, body: String) -> Response {
+    if !gateway.enabled {
+        return disabled();
+    }
     let json_body = headers
         .get(header::CONTENT_TYPE)
         .and_then(|t| t.to_str().ok())
@@ -166,6 +234,9 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
         }
         match parser.message(text) {
             Ok(message @ (Message::Advertise(_) | Message::Publish(_) | Message::Unadvertise(_))) => {
+                if let Some(why) = too_large(&message, gateway.max_frame) {
+                    return error(StatusCode::BAD_REQUEST, Some(line), &why);
+                }
                 messages.push((line, message));
             }
             Ok(other) => {
@@ -197,18 +268,29 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
             return unavailable();
         }
         match client.reply(req).await {
-            Some(Ok(id)) => {
+            Answer::Taken(id) => {
                 let mut answer = json!({ "type": "reply", "op": op, "line": line });
                 if let Some(id) = id {
                     answer["id"] = json!(id.to_string());
                 }
                 answers.push(answer);
             }
-            Some(Err(message)) => {
+            Answer::Refused(message) => {
                 refused = true;
                 answers.push(json!({ "type": "error", "line": line, "message": message }));
             }
-            None => return unavailable(),
+            // What was taken so far is said, so that a caller does not send it again.
+            Answer::TimedOut => {
+                let why = format!(
+                    "no answer from the broker within {} s; the lines before were taken",
+                    REPLY_TIMEOUT.as_secs()
+                );
+                answers.push(json!({ "type": "error", "line": line, "message": why }));
+                let body = serde_json::Value::Array(answers).to_string();
+                return (StatusCode::GATEWAY_TIMEOUT, [(header::CONTENT_TYPE, "application/json")], body)
+                    .into_response();
+            }
+            Answer::Gone => return unavailable(),
         }
     }
     let status = if refused { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::OK };
@@ -227,6 +309,9 @@ pub(super) async fn subscribe(
     State(gateway): State<Gateway>,
     Query(params): Query<SubscribeParams>,
 ) -> Response {
+    if !gateway.enabled {
+        return disabled();
+    }
     let text = match (params.s, params.cs) {
         (Some(filter), None) => format!("s {filter}"),
         (None, Some(pattern)) => format!("cs {pattern}"),
@@ -239,15 +324,22 @@ pub(super) async fn subscribe(
         Ok(message) => message,
         Err(e) => return error(StatusCode::BAD_REQUEST, None, &e.to_string()),
     };
+    if let Some(why) = too_large(&message, gateway.max_frame) {
+        return error(StatusCode::BAD_REQUEST, None, &why);
+    }
     let op = op(&message);
     let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
     if !client.request(1, message).await {
         return unavailable();
     }
     let id = match client.reply(1).await {
-        Some(Ok(id)) => id,
-        Some(Err(message)) => return error(StatusCode::BAD_REQUEST, None, &message),
-        None => return unavailable(),
+        Answer::Taken(id) => id,
+        Answer::Refused(message) => return error(StatusCode::UNPROCESSABLE_ENTITY, None, &message),
+        Answer::TimedOut => {
+            let why = format!("no answer from the broker within {} s", REPLY_TIMEOUT.as_secs());
+            return error(StatusCode::GATEWAY_TIMEOUT, None, &why);
+        }
+        Answer::Gone => return unavailable(),
     };
     let mut first = json!({ "type": "reply", "op": op, "line": 1 });
     if let Some(id) = id {
@@ -268,6 +360,10 @@ pub(super) async fn subscribe(
                     }
                     Frame::EndOfHistory { sub, count, missing, truncated } => {
                         padres_lang::json::end_of_history(&sub, count, &missing, truncated)
+                    }
+                    // An error the broker reports on the subscription (not a reply).
+                    Frame::Error { req: None, message, .. } => {
+                        json!({ "type": "error", "message": message }).to_string()
                     }
                     // The broker let this client go.
                     Frame::Bye { .. } => return None,

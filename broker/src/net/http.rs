@@ -1,5 +1,6 @@
 //! The HTTP listener, off unless `http = "ADDR:PORT"` (or `--http`) is set: Prometheus
-//! metrics and a read-only JSON API for operators and scripts.
+//! metrics and a read-only JSON API for operators and scripts, and, with `--http-gateway`
+//! too, the gateway that publishes and subscribes (`net/gateway.rs`).
 //!
 //! | path | answer |
 //! |---|---|
@@ -8,8 +9,7 @@
 //! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
 //! | `GET /api/federation` | every broker that reported recently ([`crate::monitor`]): its neighbours and counters, and the links between them |
 //! | `GET /api/routes?limit=N` | the routing tables (SRT, PRT, composites), at most `N` rows of each (default 100, at most 10,000), with their totals |
-//!
-//! | `POST /api/publish`, `GET /api/subscribe?s=FILTER` | the gateway for other languages (`net/gateway.rs`) |
+//! | `POST /api/publish`, `GET /api/subscribe?s=FILTER` | with `--http-gateway`: the gateway for other languages (`net/gateway.rs`) |
 //!
 //! Every answer is taken from the router task when asked, as `padres broker stats` is.
 //! The listener speaks plain HTTP/1.1 and is meant for a trusted network or loopback

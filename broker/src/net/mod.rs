@@ -14,7 +14,8 @@
 //! - `write.rs`: batched writes shared by sessions and links.
 //! - `tls.rs`, [`cert`]: whom a broker trusts when it dials, and its own identity.
 //! - `http.rs`: the optional HTTP listener: `/metrics` and a read-only JSON API;
-//!   `gateway.rs`: publishing and subscribing over it, for other languages.
+//!   `gateway.rs`: publishing and subscribing over it, for other languages, when enabled
+//!   too (`--http-gateway`).
 //!
 //! Trust (see `tls.rs`): a neighbour is verified against `peer_certs`, the federation CA,
 //! and, for a neighbour on a loopback address, the certificate its broker left in the
@@ -204,7 +205,8 @@ pub async fn serve_until(
     };
     // Before the QUIC line, which scripts and tests read first to learn the address.
     if let Some((_, http)) = &http {
-        tracing::info!(%http, "HTTP listener: /metrics, /api/stats, /api/links, /api/routes");
+        let gateway = if config.http_gateway { ", gateway /api/publish, /api/subscribe" } else { "" };
+        tracing::info!(%http, "HTTP listener: /metrics, /api/stats, /api/links, /api/routes, /api/federation{gateway}");
         println!("padres-broker {} http on http://{http}", config.name);
     }
     tracing::info!(broker = %config.name, %addr, incarnation, "listening");
@@ -245,7 +247,12 @@ pub async fn serve_until(
     // Client ids, for QUIC clients and the gateway's alike.
     let next_client = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let http_task = http.map(|(listener, _)| {
-        let gateway = gateway::Gateway { events: events.clone(), next_client: next_client.clone() };
+        let gateway = gateway::Gateway {
+            events: events.clone(),
+            next_client: next_client.clone(),
+            max_frame: limits.max_frame,
+            enabled: config.http_gateway,
+        };
         tokio::spawn(http::serve(listener, gateway, async move {
             let _ = http_stopped.await;
         }))
@@ -295,9 +302,12 @@ pub async fn serve_until(
         tracing::warn!("connections still writing after {DRAIN_TIMEOUT:?}; closing them");
         connections.abort_all();
     }
-    if let Some(task) = http_task {
-        // Requests still open (a slow scraper) do not hold the broker up.
-        let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+    if let Some(mut task) = http_task {
+        // Requests still open (a slow scraper, a stalled event stream) do not hold the
+        // broker up.
+        if tokio::time::timeout(Duration::from_secs(1), &mut task).await.is_err() {
+            task.abort();
+        }
     }
     endpoint.close(CloseCode::ShuttingDown.to_quic().into(), b"broker shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;

@@ -425,10 +425,7 @@ impl RouterTask {
                 self.dispatch(now);
                 if let Some(handle) = self.links.remove(&link) {
                     tracing::info!(peer = %handle.peer, link, ?code, "neighbour link down");
-                    let udp = handle.connection.stats();
-                    let counters = self.link_counters.entry(handle.peer.clone()).or_default();
-                    counters.closed_bytes_in += udp.udp_rx.bytes;
-                    counters.closed_bytes_out += udp.udp_tx.bytes;
+                    self.retire_link(&handle);
                     self.policy.handle_link_down(now, &handle.peer, link, handle.target, code);
                     self.apply_link_actions(now);
                 }
@@ -453,6 +450,7 @@ impl RouterTask {
                 Action::Close { peer, link, code } => {
                     let Some(handle) = self.links.remove(&link) else { continue };
                     tracing::info!(%peer, link, ?code, "closing neighbour link");
+                    self.retire_link(&handle);
                     if code == CloseCode::TooSlow {
                         self.counters.links_cut += 1;
                         // Its queue will not drain: close at once.
@@ -526,6 +524,15 @@ impl RouterTask {
         }
     }
 
+    /// A link leaves `links`: what its connection carried so far stays in its neighbour's
+    /// byte counters (which must never go down).
+    fn retire_link(&mut self, handle: &LinkHandle) {
+        let udp = handle.connection.stats();
+        let counters = self.link_counters.entry(handle.peer.clone()).or_default();
+        counters.closed_bytes_in += udp.udp_rx.bytes;
+        counters.closed_bytes_out += udp.udp_tx.bytes;
+    }
+
     /// Hands `message` to the router as the broker's own client ([`BROKER_CLIENT`]).
     fn as_broker(&mut self, message: Message) {
         let now = self.now();
@@ -548,7 +555,7 @@ impl RouterTask {
                     bytes_out: counters.closed_bytes_out,
                     queued_frames: 0,
                 };
-                // Every connection open to it (a duplicate being closed among them).
+                // Every connection to it still in `links` (two while a duplicate is resolved).
                 for handle in self.links.values().filter(|h| h.peer == *peer) {
                     let udp = handle.connection.stats();
                     link.bytes_in += udp.udp_rx.bytes;

@@ -27,7 +27,7 @@ const FORWARDING_OVERHEAD: usize = 2 * (Name::MAX_LEN + 2 * 10);
 /// True unless `message` is an advertisement or subscription whose forwarded copy could
 /// exceed `max_frame` bytes: the shell could not send that copy, and the request would
 /// never settle. Checked here, where the frame limit is known; publications pass.
-fn forwardable(message: &Message, max_frame: usize) -> bool {
+pub(super) fn forwardable(message: &Message, max_frame: usize) -> bool {
     if !matches!(message, Message::Advertise(_) | Message::Subscribe(_) | Message::CompositeSubscribe(_)) {
         return true;
     }
