@@ -491,8 +491,9 @@ impl Config {
             out,
             "# Address and TCP port of the HTTP listener: Prometheus metrics at /metrics, JSON"
         );
-        let _ = writeln!(out, "# at /api/stats, /api/links and /api/routes. Off unless set; plain HTTP, for");
-        let _ = writeln!(out, "# loopback or a trusted network.");
+        let _ =
+            writeln!(out, "# at /api/stats, /api/links, /api/routes and /api/federation. Off unless set;");
+        let _ = writeln!(out, "# plain HTTP, for loopback or a trusted network.");
         match &self.http {
             Some(http) => {
                 let _ = writeln!(out, "http = {}\n", value(&http.to_string()));
@@ -501,6 +502,10 @@ impl Config {
                 let _ = writeln!(out, "# http = \"127.0.0.1:7780\"\n");
             }
         }
+        let _ =
+            writeln!(out, "# Also serve the gateway on the HTTP listener: publish (POST /api/publish) and");
+        let _ = writeln!(out, "# subscribe (GET /api/subscribe) over HTTP, with no authentication yet.");
+        let _ = writeln!(out, "http_gateway = {}\n", self.http_gateway);
         let _ =
             writeln!(out, "# How often (ms) the broker publishes a report on itself on the reserved class");
         let _ =
