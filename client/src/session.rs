@@ -20,7 +20,6 @@
 use std::time::Duration;
 
 use padres_lang::{Message, MessageId};
-use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::Client;
@@ -57,15 +56,11 @@ pub fn parse_line(line: &str) -> Result<Command, String> {
 }
 
 fn error(line: usize, message: &str) -> String {
-    json!({ "type": "error", "line": line, "message": message }).to_string()
+    padres_lang::json::error(Some(line), message).to_string()
 }
 
 fn reply(line: usize, op: &str, id: Option<&MessageId>) -> String {
-    let mut object = json!({ "type": "reply", "op": op, "line": line });
-    if let Some(id) = id {
-        object["id"] = json!(id.to_string());
-    }
-    object.to_string()
+    padres_lang::json::reply(line, op, id).to_string()
 }
 
 /// Writes one line to standard output (an error once nobody reads it any more).
@@ -117,6 +112,7 @@ pub async fn run(mut client: Client) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn lines_become_commands() {

@@ -9,6 +9,9 @@
 //!   `{"type":"end_of_history","sub":"B1/5","count":42,"missing":[],"truncated":false}`
 //!   (`missing`: the brokers whose stores did not answer in time).
 //!
+//! - the answer to request line `N`: `{"type":"reply","op":"s","line":N,"id":"B1/1"}` (`id`
+//!   where one was given), or `{"type":"error","line":N,"message":…}`.
+//!
 //! Keys keep this order, and a publication's attributes their own. Numbers stay numbers,
 //! timestamps become RFC 3339 strings, a payload becomes `"payload_hex"`.
 
@@ -67,6 +70,24 @@ pub fn end_of_history(sub: &MessageId, count: u64, missing: &[Name], truncated: 
         "truncated": truncated,
     })
     .to_string()
+}
+
+/// The reply to request line `line`, a message of command `op` (`a`, `s`, …), with the id
+/// the broker gave it, if any.
+pub fn reply(line: usize, op: &str, id: Option<&MessageId>) -> Json {
+    let mut object = json!({ "type": "reply", "op": op, "line": line });
+    if let Some(id) = id {
+        object["id"] = json!(id.to_string());
+    }
+    object
+}
+
+/// The error that answers request line `line`, or nothing in particular (`None`).
+pub fn error(line: Option<usize>, message: &str) -> Json {
+    match line {
+        Some(line) => json!({ "type": "error", "line": line, "message": message }),
+        None => json!({ "type": "error", "message": message }),
+    }
 }
 
 #[cfg(test)]

@@ -37,10 +37,10 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use padres_lang::json;
 use padres_lang::wire::Frame;
 use padres_lang::{Limits, Message, MessageId, Parser, Timestamp};
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::router_task::{ClientHandle, Event};
@@ -158,11 +158,8 @@ fn parser() -> Parser {
 }
 
 fn error(status: StatusCode, line: Option<usize>, message: &str) -> Response {
-    let body = match line {
-        Some(line) => json!({ "type": "error", "line": line, "message": message }),
-        None => json!({ "type": "error", "message": message }),
-    };
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    let body = json::error(line, message).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 fn unavailable() -> Response {
@@ -191,18 +188,6 @@ fn too_large(message: &Message, max_frame: usize) -> Option<String> {
             message.command()
         )
     })
-}
-
-/// The session's name for what `message` does.
-fn op(message: &Message) -> &'static str {
-    match message {
-        Message::Advertise(_) => "a",
-        Message::Publish(_) => "p",
-        Message::Unadvertise(_) => "unadv",
-        Message::Subscribe(_) => "s",
-        Message::CompositeSubscribe(_) => "cs",
-        Message::Unsubscribe(_) => "unsub",
-    }
 }
 
 /// `POST /api/publish`.
@@ -243,7 +228,7 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
                 let why = format!(
                     "'{}' is not taken here: POST advertises (a), publishes (p) and unadvertises (unadv); \
                      subscribe with GET /api/subscribe?s=FILTER",
-                    op(&other)
+                    other.command()
                 );
                 return error(StatusCode::BAD_REQUEST, Some(line), &why);
             }
@@ -262,22 +247,16 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
     let mut refused = false;
     // One at a time, in order: an advertisement is in place before the publications after it.
     for (line, message) in messages {
-        let op = op(&message);
+        let op = message.command();
         let req = line as u64;
         if !client.request(req, message).await {
             return unavailable();
         }
         match client.reply(req).await {
-            Answer::Taken(id) => {
-                let mut answer = json!({ "type": "reply", "op": op, "line": line });
-                if let Some(id) = id {
-                    answer["id"] = json!(id.to_string());
-                }
-                answers.push(answer);
-            }
+            Answer::Taken(id) => answers.push(json::reply(line, op, id.as_ref())),
             Answer::Refused(message) => {
                 refused = true;
-                answers.push(json!({ "type": "error", "line": line, "message": message }));
+                answers.push(json::error(Some(line), &message));
             }
             // What was taken so far is said, so that a caller does not send it again.
             Answer::TimedOut => {
@@ -285,7 +264,7 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
                     "no answer from the broker within {} s; the lines before were taken",
                     REPLY_TIMEOUT.as_secs()
                 );
-                answers.push(json!({ "type": "error", "line": line, "message": why }));
+                answers.push(json::error(Some(line), &why));
                 let body = serde_json::Value::Array(answers).to_string();
                 return (StatusCode::GATEWAY_TIMEOUT, [(header::CONTENT_TYPE, "application/json")], body)
                     .into_response();
@@ -327,7 +306,7 @@ pub(super) async fn subscribe(
     if let Some(why) = too_large(&message, gateway.max_frame) {
         return error(StatusCode::BAD_REQUEST, None, &why);
     }
-    let op = op(&message);
+    let op = message.command();
     let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
     if !client.request(1, message).await {
         return unavailable();
@@ -341,10 +320,7 @@ pub(super) async fn subscribe(
         }
         Answer::Gone => return unavailable(),
     };
-    let mut first = json!({ "type": "reply", "op": op, "line": 1 });
-    if let Some(id) = id {
-        first["id"] = json!(id.to_string());
-    }
+    let first = json::reply(1, op, id.as_ref());
     let events =
         futures_util::stream::unfold((client, Some(first.to_string())), |(mut client, first)| async move {
             if let Some(first) = first {
@@ -352,19 +328,15 @@ pub(super) async fn subscribe(
             }
             loop {
                 let line = match client.next().await? {
-                    Frame::Notification { subs, publication } => {
-                        padres_lang::json::publication(&subs, &publication)
-                    }
+                    Frame::Notification { subs, publication } => json::publication(&subs, &publication),
                     Frame::CompositeNotification { sub, pubs } => {
-                        padres_lang::json::composite(&sub, pubs.iter().map(|(leaf, p)| (*leaf, &**p)))
+                        json::composite(&sub, pubs.iter().map(|(leaf, p)| (*leaf, &**p)))
                     }
                     Frame::EndOfHistory { sub, count, missing, truncated } => {
-                        padres_lang::json::end_of_history(&sub, count, &missing, truncated)
+                        json::end_of_history(&sub, count, &missing, truncated)
                     }
                     // An error the broker reports on the subscription (not a reply).
-                    Frame::Error { req: None, message, .. } => {
-                        json!({ "type": "error", "message": message }).to_string()
-                    }
+                    Frame::Error { req: None, message, .. } => json::error(None, &message).to_string(),
                     // The broker let this client go.
                     Frame::Bye { .. } => return None,
                     _ => continue,
