@@ -57,7 +57,7 @@ pub struct LinkSnapshot {
 }
 
 /// Everything `/metrics` shows, taken at one moment by the router task.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// What `padres broker stats` shows.
     pub stats: BrokerStats,

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::gateway::Gateway;
 use super::router_task::{Event, Inspect};
-use crate::metrics::{self, LinkSnapshot, Snapshot};
+use crate::metrics::{self, LinkSnapshot};
 use crate::monitor::FederationView;
 
 /// Rows of each table `/api/routes` lists when no `limit` is given.
@@ -60,44 +60,41 @@ fn unavailable() -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, "the broker is shutting down\n").into_response()
 }
 
-async fn snapshot(events: &mpsc::Sender<Event>) -> Option<Snapshot> {
+/// Asks the router task `question`; the answer, or the response saying it is gone.
+async fn ask<T>(
+    events: &mpsc::Sender<Event>,
+    question: impl FnOnce(oneshot::Sender<T>) -> Inspect,
+) -> Result<T, Response> {
     let (reply, answer) = oneshot::channel();
-    events.send(Event::Inspect(Inspect::Snapshot(reply))).await.ok()?;
-    answer.await.ok()
+    events.send(Event::Inspect(question(reply))).await.map_err(|_| unavailable())?;
+    answer.await.map_err(|_| unavailable())
 }
 
 async fn metrics_text(State(events): State<mpsc::Sender<Event>>) -> Response {
-    match snapshot(&events).await {
-        Some(snapshot) => {
+    match ask(&events, Inspect::Snapshot).await {
+        Ok(snapshot) => {
             ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], metrics::encode(snapshot)).into_response()
         }
-        None => unavailable(),
+        Err(gone) => gone,
     }
 }
 
 async fn stats(State(events): State<mpsc::Sender<Event>>) -> Response {
-    match snapshot(&events).await {
-        Some(snapshot) => Json::<BrokerStats>(snapshot.stats).into_response(),
-        None => unavailable(),
-    }
+    ask(&events, Inspect::Snapshot)
+        .await
+        .map_or_else(|gone| gone, |s| Json::<BrokerStats>(s.stats).into_response())
 }
 
 async fn links(State(events): State<mpsc::Sender<Event>>) -> Response {
-    match snapshot(&events).await {
-        Some(snapshot) => Json::<Vec<LinkSnapshot>>(snapshot.links).into_response(),
-        None => unavailable(),
-    }
+    ask(&events, Inspect::Snapshot)
+        .await
+        .map_or_else(|gone| gone, |s| Json::<Vec<LinkSnapshot>>(s.links).into_response())
 }
 
 async fn federation(State(events): State<mpsc::Sender<Event>>) -> Response {
-    let (reply, answer) = oneshot::channel();
-    if events.send(Event::Inspect(Inspect::Federation(reply))).await.is_err() {
-        return unavailable();
-    }
-    match answer.await {
-        Ok(view) => Json::<FederationView>(view).into_response(),
-        Err(_) => unavailable(),
-    }
+    ask(&events, Inspect::Federation)
+        .await
+        .map_or_else(|gone| gone, |view| Json::<FederationView>(view).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -106,13 +103,8 @@ struct RoutesParams {
 }
 
 async fn routes(State(events): State<mpsc::Sender<Event>>, Query(params): Query<RoutesParams>) -> Response {
-    let (reply, answer) = oneshot::channel();
     let limit = params.limit.unwrap_or(DEFAULT_ROUTES_LIMIT);
-    if events.send(Event::Inspect(Inspect::Routes { limit, reply })).await.is_err() {
-        return unavailable();
-    }
-    match answer.await {
-        Ok(report) => Json::<RoutesReport>(report).into_response(),
-        Err(_) => unavailable(),
-    }
+    ask(&events, |reply| Inspect::Routes { limit, reply })
+        .await
+        .map_or_else(|gone| gone, |report| Json::<RoutesReport>(report).into_response())
 }

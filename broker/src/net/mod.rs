@@ -237,10 +237,7 @@ pub async fn serve_until(
         me: name.clone(),
         max_frame: limits.max_frame,
     };
-    let reports = router_task::Reports {
-        interval: (config.monitor_interval_ms > 0).then(|| Duration::from_millis(config.monitor_interval_ms)),
-        view: http.is_some(),
-    };
+    let reports = router_task::Reports { interval_ms: config.monitor_interval_ms, view: http.is_some() };
     let setup = router_task::Setup { limits, open: open.clone(), history, reports };
     let router_task = tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, setup));
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -105,8 +105,8 @@ pub(super) struct Setup {
 /// The broker's reports on itself ([`crate::monitor`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Reports {
-    /// How often it publishes one; `None`: never.
-    pub(super) interval: Option<std::time::Duration>,
+    /// How often it publishes one, in milliseconds; 0: never.
+    pub(super) interval_ms: u64,
     /// Whether it subscribes to every broker's, for `/api/federation`.
     pub(super) view: bool,
 }
@@ -223,8 +223,8 @@ pub(super) async fn run(
     }
     // The broker as a client of itself: it advertises its reports and, with a federation
     // view, subscribes to everyone's.
-    let mut report_timer = reports.interval.map(|every| {
-        let mut timer = tokio::time::interval(every);
+    let mut report_timer = (reports.interval_ms > 0).then(|| {
+        let mut timer = tokio::time::interval(std::time::Duration::from_millis(reports.interval_ms));
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         timer
     });
@@ -285,8 +285,7 @@ pub(super) async fn run(
             Some(_) = task.tasks.join_next(), if !task.tasks.is_empty() => {}
             _ = tick(&mut report_timer), if report_timer.is_some() => {
                 let now = task.now();
-                let interval = task.reports.interval.map_or(0, |i| u64::try_from(i.as_millis()).unwrap_or(u64::MAX));
-                let report = monitor::report(&task.stats(now), interval);
+                let report = monitor::report(&task.stats(now), task.reports.interval_ms);
                 // A publication is not delivered back to the client that published it:
                 // this broker's own report goes into its view directly.
                 if task.reports.view {

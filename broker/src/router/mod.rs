@@ -799,9 +799,6 @@ impl Router {
         publication: Publication,
         out: &mut Vec<Output>,
     ) -> Result<Option<MessageId>, (ErrorCode, String)> {
-        if client != BROKER_CLIENT && publication.class() == crate::monitor::CLASS {
-            return Err(reserved_class());
-        }
         let tree = self.clients.get(&client).and_then(|c| {
             c.advs
                 .iter()
@@ -809,6 +806,11 @@ impl Router {
                 .cloned()
         });
         let Some(tree) = tree else {
+            // No client can advertise the reserved class (`client_request`), so no
+            // publication of it conforms: said here, off the path of those that do.
+            if publication.class() == crate::monitor::CLASS {
+                return Err(reserved_class());
+            }
             return Err((
                 ErrorCode::NotAdvertised,
                 format!("{publication} conforms to none of this client's advertisements: advertise first"),
