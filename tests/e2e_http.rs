@@ -194,7 +194,7 @@ fn a_taken_http_port_stops_the_broker_with_the_reason() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
     let port = taken.local_addr().expect("an address").port();
     let dir = padres_tests::broker::data_dir("http-taken", "B1");
-    let output = std::process::Command::new(padres_tests::binary("padres-broker"))
+    let mut child = std::process::Command::new(padres_tests::binary("padres-broker"))
         .args([
             "--name",
             "B1",
@@ -205,8 +205,20 @@ fn a_taken_http_port_stops_the_broker_with_the_reason() {
             "--data-dir",
         ])
         .arg(&dir)
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("runs");
+    // A broker that started anyway would serve until killed: give it 10 s to stop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("its output");
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "started on a taken port");

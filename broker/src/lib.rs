@@ -14,7 +14,8 @@
 //!   handshake (`net/accept.rs`), the router task that owns the router and the link policy
 //!   (`net/router_task.rs`), client sessions (`net/session.rs`), neighbour links
 //!   (`net/link.rs`), batched writes (`net/write.rs`), trust and identity (`net/tls.rs`,
-//!   [`net::cert`]), and the optional HTTP listener (`net/http.rs`). The hello/welcome handshake itself is `padres_transport::handshake`.
+//!   [`net::cert`]), and the optional HTTP listener and gateway (`net/http.rs`,
+//!   `net/gateway.rs`). The hello/welcome handshake itself is `padres_transport::handshake`.
 //!
 //! - [`detector`]: composite detection, sans-IO: the detectors of one broker, their stored
 //!   partial matches and bounds.
