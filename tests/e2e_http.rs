@@ -171,6 +171,19 @@ async fn the_json_api_answers_and_bad_requests_are_refused() {
     let routes: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(routes["srt_total"], 3);
     assert_eq!(routes["srt"].as_array().map(Vec::len), Some(1), "{routes}");
+    // A page of the rows a filter selects: the client's two advertisements (the broker's
+    // own comes from no client), case ignored, from the second.
+    let (status, _, body) = get(http, "/api/routes?limit=1&offset=1&filter=CLIENT%201").await;
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        (&page["srt_total"], &page["srt_matched"], &page["offset"]),
+        (&3.into(), &2.into(), &1.into()),
+        "{page}"
+    );
+    let listed = page["srt"].as_array().expect("rows");
+    assert_eq!(listed.len(), 1, "{page}");
+    assert!(listed[0]["text"].as_str().is_some_and(|t| t.contains("'trade'")), "the second by id: {page}");
 
     let (status, _, body) = get(http, "/api/links").await;
     assert_eq!(status, 200, "{body}");

@@ -468,6 +468,62 @@ fn a_limited_routes_listing_is_the_head_of_the_whole() {
     assert_eq!(head.srt, whole.srt[..2]);
     assert_eq!(head.prt, whole.prt[..2]);
     assert_eq!(router.routes_up_to(0).prt, []);
+    assert_eq!(whole.matched, [2, 3, 0]);
+}
+
+#[test]
+fn a_routes_page_skips_and_filters_before_it_limits() {
+    use padres_broker::router::{Input, Router, RoutesPage};
+    let mut router = Router::new(padres_lang::Name::new("B1").expect("name"));
+    let mut out = Vec::new();
+    let texts = [
+        "s [class,eq,'stock'],[sym,eq,'IBM']",
+        "s [class,eq,'job_status'],[job,eq,'J1']",
+        "s [class,eq,'STOCK'],[sym,eq,'MSFT']",
+        "s [class,eq,'job_status'],[job,eq,'J2']",
+        "s [class,eq,'stock'],[sym,eq,'AAPL']",
+        "cs {[class,eq,'stock'],[sym,eq,'IBM']} & {[class,eq,'job_status']}",
+    ];
+    // The composite's two leaves are subscriptions of the detectors here (ids 7 and 8).
+    for (req, text) in texts.iter().enumerate() {
+        let message = text.parse().expect("valid");
+        router.handle(0, Input::Client { client: 7, req: Some(req as u64), message }, &mut out);
+    }
+    let whole = router.routes();
+    assert_eq!(whole.prt.len(), 7);
+    let texts_of = |routes: &padres_broker::router::Routes| -> Vec<String> {
+        routes.prt.iter().map(|(_, text, _, _)| text.clone()).collect()
+    };
+
+    // The filter ignores ASCII case: four stock subscriptions, listed from the second.
+    let page = router.routes_page(&RoutesPage { offset: 1, limit: 10, filter: "Stock" });
+    assert_eq!(page.matched, [0, 4, 1]);
+    assert_eq!(
+        texts_of(&page),
+        [
+            "[class,eq,'STOCK'],[sym,eq,'MSFT']",
+            "[class,eq,'stock'],[sym,eq,'AAPL']",
+            "[class,eq,'stock'],[sym,eq,'IBM']"
+        ]
+    );
+    assert_eq!(page.composites, [], "the one composite matched, and the offset skipped it");
+
+    // Limit after offset, in id order.
+    let page = router.routes_page(&RoutesPage { offset: 1, limit: 2, filter: "" });
+    assert_eq!(page.prt, whole.prt[1..3]);
+    assert_eq!(page.matched, [0, 7, 1]);
+
+    // The origin is searched too: five rows came from client 7, two from the detectors.
+    let page = router.routes_page(&RoutesPage { offset: 0, limit: 100, filter: "client 7" });
+    assert_eq!(page.matched, [0, 5, 1]);
+    let page = router.routes_page(&RoutesPage { offset: 0, limit: 100, filter: "detectors" });
+    assert_eq!(page.prt, whole.prt[5..]);
+    let page = router.routes_page(&RoutesPage { offset: 0, limit: 100, filter: "client 8" });
+    assert_eq!((page.matched, page.prt.len()), ([0, 0, 0], 0));
+
+    // Past the end: nothing listed, the count still given.
+    let page = router.routes_page(&RoutesPage { offset: 9, limit: 100, filter: "job_status" });
+    assert_eq!((page.matched, page.prt.len()), ([0, 3, 1], 0));
 }
 
 /// B1 — B2 — B3 — B4 with a publisher at B4 and two subscribers at B1; the second

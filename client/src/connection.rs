@@ -502,7 +502,19 @@ impl Client {
 
     /// The broker's routing tables, at most `limit` rows of each.
     pub async fn routes(&self, limit: u32) -> Result<RoutesReport, ClientError> {
-        match self.query(Query::Routes { limit }).await? {
+        self.routes_page(limit, 0, "").await
+    }
+
+    /// One page of the broker's routing tables: of each table's rows (sorted by id) those
+    /// whose id, text, origin or destinations contain `filter` (ASCII case ignored; every
+    /// row if it is empty), from the `offset`-th, at most `limit`.
+    pub async fn routes_page(
+        &self,
+        limit: u32,
+        offset: u32,
+        filter: &str,
+    ) -> Result<RoutesReport, ClientError> {
+        match self.query(Query::Routes { limit, offset, filter: filter.to_owned() }).await? {
             Report::Routes(routes) => Ok(routes),
             Report::Stats(_) => {
                 Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "routes", got: "stats" }))

@@ -232,7 +232,11 @@ fn any_frame() -> BoxedStrategy<Frame> {
         }),
         (any::<u64>(), any::<u32>()).prop_map(|(req, limit)| Frame::Query {
             req,
-            query: if limit % 2 == 0 { Query::Stats } else { Query::Routes { limit } },
+            query: if limit % 2 == 0 {
+                Query::Stats
+            } else {
+                Query::Routes { limit, offset: limit / 3, filter: format!("{limit}") }
+            },
         }),
         (any::<u64>(), any_name(), proptest::collection::vec(any_name(), 0..3), any::<u64>()).prop_map(
             |(req, broker, neighbours, n)| Frame::Report {
@@ -289,6 +293,11 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     prt_total: 1,
                     composites: Vec::new(),
                     composites_total: 0,
+                    offset: 0,
+                    filter: String::new(),
+                    srt_matched: 0,
+                    prt_matched: 1,
+                    composites_matched: 0,
                 }),
             }
         ),

@@ -120,7 +120,7 @@ fn samples() -> Vec<Frame> {
         Frame::Bye { code: CloseCode::DuplicateLink, reason: "bye".into() },
         Frame::Publish { publication: publication() },
         Frame::Query { req: 1, query: Query::Stats },
-        Frame::Query { req: 2, query: Query::Routes { limit: 10 } },
+        Frame::Query { req: 2, query: Query::Routes { limit: 10, offset: 20, filter: "stock".into() } },
         Frame::Report {
             req: 1,
             report: Report::Stats(Box::new(BrokerStats {
@@ -178,6 +178,11 @@ fn samples() -> Vec<Frame> {
                     to: vec![name("B4")],
                 }],
                 composites_total: 1,
+                offset: 0,
+                filter: "a".into(),
+                srt_matched: 1,
+                prt_matched: 0,
+                composites_matched: 1,
             }),
         },
     ];
@@ -252,14 +257,14 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Bye", "00000006060103627965"),
     ("Publish", "00000020080305636c617373020573746f636b0570726963650002026f6b0301010200ff"),
     ("Query/Stats", "00000003090100"),
-    ("Query/Routes", "000000040902010a"),
+    ("Query/Routes", "0000000b0902010a140573746f636b"),
     (
         "Report/Stats",
         "000000270a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b",
     ),
     (
         "Report/Routes",
-        "000000670a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b657220423201024233010102423103217b5b636c6173732c65712c2761275d7d267b5b636c6173732c65712c2762275d7d08636c69656e7420320102423401",
+        "0000006d0a0201024231010242320102423101016108636c69656e7420310001010242310201730962726f6b657220423201024233010102423103217b5b636c6173732c65712c2761275d7d267b5b636c6173732c65712c2762275d7d08636c69656e7420320102423401000161010001",
     ),
     ("Error", "000000080401010003776879"),
     ("Error", "000000080401010103776879"),

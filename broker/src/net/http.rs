@@ -8,7 +8,7 @@
 //! | `GET /api/stats` | what `padres broker stats --json` shows |
 //! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
 //! | `GET /api/federation` | every broker that reported recently ([`crate::monitor`]): its neighbours and counters, and the links between them |
-//! | `GET /api/routes?limit=N` | the routing tables (SRT, PRT, composites), at most `N` rows of each (default 100, at most 10,000), with their totals |
+//! | `GET /api/routes?limit=N&offset=K&filter=TEXT` | the routing tables (SRT, PRT, composites) sorted by id: of the rows containing `TEXT` (ASCII case ignored; every row without it), from the `K`-th, at most `N` of each (default 100, at most 10,000), with the tables' totals and how many rows the filter selects |
 //! | `POST /api/publish`, `GET /api/subscribe?s=FILTER` | with `--http-gateway`: the gateway for other languages (`net/gateway.rs`) |
 //!
 //! Every answer is taken from the router task when asked, as `padres broker stats` is.
@@ -100,11 +100,16 @@ async fn federation(State(events): State<mpsc::Sender<Event>>) -> Response {
 #[derive(Debug, Deserialize)]
 struct RoutesParams {
     limit: Option<u32>,
+    #[serde(default)]
+    offset: u32,
+    #[serde(default)]
+    filter: String,
 }
 
 async fn routes(State(events): State<mpsc::Sender<Event>>, Query(params): Query<RoutesParams>) -> Response {
-    let limit = params.limit.unwrap_or(DEFAULT_ROUTES_LIMIT);
-    ask(&events, |reply| Inspect::Routes { limit, reply })
+    let RoutesParams { limit, offset, filter } = params;
+    let limit = limit.unwrap_or(DEFAULT_ROUTES_LIMIT);
+    ask(&events, |reply| Inspect::Routes { limit, offset, filter, reply })
         .await
         .map_or_else(|gone| gone, |report| Json::<RoutesReport>(report).into_response())
 }

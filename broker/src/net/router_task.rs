@@ -23,7 +23,7 @@ use crate::history::{Durability, Record};
 use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
 use crate::metrics::{LinkSnapshot, Snapshot};
 use crate::monitor::{self, Federation, FederationView};
-use crate::router::{BROKER_CLIENT, ClientId, Input, Output, Router};
+use crate::router::{BROKER_CLIENT, ClientId, Input, Output, Router, RoutesPage};
 
 /// Events the router task handles before it hands out what they produced, so that a
 /// busy connection task is woken once for many frames.
@@ -85,8 +85,8 @@ pub(super) enum Event {
 pub(super) enum Inspect {
     /// The counters, for `/metrics` and `/api/stats`.
     Snapshot(oneshot::Sender<Snapshot>),
-    /// The routing tables, at most `limit` rows of each (`/api/routes`).
-    Routes { limit: u32, reply: oneshot::Sender<RoutesReport> },
+    /// The routing tables, a page of each (`/api/routes`), as [`Query::Routes`] asks.
+    Routes { limit: u32, offset: u32, filter: String, reply: oneshot::Sender<RoutesReport> },
     /// The brokers' latest reports (`/api/federation`).
     Federation(oneshot::Sender<FederationView>),
 }
@@ -373,7 +373,9 @@ impl RouterTask {
             Event::Query(client, req, query) => {
                 let report = match query {
                     Query::Stats => Report::Stats(Box::new(self.stats(now))),
-                    Query::Routes { limit } => Report::Routes(routes(&self.router, limit)),
+                    Query::Routes { limit, offset, filter } => {
+                        Report::Routes(routes(&self.router, limit, offset, filter))
+                    }
                 };
                 if let Some(handle) = self.clients.get(&client) {
                     let _ = handle.queue.send((Frame::Report { req, report }, 0));
@@ -383,8 +385,8 @@ impl RouterTask {
             Event::Inspect(Inspect::Snapshot(reply)) => {
                 let _ = reply.send(self.snapshot(now));
             }
-            Event::Inspect(Inspect::Routes { limit, reply }) => {
-                let _ = reply.send(routes(&self.router, limit));
+            Event::Inspect(Inspect::Routes { limit, offset, filter, reply }) => {
+                let _ = reply.send(routes(&self.router, limit, offset, filter));
             }
             Event::Inspect(Inspect::Federation(reply)) => {
                 let wall = self.wall(now);
@@ -763,10 +765,15 @@ impl RouterTask {
     }
 }
 
-fn routes(router: &Router, limit: u32) -> RoutesReport {
-    let limit = usize::try_from(limit.min(MAX_ROUTES_LISTED)).unwrap_or(usize::MAX);
+fn routes(router: &Router, limit: u32, offset: u32, filter: String) -> RoutesReport {
+    let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+    let page = RoutesPage {
+        offset: usize_of(offset),
+        limit: usize_of(limit.min(MAX_ROUTES_LISTED)),
+        filter: &filter,
+    };
     let (advertisements, subscriptions) = router.table_sizes();
-    let tables = router.routes_up_to(limit);
+    let tables = router.routes_page(&page);
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     RoutesReport {
         broker: router.name().clone(),
@@ -789,5 +796,10 @@ fn routes(router: &Router, limit: u32) -> RoutesReport {
             .into_iter()
             .map(|(id, text, from, to)| RouteEntry { id, text, from: from.to_string(), to })
             .collect(),
+        offset: u64::from(offset),
+        srt_matched: count(tables.matched[0]),
+        prt_matched: count(tables.matched[1]),
+        composites_matched: count(tables.matched[2]),
+        filter,
     }
 }

@@ -137,6 +137,7 @@ pub enum Hop {
 impl fmt::Display for Hop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Client(BROKER_CLIENT) => f.write_str("this broker"),
             Self::Client(c) => write!(f, "client {c}"),
             Self::Broker(b) => write!(f, "broker {b}"),
             Self::Detector => f.write_str("detectors"),
@@ -361,6 +362,62 @@ pub struct Routes {
     pub tree_prt: Vec<(MessageId, MessageId, String, Hop, Option<Name>)>,
     /// Composite subscriptions: id, text, hop it came from, brokers its parts went to.
     pub composites: Vec<(MessageId, String, Hop, Vec<Name>)>,
+    /// How many rows of the SRT, the PRT and the composites the page's filter selects (all
+    /// of them without a filter), of which `srt`, `prt` and `composites` list a page.
+    pub matched: [usize; 3],
+}
+
+/// Which rows [`Router::routes_page`] lists of each table.
+#[derive(Clone, Copy, Debug)]
+pub struct RoutesPage<'a> {
+    /// Rows skipped, of those the filter selects.
+    pub offset: usize,
+    /// Most rows listed.
+    pub limit: usize,
+    /// Rows whose id, text, origin or destinations contain it (ASCII case ignored); empty:
+    /// every row.
+    pub filter: &'a str,
+}
+
+impl RoutesPage<'_> {
+    /// The page of `rows` (each written out only if needed) that `needle`, lowercase,
+    /// selects; counts every selected row in `matched`.
+    fn select<R>(
+        &self,
+        needle: &str,
+        matched: &mut usize,
+        rows: impl Iterator<Item = impl FnOnce() -> R>,
+        text: impl Fn(&R) -> String,
+    ) -> Vec<R> {
+        let mut page = Vec::new();
+        for row in rows {
+            if needle.is_empty() {
+                if *matched >= self.offset && page.len() < self.limit {
+                    page.push(row());
+                }
+            } else {
+                let row = row();
+                if !text(&row).to_ascii_lowercase().contains(needle) {
+                    continue;
+                }
+                if *matched >= self.offset && page.len() < self.limit {
+                    page.push(row);
+                }
+            }
+            *matched += 1;
+        }
+        page
+    }
+}
+
+/// What a routing-table row's filter looks in.
+fn route_text(id: &MessageId, text: &str, from: &Hop, to: &[Name]) -> String {
+    let mut all = format!("{id} {text} {from}");
+    for name in to {
+        all.push(' ');
+        all.push_str(name.as_str());
+    }
+    all
 }
 
 /// One broker's routing state (see the module docs).
@@ -616,28 +673,53 @@ impl Router {
         self.routes_up_to(usize::MAX)
     }
 
-    /// The first `limit` rows of the SRT and PRT by id (the neighbours and tree entries
-    /// whole). Only the rows listed are written out as text, so asking a broker with a
-    /// million subscriptions for ten of them costs a sort of ids, not a million strings.
+    /// The first `limit` rows of the SRT, PRT and composites by id (the neighbours and
+    /// tree entries whole).
     pub fn routes_up_to(&self, limit: usize) -> Routes {
+        self.routes_page(&RoutesPage { offset: 0, limit, filter: "" })
+    }
+
+    /// One page of each table, sorted by id: the rows `page` selects, and how many rows
+    /// its filter selects in all ([`Routes::matched`]). Without a filter only the rows
+    /// listed are written out as text, so asking a broker with a million subscriptions for
+    /// ten of them costs a sort of ids, not a million strings; a filter reads every row.
+    pub fn routes_page(&self, page: &RoutesPage<'_>) -> Routes {
+        let needle = page.filter.to_ascii_lowercase();
+        let mut matched = [0; 3];
         let mut adv_ids: Vec<&MessageId> = self.advs.iter().map(|(id, _)| id).collect();
         adv_ids.sort();
-        let srt = adv_ids
-            .into_iter()
-            .take(limit)
-            .filter_map(|id| self.advs.get(id).map(|e| (id.clone(), e.item.to_string(), e.last.clone())))
-            .collect();
+        let srt = page.select(
+            &needle,
+            &mut matched[0],
+            adv_ids
+                .into_iter()
+                .filter_map(|id| self.advs.get(id).map(|e| (id, e)))
+                .map(|(id, e)| move || (id.clone(), e.item.to_string(), e.last.clone())),
+            |(id, text, from)| route_text(id, text, from, &[]),
+        );
         let mut sub_ids: Vec<&MessageId> = self.subs.iter().map(|(id, _)| id).collect();
         sub_ids.sort();
-        let prt = sub_ids
-            .into_iter()
-            .take(limit)
-            .filter_map(|id| {
-                self.subs.get(id).map(|e| {
-                    (id.clone(), e.item.to_string(), e.last.clone(), e.sent_to.iter().cloned().collect())
-                })
-            })
-            .collect();
+        let prt = page.select(
+            &needle,
+            &mut matched[1],
+            sub_ids.into_iter().filter_map(|id| self.subs.get(id).map(|e| (id, e))).map(|(id, e)| {
+                move || {
+                    (
+                        id.clone(),
+                        e.item.to_string(),
+                        e.last.clone(),
+                        e.sent_to.iter().cloned().collect::<Vec<_>>(),
+                    )
+                }
+            }),
+            |(id, text, from, to)| route_text(id, text, from, to),
+        );
+        let composites = page.select(
+            &needle,
+            &mut matched[2],
+            self.composites.entries().into_iter().map(|row| move || row),
+            |(id, text, from, to)| route_text(id, text, from, to),
+        );
         Routes {
             neighbours: self.neighbours.iter().cloned().collect(),
             srt,
@@ -646,7 +728,8 @@ impl Router {
                 Overlay::Acyclic => Vec::new(),
                 Overlay::Cyclic(cycles) => cycles.entries(),
             },
-            composites: self.composites.entries().into_iter().take(limit).collect(),
+            composites,
+            matched,
         }
     }
 

@@ -193,9 +193,16 @@ enum BrokerCommand {
     /// Neighbours and routing tables: advertisements (SRT) and subscriptions (PRT), each
     /// with the hop it came from (and, for subscriptions, the brokers it went to).
     Routes {
-        /// Most rows listed per table.
+        /// Most rows listed per table (the broker lists at most 10,000).
         #[arg(long, value_name = "N", default_value_t = 100)]
         limit: u32,
+        /// Rows skipped in each table, of those the filter selects (sorted by id).
+        #[arg(long, value_name = "K", default_value_t = 0)]
+        offset: u32,
+        /// Only rows whose id, text, origin or destinations contain TEXT (ASCII case
+        /// ignored), e.g. `--filter job_status` or `--filter "broker B2"`.
+        #[arg(long, value_name = "TEXT", default_value = "")]
+        filter: String,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -554,8 +561,13 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 );
             }
         }
-        BrokerCommand::Routes { limit, json, broker } => {
-            let routes = broker.connect().await?.routes(limit).await.map_err(|e| e.to_string())?;
+        BrokerCommand::Routes { limit, offset, filter, json, broker } => {
+            let routes = broker
+                .connect()
+                .await?
+                .routes_page(limit, offset, &filter)
+                .await
+                .map_err(|e| e.to_string())?;
             if json {
                 let rows = |entries: &[padres_lang::wire::RouteEntry]| -> Vec<serde_json::Value> {
                     entries
@@ -576,23 +588,39 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     "prt": rows(&routes.prt),
                     "composites_total": routes.composites_total,
                     "composites": rows(&routes.composites),
+                    "offset": routes.offset,
+                    "filter": routes.filter,
+                    "srt_matched": routes.srt_matched,
+                    "prt_matched": routes.prt_matched,
+                    "composites_matched": routes.composites_matched,
                 });
                 out!("{object}");
             } else {
                 let neighbours: Vec<String> = routes.neighbours.iter().map(ToString::to_string).collect();
                 out!("broker {}; neighbours: {}", routes.broker, neighbours.join(" "));
-                out!("SRT: {} advertisements", routes.srt_total);
+                // "N advertisements", or with a filter "M of N advertisements contain 'x'".
+                let count = |matched: u64, total: u64, what: &str| {
+                    if routes.filter.is_empty() {
+                        format!("{total} {what}")
+                    } else {
+                        format!("{matched} of {total} {what} contain {:?}", routes.filter)
+                    }
+                };
+                if routes.offset > 0 {
+                    out!("(each table from row {})", routes.offset + 1);
+                }
+                out!("SRT: {}", count(routes.srt_matched, routes.srt_total, "advertisements"));
                 for e in &routes.srt {
                     out!("  {:<12} from {:<12} {}", e.id.to_string(), e.from, e.text);
                 }
-                out!("PRT: {} subscriptions", routes.prt_total);
+                out!("PRT: {}", count(routes.prt_matched, routes.prt_total, "subscriptions"));
                 for e in &routes.prt {
                     let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();
                     out!("  {:<12} from {:<12} to [{}] {}", e.id.to_string(), e.from, to.join(" "), e.text);
                 }
                 out!(
                     "composite subscriptions: {} (parts went to the brokers listed)",
-                    routes.composites_total
+                    count(routes.composites_matched, routes.composites_total, "entries")
                 );
                 for e in &routes.composites {
                     let to: Vec<String> = e.to.iter().map(ToString::to_string).collect();

@@ -26,7 +26,7 @@
 //! Version 2 added [`BrokerMessage::Settled`]; version 3 added `within` and `until` to
 //! composite subscriptions, stamps on routed publications, the composite broker messages
 //! and [`Frame::CompositeNotification`]. Version 6 answers withdrawals
-//! ([`Forwarded::Unadvertisement`]).
+//! ([`Forwarded::Unadvertisement`]). Version 8 pages and filters [`Query::Routes`].
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -46,7 +46,7 @@ use crate::subscription::{Advertisement, Subscription};
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,14 +386,20 @@ pub enum Frame {
 }
 
 /// What a client may ask a broker about itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Query {
     /// Counters: connections, table sizes, messages.
     Stats,
-    /// The routing tables, at most `limit` entries of each.
+    /// The routing tables: of each, the entries `filter` selects, from the `offset`-th
+    /// (by id), at most `limit`.
     Routes {
         /// Most entries listed per table (the totals are always given).
         limit: u32,
+        /// Entries skipped, of those the filter selects.
+        offset: u32,
+        /// Only entries whose id, text, origin or destinations contain this (ASCII case
+        /// ignored); empty: every entry.
+        filter: String,
     },
 }
 
@@ -514,4 +520,15 @@ pub struct RoutesReport {
     pub composites: Vec<RouteEntry>,
     /// How many there are in all.
     pub composites_total: u64,
+    /// The entries skipped in each table, as asked.
+    pub offset: u64,
+    /// The filter, as asked (empty: none).
+    pub filter: String,
+    /// How many entries of the SRT, the PRT and the composites the filter selects (the
+    /// totals without one).
+    pub srt_matched: u64,
+    /// See `srt_matched`.
+    pub prt_matched: u64,
+    /// See `srt_matched`.
+    pub composites_matched: u64,
 }
