@@ -192,6 +192,13 @@ async fn the_json_api_answers_and_bad_requests_are_refused() {
     let (status, _, body) = get(http, "/api/routes?limit=many").await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("limit"), "the refusal names the parameter: {body}");
+    // No history store, no detectors: said so.
+    let (status, _, body) = get(http, "/api/history").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).expect("JSON")["enabled"], false, "{body}");
+    let (_, _, body) = get(http, "/api/detectors").await;
+    let detectors: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!((&detectors["total"], &detectors["detectors"]), (&0.into(), &serde_json::json!([])), "{body}");
     let (status, _, _) = get(http, "/no-such-page").await;
     assert_eq!(status, 404);
     // Without --http-gateway, nothing is published or subscribed over HTTP.
@@ -456,4 +463,73 @@ async fn a_gateway_reader_that_stops_reading_is_cut_off_and_the_others_are_not()
     let stats = publisher.stats().await.expect("stats");
     assert_eq!(stats.slow_clients_dropped, 1, "the stalled gateway reader, and only it, was cut off");
     drop(stalled);
+}
+
+#[tokio::test]
+async fn detectors_and_the_history_store_show_in_the_json_api() {
+    let b1 = start_with(
+        "B1",
+        "http-detectors",
+        &with_http(vec!["--history".to_owned(), "[class,eq,'job_status']".to_owned()]),
+    );
+    let http = http_of(&b1);
+    let mut subscriber = client(&b1, "sub").await;
+    subscriber
+        .send("cs {[class,eq,'a'],[g,eq,$S$g]} & {[class,eq,'b'],[g,eq,$S$g]}")
+        .await
+        .expect("subscribed");
+    let publisher = client(&b1, "pub").await;
+    for adv in ["a [class,eq,'a'],[g,isPresent,'']", "a [class,eq,'b'],[g,isPresent,'']"] {
+        publisher.send(adv).await.expect("advertised");
+    }
+    publisher.send("a [class,eq,'job_status'],[job,isPresent,'']").await.expect("advertised");
+    for publication in ["p [class,'a'],[g,'1']", "p [class,'a'],[g,'2']", "p [class,'b'],[g,'1']"] {
+        publisher.send(publication).await.expect("published");
+    }
+    publisher.send("p [class,'job_status'],[job,'J1']").await.expect("published");
+    let matched = tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification())
+        .await
+        .expect("a match within 10 s");
+    assert!(matches!(matched, Some(Notification::Composite { .. })), "{matched:?}");
+
+    // One detector: one match made; all three publications stay stored (a later `b` of
+    // g=2, or a later publication of either leaf for g=1, may still complete the pattern).
+    let (status, _, body) = get(http, "/api/detectors").await;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        (&view["total"], &view["matches"], &view["stored"]),
+        (&1.into(), &1.into(), &3.into()),
+        "{view}"
+    );
+    let detector = &view["detectors"][0];
+    assert_eq!((&detector["matches"], &detector["stored"]), (&1.into(), &3.into()), "{view}");
+    assert!(detector["stored_bytes"].as_u64().is_some_and(|b| b > 0), "{view}");
+    assert_eq!(detector["subscriptions"], 2, "its two leaves: {view}");
+    assert!(detector["subscribers"][0]["from"].as_str().is_some_and(|f| f.starts_with("client ")), "{view}");
+    assert!(detector["pattern"].as_str().is_some_and(|p| p.contains("$S$g")), "{view}");
+    assert_eq!(view["bounds"]["per_detector"], 10_000, "{view}");
+    let (_, _, body) = get(http, "/api/detectors?offset=1").await;
+    let past: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!((&past["total"], &past["detectors"]), (&1.into(), &serde_json::json!([])), "{past}");
+
+    // The store, once the writer has committed the job status.
+    let mut store = serde_json::Value::Null;
+    for _ in 0..100 {
+        let (status, _, body) = get(http, "/api/history").await;
+        assert_eq!(status, 200, "{body}");
+        store = serde_json::from_str(&body).expect("JSON");
+        if store["stored"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        (&store["enabled"], &store["stored"], &store["dropped"]),
+        (&true.into(), &1.into(), &0.into()),
+        "{store}"
+    );
+    assert_eq!(store["filters"], serde_json::json!(["[class,eq,'job_status']"]), "{store}");
+    assert_eq!(store["durability"], "normal", "{store}");
+    assert!(store["path"].as_str().is_some_and(|p| p.ends_with("history.sqlite")), "{store}");
 }

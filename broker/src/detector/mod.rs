@@ -133,6 +133,17 @@ pub struct Counters {
     pub pairs_dropped: u64,
 }
 
+/// One detector's share of [`Counters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DetectorDetail {
+    /// Partial matches it stores now.
+    pub stored: u64,
+    /// What they hold, estimated as [`Bounds::max_bytes`] counts it.
+    pub stored_bytes: u64,
+    /// Matches it completed.
+    pub matches: u64,
+}
+
 /// A detector's handle in [`Detectors`].
 pub type DetectorId = u64;
 
@@ -236,6 +247,8 @@ struct Detector {
     unbound: BTreeMap<Stamp, usize>,
     /// Matches formed at each node during the current input.
     formed: Vec<usize>,
+    /// Matches completed.
+    matches: u64,
 }
 
 impl Detector {
@@ -252,6 +265,7 @@ impl Detector {
             ends_order: VecDeque::new(),
             unbound: BTreeMap::new(),
             formed: vec![0; n],
+            matches: 0,
         }
     }
 
@@ -485,6 +499,7 @@ impl Detector {
     fn propagate(&mut self, ctx: &mut Ctx<'_>, node: usize, partial: Arc<Partial>, out: &mut Vec<Match>) {
         let Some((parent, side)) = self.pattern.nodes[node].parent else {
             ctx.counters.matches += 1;
+            self.matches += 1;
             let mut pubs = partial.pubs.to_vec();
             pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
             out.push(Match { pubs });
@@ -862,6 +877,16 @@ impl Detectors {
     /// The caps and windows it applies.
     pub fn bounds(&self) -> &Bounds {
         &self.bounds
+    }
+
+    /// What detector `id` holds now and has completed, if there is one.
+    pub fn detail(&self, id: DetectorId) -> Option<DetectorDetail> {
+        let detector = usize::try_from(id).ok().and_then(|key| self.detectors.get(key))?;
+        Some(DetectorDetail {
+            stored: detector.entries.len() as u64,
+            stored_bytes: detector.bytes,
+            matches: detector.matches,
+        })
     }
 
     /// The counters, with `stored` as of now.

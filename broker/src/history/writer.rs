@@ -18,7 +18,7 @@
 //! threads drop unanswered (they stopped, or panicked) answers with an error as it goes:
 //! no publisher or query waits for ever.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use padres_lang::{Stamped, Subscription};
 
-use super::{Durability, Reader, Record, Store};
+use super::{Durability, Reader, Record, Store, StoreOptions};
 
 /// Most publications written in one transaction.
 pub const MAX_BATCH: usize = 8192;
@@ -124,6 +124,9 @@ pub struct History {
     tx: Option<SyncSender<Job>>,
     counters: Arc<Counters>,
     durability: Durability,
+    /// The store's file and settings, as opened.
+    path: PathBuf,
+    options: StoreOptions,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -146,6 +149,7 @@ impl History {
         let (tx, rx) = sync_channel(queue.max(1));
         let counters = Arc::new(Counters::default());
         let durability = store.options().durability;
+        let (path, options) = (store.path().to_path_buf(), store.options().clone());
         let thread_counters = counters.clone();
         let dir = store.path().parent().map(PathBuf::from).unwrap_or_default();
         let (queries, asked) = channel();
@@ -165,12 +169,22 @@ impl History {
                 }
             })
             .expect("a thread can be started");
-        Self { tx: Some(tx), counters, durability, thread: Some(thread) }
+        Self { tx: Some(tx), counters, durability, path, options, thread: Some(thread) }
     }
 
     /// The store's durability setting.
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The store's database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How the store is kept.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
     }
 
     /// Queues `record`; `ack` is called once it is committed. When the queue is full the
@@ -285,7 +299,7 @@ fn epoch_millis() -> u64 {
 type Asked = (Arc<Subscription>, usize, Owed<Vec<Stamped>>);
 
 /// Answers queries on a connection of its own until the writer stops.
-fn read_loop(dir: &std::path::Path, asked: &Receiver<Asked>, damage: &std::sync::atomic::AtomicBool) {
+fn read_loop(dir: &Path, asked: &Receiver<Asked>, damage: &std::sync::atomic::AtomicBool) {
     let mut reader: Option<Reader> = None;
     while let Ok((sub, limit, answer)) = asked.recv() {
         if reader.is_none() {

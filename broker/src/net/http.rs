@@ -7,6 +7,8 @@
 //! | `GET /metrics` | every counter in the OpenMetrics text format ([`crate::metrics`]) |
 //! | `GET /api/stats` | what `padres broker stats --json` shows |
 //! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
+//! | `GET /api/detectors?limit=N&offset=K` | the composite detectors running here, by number: each one's pattern, subscribers, parts sent on, partial matches stored (and their bytes) and matches; the caps and the broker's totals |
+//! | `GET /api/history` | the history store: file, filters, durability, indexes, retention, rows, and what the writer stored, dropped and removed; `enabled: false` without one |
 //! | `GET /api/federation` | every broker that reported recently ([`crate::monitor`]): its neighbours and counters, and the links between them |
 //! | `GET /api/routes?limit=N&offset=K&filter=TEXT` | the routing tables (SRT, PRT, composites) sorted by id: of the rows containing `TEXT` (ASCII case ignored; every row without it), from the `K`-th, at most `N` of each (default 100, at most 10,000), with the tables' totals and how many rows the filter selects |
 //! | `POST /api/publish`, `GET /api/subscribe?s=FILTER` | with `--http-gateway`: the gateway for other languages (`net/gateway.rs`) |
@@ -21,16 +23,109 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use padres_lang::wire::{BrokerStats, RoutesReport};
-use serde::Deserialize;
+use padres_lang::{MessageId, Name};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
 use super::gateway::Gateway;
 use super::router_task::{Event, Inspect};
+use crate::history::Durability;
 use crate::metrics::{self, LinkSnapshot};
 use crate::monitor::FederationView;
 
 /// Rows of each table `/api/routes` lists when no `limit` is given.
 const DEFAULT_ROUTES_LIMIT: u32 = 100;
+
+/// `/api/detectors`: the composite detectors running at this broker.
+#[derive(Debug, Serialize)]
+pub(super) struct DetectorsView {
+    pub(super) broker: Name,
+    /// Detectors running here.
+    pub(super) total: u64,
+    /// Detectors skipped, as asked.
+    pub(super) offset: u64,
+    /// The caps and windows they run within.
+    pub(super) bounds: BoundsView,
+    /// The broker's totals, as `padres broker stats` shows them.
+    pub(super) stored: u64,
+    pub(super) stored_bytes: u64,
+    pub(super) matches: u64,
+    pub(super) evicted: u64,
+    pub(super) expired: u64,
+    pub(super) ended: u64,
+    pub(super) pairs_dropped: u64,
+    /// A page of them, by number.
+    pub(super) detectors: Vec<DetectorView>,
+}
+
+/// [`crate::detector::Bounds`] as JSON.
+#[derive(Debug, Serialize)]
+pub(super) struct BoundsView {
+    pub(super) per_detector: u64,
+    pub(super) per_broker: u64,
+    pub(super) max_bytes: u64,
+    pub(super) pairs_per_input: u64,
+    pub(super) lateness_ms: u64,
+}
+
+/// One detector ([`crate::router::DetectorRow`]).
+#[derive(Debug, Serialize)]
+pub(super) struct DetectorView {
+    pub(super) detector: u64,
+    /// The pattern as detected here (its operands regrouped by where they come from).
+    pub(super) pattern: String,
+    /// Where its matches go: `{"from": "client 3", "id": {...}}`.
+    pub(super) subscribers: Vec<SubscriberView>,
+    /// Its leaf and `until` subscriptions matched here.
+    pub(super) subscriptions: u64,
+    /// Parts sent on to neighbours, detected there.
+    pub(super) parts: Vec<PartView>,
+    /// Partial matches stored now, their estimated bytes, and matches completed.
+    pub(super) stored: u64,
+    pub(super) stored_bytes: u64,
+    pub(super) matches: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct SubscriberView {
+    pub(super) from: String,
+    pub(super) id: MessageId,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct PartView {
+    pub(super) id: MessageId,
+    pub(super) to: Name,
+    pub(super) text: String,
+}
+
+/// `/api/history`: this broker's history store, if it keeps one.
+#[derive(Debug, Default, Serialize)]
+pub(super) struct HistoryView {
+    pub(super) broker: Option<Name>,
+    /// False: this broker keeps no history (and the rest is empty).
+    pub(super) enabled: bool,
+    /// The database file.
+    pub(super) path: Option<String>,
+    /// The filters of what it keeps.
+    pub(super) filters: Vec<String>,
+    pub(super) durability: Option<Durability>,
+    /// Attributes with an index of their own.
+    pub(super) indexed: Vec<Name>,
+    /// Retention.
+    pub(super) max_age_ms: Option<u64>,
+    pub(super) max_rows: Option<u64>,
+    pub(super) max_bytes: Option<u64>,
+    /// The writer's counters (as `padres broker stats` shows them) and historic queries
+    /// put to this store.
+    pub(super) rows: u64,
+    pub(super) stored: u64,
+    pub(super) dropped: u64,
+    pub(super) failed: u64,
+    pub(super) removed: u64,
+    pub(super) queued: u64,
+    pub(super) queries: u64,
+}
 
 /// Serves `listener` until `shutdown` completes.
 pub(super) async fn serve(
@@ -44,6 +139,8 @@ pub(super) async fn serve(
         .route("/api/links", get(links))
         .route("/api/routes", get(routes))
         .route("/api/federation", get(federation))
+        .route("/api/detectors", get(detectors))
+        .route("/api/history", get(history))
         .with_state(gateway.events.clone());
     let app = axum::Router::new()
         .route("/api/publish", post(super::gateway::publish))
@@ -112,4 +209,25 @@ async fn routes(State(events): State<mpsc::Sender<Event>>, Query(params): Query<
     ask(&events, |reply| Inspect::Routes { limit, offset, filter, reply })
         .await
         .map_or_else(|gone| gone, |report| Json::<RoutesReport>(report).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct PageParams {
+    limit: Option<u32>,
+    #[serde(default)]
+    offset: u32,
+}
+
+async fn detectors(State(events): State<mpsc::Sender<Event>>, Query(params): Query<PageParams>) -> Response {
+    let PageParams { limit, offset } = params;
+    let limit = limit.unwrap_or(DEFAULT_ROUTES_LIMIT);
+    ask(&events, |reply| Inspect::Detectors { limit, offset, reply })
+        .await
+        .map_or_else(|gone| gone, |view| Json::<DetectorsView>(view).into_response())
+}
+
+async fn history(State(events): State<mpsc::Sender<Event>>) -> Response {
+    ask(&events, Inspect::History)
+        .await
+        .map_or_else(|gone| gone, |view| Json::<HistoryView>(view).into_response())
 }

@@ -16,6 +16,7 @@ use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::http::{BoundsView, DetectorView, DetectorsView, HistoryView, PartView, SubscriberView};
 use super::link::Dialer;
 use super::{DRAIN_TIMEOUT, Limits};
 use crate::history::writer::{Ack, History};
@@ -89,6 +90,10 @@ pub(super) enum Inspect {
     Routes { limit: u32, offset: u32, filter: String, reply: oneshot::Sender<RoutesReport> },
     /// The brokers' latest reports (`/api/federation`).
     Federation(oneshot::Sender<FederationView>),
+    /// A page of the composite detectors (`/api/detectors`).
+    Detectors { limit: u32, offset: u32, reply: oneshot::Sender<DetectorsView> },
+    /// The history store (`/api/history`).
+    History(oneshot::Sender<HistoryView>),
 }
 
 /// What the router task runs with besides the router, its channels and the dialer.
@@ -166,6 +171,8 @@ struct RouterTask {
     out: Vec<Output>,
     /// The history store's writer, if this broker keeps history.
     history: Option<History>,
+    /// Its filters, as text.
+    history_filters: Vec<String>,
     /// Where the writer sends its answers to historic queries: a channel of its own,
     /// unbounded (one answer per query asked), so that the writer never waits on the
     /// router task's inbox, nor the router task on itself when the writer answers at once.
@@ -212,6 +219,7 @@ pub(super) async fn run(
         open,
         out: Vec::new(),
         history,
+        history_filters: filters.iter().map(ToString::to_string).collect(),
         answers,
         history_drops_logged: None,
         history_drops_unlogged: 0,
@@ -388,6 +396,12 @@ impl RouterTask {
             Event::Inspect(Inspect::Routes { limit, offset, filter, reply }) => {
                 let _ = reply.send(routes(&self.router, limit, offset, filter));
             }
+            Event::Inspect(Inspect::Detectors { limit, offset, reply }) => {
+                let _ = reply.send(detectors(&self.router, limit, offset));
+            }
+            Event::Inspect(Inspect::History(reply)) => {
+                let _ = reply.send(self.history_view());
+            }
             Event::Inspect(Inspect::Federation(reply)) => {
                 let wall = self.wall(now);
                 let _ = reply.send(self.federation.view(wall));
@@ -480,6 +494,31 @@ impl RouterTask {
             if self.policy.link_to(&handle.peer) == Some(handle.id) {
                 self.policy.handle_backlog(now, &handle.peer, handle.queued.load(Ordering::Relaxed));
             }
+        }
+    }
+
+    fn history_view(&self) -> HistoryView {
+        let broker = Some(self.router.name().clone());
+        let Some(history) = &self.history else { return HistoryView { broker, ..HistoryView::default() } };
+        let options = history.options();
+        let stats = history.stats();
+        HistoryView {
+            broker,
+            enabled: true,
+            path: Some(history.path().display().to_string()),
+            filters: self.history_filters.clone(),
+            durability: Some(options.durability),
+            indexed: options.indexed.clone(),
+            max_age_ms: options.max_age_ms,
+            max_rows: options.max_rows,
+            max_bytes: options.max_bytes,
+            rows: stats.rows,
+            stored: stats.stored,
+            dropped: stats.dropped,
+            failed: stats.failed,
+            removed: stats.removed,
+            queued: stats.queued,
+            queries: self.counters.history_queries,
         }
     }
 
@@ -801,5 +840,50 @@ fn routes(router: &Router, limit: u32, offset: u32, filter: String) -> RoutesRep
         prt_matched: count(tables.matched[1]),
         composites_matched: count(tables.matched[2]),
         filter,
+    }
+}
+
+/// A page of `router`'s composite detectors, with their caps and totals.
+fn detectors(router: &Router, limit: u32, offset: u32) -> DetectorsView {
+    let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let (total, rows) = router.detectors_page(usize_of(offset), usize_of(limit.min(MAX_ROUTES_LISTED)));
+    let (counters, _, _) = router.composite_counters();
+    let bounds = router.detector_bounds();
+    DetectorsView {
+        broker: router.name().clone(),
+        total: count(total),
+        offset: u64::from(offset),
+        bounds: BoundsView {
+            per_detector: count(bounds.per_detector),
+            per_broker: count(bounds.per_broker),
+            max_bytes: bounds.max_bytes,
+            pairs_per_input: count(bounds.pairs_per_input),
+            lateness_ms: bounds.lateness_ms,
+        },
+        stored: counters.stored,
+        stored_bytes: counters.stored_bytes,
+        matches: counters.matches,
+        evicted: counters.evicted,
+        expired: counters.expired,
+        ended: counters.ended,
+        pairs_dropped: counters.pairs_dropped,
+        detectors: rows
+            .into_iter()
+            .map(|row| DetectorView {
+                detector: row.detector,
+                pattern: row.pattern,
+                subscribers: row
+                    .subscribers
+                    .into_iter()
+                    .map(|(hop, id)| SubscriberView { from: hop.to_string(), id })
+                    .collect(),
+                subscriptions: count(row.subscriptions),
+                parts: row.parts.into_iter().map(|(id, to, text)| PartView { id, to, text }).collect(),
+                stored: row.detail.stored,
+                stored_bytes: row.detail.stored_bytes,
+                matches: row.detail.matches,
+            })
+            .collect(),
     }
 }

@@ -40,7 +40,7 @@ use padres_lang::wire::{BrokerMessage, Forwarded};
 use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription, overlaps};
 
 use super::{Hop, Output, Router};
-use crate::detector::{DetectorId, Detectors, Match};
+use crate::detector::{DetectorDetail, DetectorId, Detectors, Match};
 
 /// A pattern and the upstream broker it came from (`None`: a local client); shared, since
 /// every publication that feeds a detector looks its pattern up by it.
@@ -171,6 +171,57 @@ impl Composites {
         rows.sort();
         rows
     }
+
+    /// The detectors running here, by id: how many there are, and those from the
+    /// `offset`-th, at most `limit`.
+    pub(super) fn detector_rows(&self, offset: usize, limit: usize) -> (usize, Vec<DetectorRow>) {
+        let mut here: Vec<(DetectorId, &Part)> = self
+            .parts
+            .values()
+            .filter_map(|part| match &part.placement {
+                Placement::Split { detector, .. } => Some((*detector, part)),
+                Placement::Whole { .. } | Placement::Unplaced => None,
+            })
+            .collect();
+        here.sort_unstable_by_key(|(detector, _)| *detector);
+        let rows = here
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .filter_map(|&(detector, part)| {
+                let Placement::Split { subs, parts, .. } = &part.placement else { return None };
+                Some(DetectorRow {
+                    detector,
+                    pattern: part.detected.to_string(),
+                    subscribers: part.subscribers.iter().map(|(hop, id)| (hop.clone(), id.clone())).collect(),
+                    subscriptions: subs.len(),
+                    parts: parts
+                        .iter()
+                        .map(|(id, to, node)| (id.clone(), to.clone(), part.detected.part(*node).to_string()))
+                        .collect(),
+                    detail: self.detectors.detail(detector).unwrap_or_default(),
+                })
+            })
+            .collect();
+        (here.len(), rows)
+    }
+}
+
+/// A detector running here ([`Router::detectors_page`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetectorRow {
+    /// Its number among this broker's detectors.
+    pub detector: DetectorId,
+    /// The pattern it detects, as regrouped here.
+    pub pattern: String,
+    /// Where its matches go, each with the id that subscriber knows the pattern by.
+    pub subscribers: Vec<(Hop, MessageId)>,
+    /// Its subscriptions here (leaves and `until` matched at this broker).
+    pub subscriptions: usize,
+    /// Parts detected elsewhere and sent on: the id given, the neighbour, the text.
+    pub parts: Vec<(MessageId, Name, String)>,
+    /// What it stores and has completed.
+    pub detail: DetectorDetail,
 }
 
 fn upstream(hop: &Hop) -> Option<Name> {

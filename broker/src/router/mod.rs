@@ -93,6 +93,7 @@ mod settle;
 mod sub_routes;
 
 use composite::Composites;
+pub use composite::DetectorRow;
 
 pub use covering::Covering;
 use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
@@ -651,6 +652,12 @@ impl Router {
     /// detectors running.
     pub fn composite_counters(&self) -> (Counters, usize, usize) {
         (self.composites.detectors.counters(), self.composites.len(), self.composites.detectors.len())
+    }
+
+    /// How many composite detectors run here, and those from the `offset`-th by number, at
+    /// most `limit`.
+    pub fn detectors_page(&self, offset: usize, limit: usize) -> (usize, Vec<DetectorRow>) {
+        self.composites.detector_rows(offset, limit)
     }
 
     /// The caps and windows the composite detectors apply.
