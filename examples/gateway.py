@@ -11,20 +11,24 @@ library only. Start the broker with --http ADDR:PORT --http-gateway, then:
 with the subscription's id, then every notification (`--count N`: stop after N).
 `publish` sends session lines (a, p, unadv) in order as one client and prints the
 broker's replies; it exits 1 if the broker refused a line or the text did not parse.
+
+A broker started with --http-tls too serves https://; pass its certificate (cert.pem in
+its data dir, or the federation CA) with --cafile FILE.
 """
 
 import argparse
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 
 
-def subscribe(url, text, count, composite):
+def subscribe(url, text, count, composite, context):
     query = urllib.parse.urlencode({"cs" if composite else "s": text})
     try:
-        response = urllib.request.urlopen(f"{url}/api/subscribe?{query}")
+        response = urllib.request.urlopen(f"{url}/api/subscribe?{query}", context=context)
     except urllib.error.HTTPError as refused:
         print(refused.read().decode(), file=sys.stderr)
         return 1
@@ -44,7 +48,7 @@ def subscribe(url, text, count, composite):
     return 0
 
 
-def publish(url, lines):
+def publish(url, lines, context):
     request = urllib.request.Request(
         f"{url}/api/publish",
         data=json.dumps(lines).encode("utf-8"),
@@ -52,7 +56,7 @@ def publish(url, lines):
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request) as response:
+        with urllib.request.urlopen(request, context=context) as response:
             for reply in json.loads(response.read()):
                 print(json.dumps(reply), flush=True)
             return 0
@@ -70,6 +74,7 @@ def publish(url, lines):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="the broker's HTTP listener, e.g. http://127.0.0.1:7781")
+    parser.add_argument("--cafile", help="for https://: the broker's certificate or the CA to verify it with")
     commands = parser.add_subparsers(dest="command", required=True)
     sub = commands.add_parser("subscribe", help="print notifications as JSON lines")
     sub.add_argument("filter", help="a subscription, e.g. \"[class,eq,'quote']\"")
@@ -79,9 +84,10 @@ def main():
     pub.add_argument("lines", nargs="+", help="e.g. \"p [class,'quote'],[price,120]\"")
     args = parser.parse_args()
     url = args.url.rstrip("/")
+    context = ssl.create_default_context(cafile=args.cafile) if args.cafile else None
     if args.command == "subscribe":
-        return subscribe(url, args.filter, args.count, args.composite)
-    return publish(url, args.lines)
+        return subscribe(url, args.filter, args.count, args.composite, context)
+    return publish(url, args.lines, context)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openmetrics_parser::{MetricNumber, OpenMetricsType, OpenMetricsValue};
@@ -305,10 +306,15 @@ async fn the_federation_view_comes_from_the_brokers_reports() {
 
 /// `examples/gateway.py` with `args`, its output piped.
 fn python(http: SocketAddr, args: &[&str]) -> std::process::Child {
+    python_at(&format!("http://{http}"), args)
+}
+
+/// `examples/gateway.py` with `--url url` and then `args`.
+fn python_at(url: &str, args: &[&str]) -> std::process::Child {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gateway.py");
     std::process::Command::new("python3")
         .arg(script)
-        .args(["--url", &format!("http://{http}")])
+        .args(["--url", url])
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -532,4 +538,70 @@ async fn detectors_and_the_history_store_show_in_the_json_api() {
     assert_eq!(store["filters"], serde_json::json!(["[class,eq,'job_status']"]), "{store}");
     assert_eq!(store["durability"], "normal", "{store}");
     assert!(store["path"].as_str().is_some_and(|p| p.ends_with("history.sqlite")), "{store}");
+}
+
+#[tokio::test]
+async fn with_http_tls_the_listener_speaks_https_with_the_brokers_certificate() {
+    use tokio_rustls::rustls;
+    let b1 = start_with("B1", "http-tls", &with_gateway(vec!["--http-tls".to_owned()]));
+    let http = http_of(&b1);
+    // The broker's own certificate, as its QUIC clients pin it.
+    let roots = padres_transport::tls::roots(&[b1.dir.join("cert.pem")]).expect("the broker's certificate");
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    for name in ["localhost", "127.0.0.1"] {
+        let tcp = tokio::net::TcpStream::connect(http).await.expect("connects");
+        let server = rustls::pki_types::ServerName::try_from(name.to_owned()).expect("a server name");
+        let mut tls = connector.connect(server, tcp).await.expect("the handshake verifies the broker");
+        tls.write_all(
+            format!("GET /api/stats HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("sends");
+        let mut response = String::new();
+        tokio::time::timeout(Duration::from_secs(10), tls.read_to_string(&mut response))
+            .await
+            .expect("answers within 10 s")
+            .expect("reads");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.contains("\"broker\":\"B1\""), "{response}");
+    }
+
+    // The Python example publishes over HTTPS, trusting the broker's certificate.
+    let mut rust_sub = client(&b1, "rust-sub").await;
+    rust_sub.send("s [class,eq,'over_tls']").await.expect("subscribed");
+    let cert = b1.dir.join("cert.pem");
+    let output = python_at(
+        &format!("https://localhost:{}", http.port()),
+        &["--cafile", cert.to_str().expect("a UTF-8 path"), "publish"]
+            .into_iter()
+            .chain(["a [class,eq,'over_tls'],[n,isPresent,0]", "p [class,'over_tls'],[n,8]"])
+            .collect::<Vec<_>>(),
+    )
+    .wait_with_output()
+    .expect("python ends");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let p = next_publication(&mut rust_sub, Duration::from_secs(10)).await.expect("the publication arrives");
+    assert_eq!(p.get("n"), Some(&padres_lang::Value::Int(8)));
+
+    // Plain HTTP gets no answer: the first bytes are not a TLS hello.
+    let mut plain = tokio::net::TcpStream::connect(http).await.expect("connects");
+    plain.write_all(b"GET /api/stats HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("sends");
+    let mut response = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut response)).await;
+    assert!(
+        !String::from_utf8_lossy(&response).contains("\"broker\""),
+        "plain HTTP must not be served: {read:?} {response:?}"
+    );
+
+    // A certificate the client does not trust fails the handshake.
+    let stranger = start_with("B9", "http-tls-other", &with_http(vec!["--http-tls".to_owned()]));
+    let tcp = tokio::net::TcpStream::connect(http_of(&stranger)).await.expect("connects");
+    let server = rustls::pki_types::ServerName::try_from("localhost".to_owned()).expect("a server name");
+    assert!(connector.connect(server, tcp).await.is_err(), "another broker's certificate is refused");
 }

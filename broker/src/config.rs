@@ -193,6 +193,8 @@ pub struct Config {
     pub http: Option<SocketAddr>,
     /// Serve the HTTP gateway too (publishing and subscribing over HTTP, unauthenticated).
     pub http_gateway: bool,
+    /// Serve the HTTP listener over TLS (HTTPS) with the broker's own certificate.
+    pub http_tls: bool,
     /// How often the broker publishes its report on the reserved class `padres_broker`
     /// (milliseconds; 0: never). See [`crate::monitor`].
     pub monitor_interval_ms: u64,
@@ -232,6 +234,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             http: None,
             http_gateway: false,
+            http_tls: false,
             monitor_interval_ms: DEFAULT_MONITOR_INTERVAL_MS,
             neighbours: Vec::new(),
             peer_certs: Vec::new(),
@@ -343,6 +346,11 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "monitor_interval_ms must be 0 (no reports) or from {MIN_MONITOR_INTERVAL_MS} to {MAX_MONITOR_INTERVAL_MS}"
             )));
+        }
+        if self.http_tls && self.http.is_none() {
+            return Err(ConfigError::Invalid(
+                "http_tls needs the HTTP listener: set http = \"ADDR:PORT\" (--http) too".to_owned(),
+            ));
         }
         if self.http_gateway && self.http.is_none() {
             return Err(ConfigError::Invalid(
@@ -491,9 +499,11 @@ impl Config {
             out,
             "# Address and TCP port of the HTTP listener: Prometheus metrics at /metrics, JSON"
         );
-        let _ =
-            writeln!(out, "# at /api/stats, /api/links, /api/routes and /api/federation. Off unless set;");
-        let _ = writeln!(out, "# plain HTTP, for loopback or a trusted network.");
+        let _ = writeln!(
+            out,
+            "# at /api/stats, /api/links, /api/routes, /api/detectors, /api/history and /api/federation."
+        );
+        let _ = writeln!(out, "# Off unless set; plain HTTP unless http_tls is set.");
         match &self.http {
             Some(http) => {
                 let _ = writeln!(out, "http = {}\n", value(&http.to_string()));
@@ -506,6 +516,11 @@ impl Config {
             writeln!(out, "# Also serve the gateway on the HTTP listener: publish (POST /api/publish) and");
         let _ = writeln!(out, "# subscribe (GET /api/subscribe) over HTTP, with no authentication yet.");
         let _ = writeln!(out, "http_gateway = {}\n", self.http_gateway);
+        let _ =
+            writeln!(out, "# Serve the HTTP listener over HTTPS with the broker's own certificate (the one");
+        let _ =
+            writeln!(out, "# its QUIC clients verify: cert.pem in the data dir, or the configured cert).");
+        let _ = writeln!(out, "http_tls = {}\n", self.http_tls);
         let _ =
             writeln!(out, "# How often (ms) the broker publishes a report on itself on the reserved class");
         let _ =

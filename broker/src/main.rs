@@ -121,10 +121,14 @@ struct Overrides {
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     listen: Option<SocketAddr>,
     /// Serve Prometheus metrics (/metrics) and a read-only JSON API (/api/stats,
-    /// /api/links, /api/routes) over plain HTTP on this address and TCP port, e.g.
-    /// 127.0.0.1:7780 [default: off].
+    /// /api/links, /api/routes, /api/detectors, /api/history, /api/federation) over HTTP on
+    /// this address and TCP port, e.g. 127.0.0.1:7780 [default: off].
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     http: Option<SocketAddr>,
+    /// Serve that listener over HTTPS with the broker's own certificate (the one its QUIC
+    /// clients verify: e.g. curl --cacert DATA_DIR/cert.pem https://127.0.0.1:7780/metrics).
+    #[arg(long, global = true)]
+    http_tls: bool,
     /// Also serve the HTTP gateway on that listener: publish (POST /api/publish) and
     /// subscribe (GET /api/subscribe, server-sent events) over HTTP. No authentication yet:
     /// loopback or a trusted network only.
@@ -254,6 +258,7 @@ impl Overrides {
             config.http = Some(http);
         }
         config.http_gateway |= self.http_gateway;
+        config.http_tls |= self.http_tls;
         if let Some(ms) = self.monitor_interval_ms {
             config.monitor_interval_ms = ms;
         }

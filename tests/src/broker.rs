@@ -49,7 +49,9 @@ fn spawn(dir: &Path, listen: &str, args: &[String]) -> (Child, SocketAddr, Optio
     loop {
         let mut line = String::new();
         stdout.read_line(&mut line).expect("reads the listening line");
-        if let Some((_, a)) = line.trim().rsplit_once("http://") {
+        if let Some((_, a)) =
+            line.trim().rsplit_once("http://").or_else(|| line.trim().rsplit_once("https://"))
+        {
             http = Some(a.parse().unwrap_or_else(|_| panic!("no HTTP address in {line:?}")));
             continue;
         }

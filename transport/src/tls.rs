@@ -201,6 +201,20 @@ pub fn server_config(
     Ok(config)
 }
 
+/// The configuration for serving HTTPS (TLS 1.3, HTTP/1.1) as `identity`, for a broker's
+/// HTTP listener: the same certificate its QUIC clients verify.
+pub fn https_config(identity: &Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let tls = |e: rustls::Error| TlsError::Config(e.to_string());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls)?
+        .with_no_client_auth()
+        .with_single_cert(identity.chain.clone(), identity.key.clone_key())
+        .map_err(tls)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// True if the peer of `connection` presented a certificate (which the server
 /// configuration's verifier has then checked).
 pub fn peer_has_certificate(connection: &quinn::Connection) -> bool {

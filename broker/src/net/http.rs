@@ -14,8 +14,15 @@
 //! | `POST /api/publish`, `GET /api/subscribe?s=FILTER` | with `--http-gateway`: the gateway for other languages (`net/gateway.rs`) |
 //!
 //! Every answer is taken from the router task when asked, as `padres broker stats` is.
-//! The listener speaks plain HTTP/1.1 and is meant for a trusted network or loopback
-//! (a scraper or a script on the same host).
+//! The listener speaks HTTP/1.1: plain, for loopback or a trusted network, or with
+//! `--http-tls` over TLS 1.3 with the broker's own certificate (the one its QUIC clients
+//! verify), each handshake in a task of its own with a 10 s limit. It does not yet
+//! authenticate its clients.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -25,7 +32,10 @@ use axum::routing::{get, post};
 use padres_lang::wire::{BrokerStats, RoutesReport};
 use padres_lang::{MessageId, Name};
 use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::{TlsAcceptor, rustls};
 
 use super::gateway::Gateway;
 use super::router_task::{Event, Inspect};
@@ -127,9 +137,10 @@ pub(super) struct HistoryView {
     pub(super) queries: u64,
 }
 
-/// Serves `listener` until `shutdown` completes.
+/// Serves `listener` until `shutdown` completes: plain HTTP, or HTTPS with `tls`.
 pub(super) async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     gateway: Gateway,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -147,8 +158,86 @@ pub(super) async fn serve(
         .route("/api/subscribe", get(super::gateway::subscribe))
         .with_state(gateway)
         .merge(inspect);
-    if let Err(error) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+    let served = match tls {
+        Some(tls) => axum::serve(TlsListener::new(listener, tls), app).with_graceful_shutdown(shutdown).await,
+        None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
+    };
+    if let Err(error) = served {
         tracing::error!(%error, "the HTTP listener stopped");
+    }
+}
+
+/// How long a connection may take over its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TLS connections for [`axum::serve`], each handshaken in a task of its own, so that a
+/// client slow to finish its handshake holds up no one else.
+#[derive(Debug)]
+struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: io::Result<SocketAddr>,
+    _accepting: AbortOnDropHandle,
+}
+
+/// Stops the accepting task with the listener.
+#[derive(Debug)]
+struct AbortOnDropHandle(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDropHandle {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl TlsListener {
+    fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> Self {
+        let local = tcp.local_addr();
+        let (done, ready) = mpsc::channel(64);
+        let acceptor = TlsAcceptor::from(config);
+        let accepting = tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of descriptors, or the like: wait rather than spin.
+                        tracing::warn!(%error, "HTTPS accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, done) = (acceptor.clone(), done.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = done.send((tls, peer)).await;
+                        }
+                        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Self { ready, local, _accepting: AbortOnDropHandle(accepting) }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(connection) => connection,
+            // The accepting task is gone (it never ends while the listener lives).
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match &self.local {
+            Ok(addr) => Ok(*addr),
+            Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+        }
     }
 }
 

@@ -190,7 +190,12 @@ pub async fn serve_until(
             let http_error = |source| ServeError::HttpListen { addr, source };
             let listener = tokio::net::TcpListener::bind(addr).await.map_err(http_error)?;
             let bound = listener.local_addr().map_err(http_error)?;
-            Some((listener, bound))
+            let tls = if config.http_tls {
+                Some(padres_transport::tls::https_config(&identity.tls)?)
+            } else {
+                None
+            };
+            Some((listener, bound, tls))
         }
         None => None,
     };
@@ -204,10 +209,11 @@ pub async fn serve_until(
         }
     };
     // Before the QUIC line, which scripts and tests read first to learn the address.
-    if let Some((_, http)) = &http {
+    if let Some((_, http, tls)) = &http {
         let gateway = if config.http_gateway { ", gateway /api/publish, /api/subscribe" } else { "" };
-        tracing::info!(%http, "HTTP listener: /metrics, /api/stats, /api/links, /api/routes, /api/federation{gateway}");
-        println!("padres-broker {} http on http://{http}", config.name);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tracing::info!(%http, scheme, "HTTP listener: /metrics, /api/stats, /api/links, /api/routes, /api/detectors, /api/history, /api/federation{gateway}");
+        println!("padres-broker {} http on {scheme}://{http}", config.name);
     }
     tracing::info!(broker = %config.name, %addr, incarnation, "listening");
     println!("padres-broker {} listening on quic://{addr}", config.name);
@@ -243,14 +249,14 @@ pub async fn serve_until(
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     // Client ids, for QUIC clients and the gateway's alike.
     let next_client = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let http_task = http.map(|(listener, _)| {
+    let http_task = http.map(|(listener, _, tls)| {
         let gateway = gateway::Gateway {
             events: events.clone(),
             next_client: next_client.clone(),
             max_frame: limits.max_frame,
             enabled: config.http_gateway,
         };
-        tokio::spawn(http::serve(listener, gateway, async move {
+        tokio::spawn(http::serve(listener, tls, gateway, async move {
             let _ = http_stopped.await;
         }))
     });
