@@ -2,7 +2,6 @@
 //! parsed by an OpenMetrics parser and compared with `padres broker stats` after a known
 //! load, the JSON API, and bad requests.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +9,7 @@ use std::time::Duration;
 use openmetrics_parser::{MetricNumber, OpenMetricsType, OpenMetricsValue};
 use padres_client::{Client, Notification};
 use padres_tests::broker::{Broker, client, neighbour_of, start_with};
+use padres_tests::http::{get, post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HTTP: [&str; 2] = ["--http", "127.0.0.1:0"];
@@ -20,42 +20,6 @@ fn with_http(extra: Vec<String>) -> Vec<String> {
 
 fn with_gateway(extra: Vec<String>) -> Vec<String> {
     with_http(std::iter::once("--http-gateway".to_owned()).chain(extra).collect())
-}
-
-/// Sends one HTTP/1.1 `request` (closing the connection after it); returns the status
-/// code, the headers (lower-case names) and the body.
-async fn exchange(addr: SocketAddr, request: &str) -> (u16, HashMap<String, String>, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects to the HTTP listener");
-    stream.write_all(request.as_bytes()).await.expect("sends the request");
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
-        .await
-        .expect("answers within 10 s")
-        .expect("reads the response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
-    let mut lines = head.lines();
-    let status =
-        lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("a status");
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    (status, headers, body.to_owned())
-}
-
-/// One GET.
-async fn get(addr: SocketAddr, path: &str) -> (u16, HashMap<String, String>, String) {
-    exchange(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).await
-}
-
-/// One POST of `body` as `content_type`; returns the status and the body.
-async fn post(addr: SocketAddr, path: &str, content_type: &str, body: &str) -> (u16, String) {
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let (status, _, body) = exchange(addr, &request).await;
-    (status, body)
 }
 
 async fn next_publication(client: &mut Client, wait: Duration) -> Option<padres_lang::Publication> {

@@ -14,10 +14,12 @@
 //! as the brokers of the federation are trusted (a neighbour's reports are forwarded as
 //! they come).
 //!
-//! Report attributes: `class`, `broker`, `neighbours`, `interval_ms`, `uptime_ms`,
-//! `clients`, `advertisements`, `subscriptions`, `publications_in`, `notifications_out`,
-//! `broker_messages_in`, `broker_messages_out`, `partial_matches`, `history_rows` (and the
-//! `time` every publication carries).
+//! Report attributes: `class`, `broker`, `neighbours`, `link_messages_out` (messages sent
+//! to each of those neighbours since the broker started, space-separated in the same
+//! order), `interval_ms`, `uptime_ms`, `clients`, `advertisements`, `subscriptions`,
+//! `publications_in`, `notifications_out`, `broker_messages_in`, `broker_messages_out`,
+//! `partial_matches`, `history_rows` (and the `time` every publication carries). The view
+//! turns two successive reports of a broker into its message rate on each link.
 
 use std::collections::BTreeMap;
 
@@ -45,7 +47,7 @@ const COUNTERS: [&str; 10] = [
 /// What a broker advertises for its reports.
 pub fn advertisement() -> Advertisement {
     let mut text = format!(
-        "[class,eq,'{CLASS}'],[broker,isPresent,''],[neighbours,isPresent,''],[interval_ms,isPresent,0]"
+        "[class,eq,'{CLASS}'],[broker,isPresent,''],[neighbours,isPresent,''],[link_messages_out,isPresent,''],[interval_ms,isPresent,0]"
     );
     for counter in COUNTERS {
         text.push_str(&format!(",[{counter},isPresent,0]"));
@@ -58,8 +60,9 @@ pub fn subscription() -> Subscription {
     format!("[class,eq,'{CLASS}']").parse().expect("the report subscription parses")
 }
 
-/// The report of a broker whose counters are `stats`, sent every `interval_ms`.
-pub fn report(stats: &BrokerStats, interval_ms: u64) -> Publication {
+/// The report of a broker whose counters are `stats`, sent every `interval_ms`;
+/// `messages_out(n)` is how many messages it has sent to neighbour `n`.
+pub fn report(stats: &BrokerStats, interval_ms: u64, messages_out: impl Fn(&Name) -> u64) -> Publication {
     let int = |n: u64| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
     let values = [
         stats.uptime_ms,
@@ -74,11 +77,13 @@ pub fn report(stats: &BrokerStats, interval_ms: u64) -> Publication {
         stats.history_rows,
     ];
     let neighbours: Vec<&str> = stats.neighbours.iter().map(Name::as_str).collect();
+    let sent: Vec<String> = stats.neighbours.iter().map(|n| messages_out(n).to_string()).collect();
     let name = |n: &str| Name::new(n).expect("a report attribute is a valid name");
     let mut attrs = vec![
         (name("class"), Value::str(CLASS)),
         (name("broker"), Value::str(stats.broker.as_str())),
         (name("neighbours"), Value::str(&neighbours.join(" "))),
+        (name("link_messages_out"), Value::str(&sent.join(" "))),
         (name("interval_ms"), int(interval_ms)),
     ];
     attrs.extend(COUNTERS.iter().zip(values).map(|(counter, value)| (name(counter), int(value))));
@@ -86,7 +91,7 @@ pub fn report(stats: &BrokerStats, interval_ms: u64) -> Publication {
 }
 
 /// One broker as its latest report describes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BrokerView {
     /// Its name.
     pub broker: String,
@@ -96,12 +101,17 @@ pub struct BrokerView {
     pub interval_ms: u64,
     /// Its counters, by name.
     pub counters: BTreeMap<String, u64>,
+    /// Messages it has sent to each neighbour since it started.
+    pub messages_out: BTreeMap<String, u64>,
+    /// Messages per second it sent to each neighbour between its last two reports (empty
+    /// until it has sent two, or after it restarted).
+    pub rates_out: BTreeMap<String, f64>,
     /// When its report was received here (this broker's clock, ms since the Unix epoch).
     pub received_ms: u64,
 }
 
 /// The federation as the reports received here describe it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FederationView {
     /// Every broker heard from recently, by name.
     pub brokers: Vec<BrokerView>,
@@ -126,17 +136,41 @@ impl Federation {
             Some(Value::Int(n)) => u64::try_from(*n).ok(),
             _ => None,
         };
-        let neighbours = publication
+        let neighbours: Vec<String> = publication
             .get("neighbours")
             .and_then(Value::as_str)
             .map(|n| n.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default();
-        let counters = COUNTERS.iter().filter_map(|c| number(c).map(|n| ((*c).to_owned(), n))).collect();
+        let counters: BTreeMap<String, u64> =
+            COUNTERS.iter().filter_map(|c| number(c).map(|n| ((*c).to_owned(), n))).collect();
+        let sent = publication.get("link_messages_out").and_then(Value::as_str).unwrap_or_default();
+        let messages_out: BTreeMap<String, u64> = neighbours
+            .iter()
+            .zip(sent.split_whitespace())
+            .filter_map(|(n, count)| Some((n.clone(), count.parse().ok()?)))
+            .collect();
+        let mut rates_out = BTreeMap::new();
+        let uptime = counters.get("uptime_ms").copied();
+        if let (Some(before), Some(uptime)) = (self.latest.get(broker), uptime) {
+            let elapsed_ms = before.counters.get("uptime_ms").map(|&t| uptime.saturating_sub(t));
+            // Counters that went back mean a restart: no rate across it.
+            if let Some(elapsed_ms) = elapsed_ms.filter(|&ms| ms > 0) {
+                for (peer, &count) in &messages_out {
+                    if let Some(&earlier) = before.messages_out.get(peer).filter(|&&earlier| earlier <= count)
+                    {
+                        let rate = (count - earlier) as f64 * 1000.0 / elapsed_ms as f64;
+                        rates_out.insert(peer.clone(), rate);
+                    }
+                }
+            }
+        }
         let view = BrokerView {
             broker: broker.to_owned(),
             neighbours,
             interval_ms: number("interval_ms").unwrap_or(0),
             counters,
+            messages_out,
+            rates_out,
             received_ms: now,
         };
         self.latest.insert(broker.to_owned(), view);
@@ -187,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_report_conforms_to_the_advertisement_and_reads_back() {
-        let report = report(&stats("B2", &["B1", "B3"]), 5000);
+        let report = report(&stats("B2", &["B1", "B3"]), 5000, |n| if n.as_str() == "B1" { 11 } else { 12 });
         assert!(padres_lang::semantics::conforms(&report, &advertisement()), "{report}");
         assert!(padres_lang::matches(&subscription(), &report));
         let mut federation = Federation::default();
@@ -199,19 +233,38 @@ mod tests {
         assert_eq!(b2.neighbours, ["B1", "B3"]);
         assert_eq!(b2.counters["publications_in"], 5);
         assert_eq!(b2.counters["history_rows"], 10);
+        assert_eq!(b2.messages_out, [("B1".to_owned(), 11), ("B3".to_owned(), 12)].into());
+        assert!(b2.rates_out.is_empty(), "one report: no rate yet");
         assert_eq!(view.links, [("B1".to_owned(), "B2".to_owned()), ("B2".to_owned(), "B3".to_owned())]);
     }
 
     #[test]
     fn links_are_listed_once_and_silent_brokers_are_forgotten() {
         let mut federation = Federation::default();
-        federation.receive(0, &report(&stats("B1", &["B2"]), 1000));
-        federation.receive(2000, &report(&stats("B2", &["B1"]), 1000));
+        federation.receive(0, &report(&stats("B1", &["B2"]), 1000, |_| 0));
+        federation.receive(2000, &report(&stats("B2", &["B1"]), 1000, |_| 0));
         assert_eq!(federation.view(2500).links, [("B1".to_owned(), "B2".to_owned())]);
         // B1 last reported at 0: past three of its intervals at 3,001 it is gone.
         let view = federation.view(3001);
         assert_eq!(view.brokers.iter().map(|b| b.broker.as_str()).collect::<Vec<_>>(), ["B2"]);
         let other: Publication = "[class,'quote'],[broker,'B9']".parse().expect("publication");
         assert!(!federation.receive(3002, &other), "only reports are taken in");
+    }
+
+    #[test]
+    fn two_reports_give_each_links_message_rate_and_a_restart_gives_none() {
+        let mut federation = Federation::default();
+        let at = |uptime_ms: u64, to_b1: u64, to_b3: u64| {
+            let mut stats = stats("B2", &["B1", "B3"]);
+            stats.uptime_ms = uptime_ms;
+            report(&stats, 1000, move |n| if n.as_str() == "B1" { to_b1 } else { to_b3 })
+        };
+        federation.receive(0, &at(10_000, 100, 7));
+        federation.receive(2000, &at(12_000, 500, 7));
+        let view = federation.view(2000);
+        assert_eq!(view.brokers[0].rates_out, [("B1".to_owned(), 200.0), ("B3".to_owned(), 0.0)].into());
+        // Restarted: uptime and counters start again; no rate across the restart.
+        federation.receive(3000, &at(500, 3, 1));
+        assert!(federation.view(3000).brokers[0].rates_out.is_empty());
     }
 }

@@ -6,7 +6,9 @@
 //! - `e2e_composite.rs`: composite subscriptions across real brokers.
 //! - `e2e_http.rs`: a broker's HTTP listener: `/metrics` and the JSON API.
 //! - `cli.rs`: the real `padres` binary against a broker embedded in the test.
+//! - `e2e_browser.rs`: the web monitor in headless Chromium.
 //! - [`broker`]: starting, restarting and watching broker processes, for those tests.
+//! - [`http`]: a plain HTTP client for the HTTP listener's tests.
 //!
 //! The binaries are other packages', so Cargo does not hand their paths to these tests;
 //! [`binary`] finds them beside the test executable. `cargo test --workspace` builds them
@@ -15,6 +17,7 @@
 //! (`cargo build --workspace --bins`) when running this crate by itself.
 
 pub mod broker;
+pub mod http;
 
 use std::path::PathBuf;
 

@@ -4,6 +4,7 @@
 //!
 //! | path | answer |
 //! |---|---|
+//! | `GET /` | the web monitor (`broker/assets/monitor/`, built into the binary): the overlay with each link's message rate, this broker's routing tables with a filter box, its detectors and its history store, redrawn every 2 s from the JSON API |
 //! | `GET /metrics` | every counter in the OpenMetrics text format ([`crate::metrics`]) |
 //! | `GET /api/stats` | what `padres broker stats --json` shows |
 //! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
@@ -145,6 +146,9 @@ pub(super) async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let inspect = axum::Router::new()
+        .route("/", get(|| async { asset("text/html; charset=utf-8", MONITOR_HTML) }))
+        .route("/monitor.js", get(|| async { asset("text/javascript; charset=utf-8", MONITOR_JS) }))
+        .route("/monitor.css", get(|| async { asset("text/css; charset=utf-8", MONITOR_CSS) }))
         .route("/metrics", get(metrics_text))
         .route("/api/stats", get(stats))
         .route("/api/links", get(links))
@@ -239,6 +243,16 @@ impl axum::serve::Listener for TlsListener {
             Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
         }
     }
+}
+
+/// The web monitor's files, built into the binary.
+const MONITOR_HTML: &str = include_str!("../../assets/monitor/index.html");
+const MONITOR_JS: &str = include_str!("../../assets/monitor/monitor.js");
+const MONITOR_CSS: &str = include_str!("../../assets/monitor/monitor.css");
+
+/// One of the monitor's files.
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
 /// The broker is shutting down: nothing to answer with.

@@ -293,7 +293,8 @@ pub(super) async fn run(
             Some(_) = task.tasks.join_next(), if !task.tasks.is_empty() => {}
             _ = tick(&mut report_timer), if report_timer.is_some() => {
                 let now = task.now();
-                let report = monitor::report(&task.stats(now), task.reports.interval_ms);
+                let sent = |peer: &Name| task.link_counters.get(peer).map_or(0, |c| c.messages_out);
+                let report = monitor::report(&task.stats(now), task.reports.interval_ms, sent);
                 // A publication is not delivered back to the client that published it:
                 // this broker's own report goes into its view directly.
                 if task.reports.view {

@@ -1,0 +1,139 @@
+//! The broker's web monitor in a real browser: headless Chromium loads the page a broker
+//! serves at `/`, runs its JavaScript against the live JSON API, and the test reads the
+//! page as the browser left it (`--dump-dom`). A screenshot is written to
+//! `target/monitor.png` for people to look at.
+//!
+//! Chromium is needed: `.ci/run` installs Debian's `chromium` when it is missing; set
+//! `PADRES_CHROMIUM` to another binary. `PADRES_SKIP_BROWSER=1` skips this test, saying so.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use padres_tests::broker::{client, neighbour_of, start_with};
+use padres_tests::http::get;
+
+/// The Chromium binary, if there is one.
+fn chromium() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("PADRES_CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| ["chromium", "chromium-browser", "google-chrome"].map(|name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs headless Chromium on `url` with `extra` flags, giving the page's scripts `budget_ms`
+/// of virtual time (fetches included) before it acts; returns what it printed.
+fn browse(chromium: &Path, profile: &Path, url: &str, extra: &[&str], budget_ms: u32) -> String {
+    let output = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={budget_ms}"))
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap_or_else(|e| panic!("{} runs: {e}", chromium.display()));
+    assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The text of the element `<tag id="id" …>…</tag>` in `dom` (no nesting of `tag` inside).
+fn element<'a>(dom: &'a str, tag: &str, id: &str) -> &'a str {
+    let start = dom.find(&format!("<{tag} id=\"{id}\"")).unwrap_or_else(|| panic!("no #{id} in the page"));
+    let end = dom[start..].find(&format!("</{tag}>")).map_or(dom.len(), |e| start + e);
+    &dom[start..end]
+}
+
+#[tokio::test]
+async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_browser() {
+    if std::env::var_os("PADRES_SKIP_BROWSER").is_some() {
+        eprintln!("PADRES_SKIP_BROWSER is set: the browser test is skipped");
+        return;
+    }
+    let chromium = chromium().expect(
+        "the web monitor's test needs Chromium (Debian: apt-get install chromium; or set \
+         PADRES_CHROMIUM=/path/to/chrome, or PADRES_SKIP_BROWSER=1 to skip it)",
+    );
+    let fast = |extra: Vec<String>| -> Vec<String> {
+        ["--monitor-interval-ms", "200"].iter().map(ToString::to_string).chain(extra).collect()
+    };
+    let http_flags = vec!["--http".to_owned(), "127.0.0.1:0".to_owned()];
+    let b1 = start_with("B1", "browser", &fast(http_flags));
+    let b2 = start_with("B2", "browser", &fast(neighbour_of(&b1)));
+    let b3 = start_with("B3", "browser", &fast(neighbour_of(&b2)));
+    let http = b1.http.expect("B1 serves HTTP");
+    // A subscription at B3 that reaches B1's PRT (from B2), and a publisher at B1 for it.
+    let subscriber = client(&b3, "sub").await;
+    subscriber.send("s [class,eq,'quote'],[symbol,eq,'IBM']").await.expect("subscribed");
+    let publisher = client(&b1, "pub").await;
+    publisher.send("a [class,eq,'quote'],[symbol,isPresent,'']").await.expect("advertised");
+    for _ in 0..50 {
+        publisher.send("p [class,'quote'],[symbol,'IBM']").await.expect("published");
+    }
+
+    // Until B1's view holds the whole chain, so the page has it at its first fetch.
+    let mut complete = false;
+    for _ in 0..100 {
+        let (_, _, body) = get(http, "/api/federation").await;
+        let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let b2_sees_both = view["brokers"]
+            .as_array()
+            .and_then(|b| b.iter().find(|b| b["broker"] == "B2"))
+            .is_some_and(|b2| b2["neighbours"] == serde_json::json!(["B1", "B3"]));
+        if view["brokers"].as_array().map(Vec::len) == Some(3) && b2_sees_both {
+            complete = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(complete, "B1's federation view never held the chain");
+
+    let profile = padres_tests::broker::data_dir("browser", "chromium-profile");
+    let url = format!("http://{http}/?filter=quote");
+    let dom = tokio::task::spawn_blocking({
+        let (chromium, profile) = (chromium.clone(), profile.clone());
+        move || browse(&chromium, &profile, &url, &["--dump-dom"], 5_000)
+    })
+    .await
+    .expect("the browser ran");
+
+    assert!(dom.contains("data-ready=\"true\""), "the page never finished loading:\n{dom}");
+    let graph = element(&dom, "svg", "graph");
+    assert!(graph.contains("data-brokers=\"3\""), "{graph}");
+    assert!(graph.contains("data-links=\"2\""), "{graph}");
+    for (name, link) in [("B1", "B1-B2"), ("B3", "B2-B3")] {
+        assert!(graph.contains(&format!("data-broker=\"{name}\"")), "{name} not drawn: {graph}");
+        assert!(graph.contains(&format!("data-link=\"{link}\"")), "{link} not drawn: {graph}");
+    }
+    // The filter box, filled from ?filter=quote: only the quote rows are listed.
+    let prt = element(&dom, "table", "prt");
+    assert!(prt.contains("[class,eq,'quote'],[symbol,eq,'IBM']") && prt.contains("broker B2"), "{prt}");
+    assert!(!prt.contains("padres_broker"), "the filter keeps out the reports' subscription: {prt}");
+    let srt = element(&dom, "table", "srt");
+    assert!(srt.contains("[class,eq,'quote']") && !srt.contains("padres_broker"), "{srt}");
+    assert!(dom.contains("1 subscriptions containing “quote”"), "the count says what the filter kept");
+
+    // For people to look at.
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/monitor.png");
+    let screenshot = format!("--screenshot={}", shot.display());
+    let url = format!("http://{http}/");
+    tokio::task::spawn_blocking(move || {
+        browse(&chromium, &profile, &url, &[&screenshot, "--window-size=1280,1100"], 3_000)
+    })
+    .await
+    .expect("the browser ran");
+    assert!(shot.is_file(), "no screenshot at {}", shot.display());
+    drop((b2, b3));
+}

@@ -1,0 +1,44 @@
+//! A plain HTTP/1.1 client for the tests of a broker's HTTP listener: one request per
+//! connection, read to its end.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Sends one HTTP/1.1 `request` (closing the connection after it); returns the status
+/// code, the headers (lower-case names) and the body.
+pub async fn exchange(addr: SocketAddr, request: &str) -> (u16, HashMap<String, String>, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connects to the HTTP listener");
+    stream.write_all(request.as_bytes()).await.expect("sends the request");
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut response))
+        .await
+        .expect("answers within 10 s")
+        .expect("reads the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    let mut lines = head.lines();
+    let status =
+        lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("a status");
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+/// One GET.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, HashMap<String, String>, String) {
+    exchange(addr, &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).await
+}
+
+/// One POST of `body` as `content_type`; returns the status and the body.
+pub async fn post(addr: SocketAddr, path: &str, content_type: &str, body: &str) -> (u16, String) {
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, _, body) = exchange(addr, &request).await;
+    (status, body)
+}
