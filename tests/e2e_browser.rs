@@ -1,13 +1,13 @@
 //! The broker's web monitor in a real browser: headless Chromium loads the page a broker
 //! serves at `/`, runs its JavaScript against the live JSON API, and the test reads the
 //! page as the browser left it (`--dump-dom`). A screenshot is written to
-//! `target/monitor.png` for people to look at.
+//! `target/tmp/monitor.png` for people to look at.
 //!
 //! Chromium is needed: `.ci/run` installs Debian's `chromium` when it is missing; set
 //! `PADRES_CHROMIUM` to another binary. `PADRES_SKIP_BROWSER=1` skips this test, saying so.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use padres_tests::broker::{client, neighbour_of, start_with};
@@ -25,9 +25,10 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// Runs headless Chromium on `url` with `extra` flags, giving the page's scripts `budget_ms`
-/// of virtual time (fetches included) before it acts; returns what it printed.
+/// of virtual time (fetches included) before it acts; returns what it printed. A browser
+/// that has not finished within a minute is killed and fails the test.
 fn browse(chromium: &Path, profile: &Path, url: &str, extra: &[&str], budget_ms: u32) -> String {
-    let output = Command::new(chromium)
+    let child = Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
@@ -43,8 +44,22 @@ fn browse(chromium: &Path, profile: &Path, url: &str, extra: &[&str], budget_ms:
         .arg(format!("--virtual-time-budget={budget_ms}"))
         .args(extra)
         .arg(url)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("{} runs: {e}", chromium.display()));
+    let pid = child.id();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let output = match finished.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.expect("chromium's output"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("chromium did not finish within 60 s on {url}");
+        }
+    };
     assert!(output.status.success(), "chromium failed: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -83,22 +98,37 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
         publisher.send("p [class,'quote'],[symbol,'IBM']").await.expect("published");
     }
 
-    // Until B1's view holds the whole chain, so the page has it at its first fetch.
+    // Until B1's view holds the whole chain with a rate on both links (B2's and B3's
+    // reports cross them toward B1, which subscribes to them, every 200 ms), and B3's subscription is in B1's PRT, so that the page
+    // has them all at its first fetch.
     let mut complete = false;
     for _ in 0..100 {
         let (_, _, body) = get(http, "/api/federation").await;
         let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
-        let b2_sees_both = view["brokers"]
-            .as_array()
-            .and_then(|b| b.iter().find(|b| b["broker"] == "B2"))
-            .is_some_and(|b2| b2["neighbours"] == serde_json::json!(["B1", "B3"]));
-        if view["brokers"].as_array().map(Vec::len) == Some(3) && b2_sees_both {
+        let broker = |name: &str| {
+            view["brokers"].as_array().and_then(|b| b.iter().find(|b| b["broker"] == name)).cloned()
+        };
+        let b2_sees_both = broker("B2").is_some_and(|b2| b2["neighbours"] == serde_json::json!(["B1", "B3"]));
+        let rated = |from: &str, to: &str| {
+            broker(from).is_some_and(|b| b["rates_out"][to].as_f64().is_some_and(|r| r > 0.0))
+        };
+        let (_, _, routes) = get(http, "/api/routes?filter=quote").await;
+        let routes: serde_json::Value = serde_json::from_str(&routes).expect("JSON");
+        if view["brokers"].as_array().map(Vec::len) == Some(3)
+            && b2_sees_both
+            && rated("B2", "B1")
+            && rated("B3", "B2")
+            && routes["prt_matched"] == 1
+        {
             complete = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(complete, "B1's federation view never held the chain");
+    assert!(
+        complete,
+        "B1's federation view never held the chain with its link rates, or the PRT B3's subscription"
+    );
 
     let profile = padres_tests::broker::data_dir("browser", "chromium-profile");
     let url = format!("http://{http}/?filter=quote");
@@ -115,7 +145,11 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
     assert!(graph.contains("data-links=\"2\""), "{graph}");
     for (name, link) in [("B1", "B1-B2"), ("B3", "B2-B3")] {
         assert!(graph.contains(&format!("data-broker=\"{name}\"")), "{name} not drawn: {graph}");
-        assert!(graph.contains(&format!("data-link=\"{link}\"")), "{link} not drawn: {graph}");
+        let drawn = graph
+            .find(&format!("data-link=\"{link}\""))
+            .unwrap_or_else(|| panic!("{link} not drawn: {graph}"));
+        let rate = graph[drawn..].split("data-rate=\"").nth(1).and_then(|r| r.split('"').next());
+        assert!(rate.is_some_and(|r| r != "0.00"), "{link} shows no message rate: {rate:?}");
     }
     // The filter box, filled from ?filter=quote: only the quote rows are listed.
     let prt = element(&dom, "table", "prt");
@@ -126,7 +160,7 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
     assert!(dom.contains("1 subscriptions containing “quote”"), "the count says what the filter kept");
 
     // For people to look at.
-    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/monitor.png");
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("monitor.png");
     let screenshot = format!("--screenshot={}", shot.display());
     let url = format!("http://{http}/");
     tokio::task::spawn_blocking(move || {

@@ -497,7 +497,7 @@ impl Config {
         let _ = writeln!(out, "listen = {}\n", value(&self.listen.to_string()));
         let _ = writeln!(
             out,
-            "# Address and TCP port of the HTTP listener: Prometheus metrics at /metrics, JSON"
+            "# Address and TCP port of the HTTP listener: the web monitor at /, Prometheus metrics at /metrics, JSON"
         );
         let _ = writeln!(
             out,

@@ -120,9 +120,10 @@ struct Overrides {
     /// Address and UDP port to listen on, e.g. 0.0.0.0:7700.
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     listen: Option<SocketAddr>,
-    /// Serve Prometheus metrics (/metrics) and a read-only JSON API (/api/stats,
-    /// /api/links, /api/routes, /api/detectors, /api/history, /api/federation) over HTTP on
-    /// this address and TCP port, e.g. 127.0.0.1:7780 [default: off].
+    /// Serve the web monitor (/), Prometheus metrics (/metrics) and a JSON API
+    /// (/api/stats, /api/links, /api/routes, /api/detectors, /api/history,
+    /// /api/federation) over HTTP on this address and TCP port, e.g. 127.0.0.1:7780
+    /// [default: off].
     #[arg(long, value_name = "ADDR:PORT", global = true)]
     http: Option<SocketAddr>,
     /// Serve that listener over HTTPS with the broker's own certificate (the one its QUIC

@@ -153,6 +153,10 @@ impl Federation {
         let uptime = counters.get("uptime_ms").copied();
         if let (Some(before), Some(uptime)) = (self.latest.get(broker), uptime) {
             let elapsed_ms = before.counters.get("uptime_ms").map(|&t| uptime.saturating_sub(t));
+            if elapsed_ms == Some(0) && before.counters.get("uptime_ms") == Some(&uptime) {
+                // The same report again (it came by two paths): the rates stand.
+                rates_out.clone_from(&before.rates_out);
+            }
             // Counters that went back mean a restart: no rate across it.
             if let Some(elapsed_ms) = elapsed_ms.filter(|&ms| ms > 0) {
                 for (peer, &count) in &messages_out {

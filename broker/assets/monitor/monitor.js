@@ -5,8 +5,11 @@
 
 const PAGE = 50;
 const REFRESH_MS = 2000;
+// The routing tables are read on the broker's routing task: every 10 s, or when asked.
+const ROUTES_EVERY = 5;
 const SVG = "http://www.w3.org/2000/svg";
-const state = { offset: 0, filter: "", here: "" };
+// `asked`: the number of the latest routes request; an answer to an older one is dropped.
+const state = { offset: 0, filter: "", here: "", asked: 0, ticks: 0, busy: false };
 
 const $ = (id) => document.getElementById(id);
 
@@ -90,34 +93,41 @@ function fillTable(id, rows, cells) {
   }));
 }
 
-function count(listed, matched, total, what) {
-  const shown = listed ? `${state.offset + 1}–${state.offset + listed} of ` : "";
-  return state.filter
-    ? `(${shown}${matched} ${what} containing “${state.filter}”, of ${total})`
+// "(1–50 of 120 subscriptions)", or with a filter "(… of 3 subscriptions containing “x”, of 120)",
+// as the answer says (its own offset and filter).
+function count(routes, listed, matched, total, what) {
+  const shown = listed ? `${routes.offset + 1}–${routes.offset + listed} of ` : "";
+  return routes.filter
+    ? `(${shown}${matched} ${what} containing “${routes.filter}”, of ${total})`
     : `(${shown}${total} ${what})`;
 }
 
 async function refreshRoutes() {
+  const asked = ++state.asked;
   const query = new URLSearchParams({ limit: PAGE, offset: state.offset, filter: state.filter });
   const routes = await api(`/api/routes?${query}`);
+  if (asked !== state.asked) return; // a newer request is on its way
   fillTable("srt", routes.srt, (e) => [idText(e.id), e.from, e.text]);
   fillTable("prt", routes.prt, (e) => [idText(e.id), e.from, e.to.join(" "), e.text]);
   fillTable("composites", routes.composites, (e) => [idText(e.id), e.from, e.to.join(" "), e.text]);
-  $("srt-count").textContent = count(routes.srt.length, routes.srt_matched, routes.srt_total, "advertisements");
-  $("prt-count").textContent = count(routes.prt.length, routes.prt_matched, routes.prt_total, "subscriptions");
-  $("composites-count").textContent =
-    count(routes.composites.length, routes.composites_matched, routes.composites_total, "composite subscriptions");
+  $("srt-count").textContent =
+    count(routes, routes.srt.length, routes.srt_matched, routes.srt_total, "advertisements");
+  $("prt-count").textContent =
+    count(routes, routes.prt.length, routes.prt_matched, routes.prt_total, "subscriptions");
+  $("composites-count").textContent = count(routes, routes.composites.length, routes.composites_matched,
+    routes.composites_total, "composite subscriptions");
   const most = Math.max(routes.srt_matched, routes.prt_matched, routes.composites_matched);
-  $("prev").disabled = state.offset === 0;
-  $("next").disabled = state.offset + PAGE >= most;
-  $("page").textContent = most > PAGE ? `rows ${state.offset + 1}–${Math.min(most, state.offset + PAGE)}` : "";
+  $("prev").disabled = routes.offset === 0;
+  $("next").disabled = routes.offset + PAGE >= most;
+  $("page").textContent = most > PAGE ? `rows ${routes.offset + 1}–${Math.min(most, routes.offset + PAGE)}` : "";
   $("routes").setAttribute("data-loaded", "true");
 }
 
 async function refreshDetectors() {
   const view = await api(`/api/detectors?limit=${PAGE}`);
-  $("detectors-count").textContent =
-    `(${view.total} here; ${view.stored} partial matches stored, ${view.matches} matches, ${view.evicted} evicted)`;
+  const listed = view.total > view.detectors.length ? `, the first ${view.detectors.length} listed` : "";
+  $("detectors-count").textContent = `(${view.total} here${listed}; ${view.stored} partial matches stored, ` +
+    `${view.matches} matches, ${view.evicted} evicted)`;
   const body = $("detector-rows").querySelector("tbody");
   body.replaceChildren(...view.detectors.map((d) => {
     const tr = element("tr");
@@ -140,6 +150,8 @@ async function refreshHistory() {
 }
 
 async function refresh() {
+  if (state.busy) return; // the last one is still waiting for the broker
+  state.busy = true;
   try {
     const stats = await api("/api/stats");
     state.here = stats.broker;
@@ -147,16 +159,22 @@ async function refresh() {
     $("broker").setAttribute("data-broker", stats.broker);
     for (const span of document.querySelectorAll(".this-broker")) span.textContent = stats.broker;
     drawOverlay(await api("/api/federation"));
-    await refreshRoutes();
+    if (state.ticks++ % ROUTES_EVERY === 0) await refreshRoutes();
     await refreshDetectors();
     await refreshHistory();
     $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
     $("status").classList.remove("error");
     document.body.setAttribute("data-ready", "true");
   } catch (error) {
-    $("status").textContent = `no answer: ${error.message}`;
-    $("status").classList.add("error");
+    showError(error);
+  } finally {
+    state.busy = false;
   }
+}
+
+function showError(error) {
+  $("status").textContent = `no answer: ${error.message}`;
+  $("status").classList.add("error");
 }
 
 let typing;
@@ -165,11 +183,17 @@ $("filter").addEventListener("input", () => {
   typing = setTimeout(() => {
     state.filter = $("filter").value.trim();
     state.offset = 0;
-    refreshRoutes().catch(() => {});
+    refreshRoutes().catch(showError);
   }, 250);
 });
-$("prev").addEventListener("click", () => { state.offset = Math.max(0, state.offset - PAGE); refreshRoutes(); });
-$("next").addEventListener("click", () => { state.offset += PAGE; refreshRoutes(); });
+$("prev").addEventListener("click", () => {
+  state.offset = Math.max(0, state.offset - PAGE);
+  refreshRoutes().catch(showError);
+});
+$("next").addEventListener("click", () => {
+  state.offset += PAGE;
+  refreshRoutes().catch(showError);
+});
 
 // ?filter=TEXT fills the filter box, so that a filtered view can be linked to.
 const asked = new URLSearchParams(location.search).get("filter");

@@ -4,7 +4,7 @@
 //!
 //! | path | answer |
 //! |---|---|
-//! | `GET /` | the web monitor (`broker/assets/monitor/`, built into the binary): the overlay with each link's message rate, this broker's routing tables with a filter box, its detectors and its history store, redrawn every 2 s from the JSON API |
+//! | `GET /` | the web monitor (`broker/assets/monitor/`, built into the binary): the overlay with each link's message rate, this broker's routing tables with a filter box, its detectors and its history store, redrawn every 2 s from the JSON API (the routing tables every 10 s, or when the filter or page changes) |
 //! | `GET /metrics` | every counter in the OpenMetrics text format ([`crate::metrics`]) |
 //! | `GET /api/stats` | what `padres broker stats --json` shows |
 //! | `GET /api/links` | per neighbour: up or not, messages and bytes each way, frames queued |
@@ -43,6 +43,10 @@ use super::router_task::{Event, Inspect};
 use crate::history::Durability;
 use crate::metrics::{self, LinkSnapshot};
 use crate::monitor::FederationView;
+
+/// The longest filter `/api/routes` takes (a filter reads every row of every table, on
+/// the router task).
+pub(super) const MAX_FILTER_BYTES: usize = 256;
 
 /// Rows of each table `/api/routes` lists when no `limit` is given.
 const DEFAULT_ROUTES_LIMIT: u32 = 100;
@@ -174,6 +178,9 @@ pub(super) async fn serve(
 /// How long a connection may take over its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Handshakes under way at once; a connection beyond them is closed at once.
+const MAX_HANDSHAKES: usize = 256;
+
 /// TLS connections for [`axum::serve`], each handshaken in a task of its own, so that a
 /// client slow to finish its handshake holds up no one else.
 #[derive(Debug)]
@@ -198,6 +205,7 @@ impl TlsListener {
         let local = tcp.local_addr();
         let (done, ready) = mpsc::channel(64);
         let acceptor = TlsAcceptor::from(config);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let accepting = tokio::spawn(async move {
             loop {
                 let (stream, peer) = match tcp.accept().await {
@@ -209,8 +217,13 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, "{MAX_HANDSHAKES} TLS handshakes under way: connection closed");
+                    continue;
+                };
                 let (acceptor, done) = (acceptor.clone(), done.clone());
                 tokio::spawn(async move {
+                    let _permit = permit;
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = done.send((tls, peer)).await;
@@ -308,6 +321,10 @@ struct RoutesParams {
 
 async fn routes(State(events): State<mpsc::Sender<Event>>, Query(params): Query<RoutesParams>) -> Response {
     let RoutesParams { limit, offset, filter } = params;
+    if filter.len() > MAX_FILTER_BYTES {
+        let why = format!("the filter is longer than {MAX_FILTER_BYTES} bytes\n");
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
     let limit = limit.unwrap_or(DEFAULT_ROUTES_LIMIT);
     ask(&events, |reply| Inspect::Routes { limit, offset, filter, reply })
         .await

@@ -22,6 +22,12 @@
 //! local registry ([`padres_transport::local`]). With a federation CA, links are mutual
 //! TLS and a broker's hello without a certificate from the CA is refused.
 //!
+//! Delivery under faults (`docs/delivery.md`): links are FIFO QUIC streams; a link that
+//! drops loses what was queued or in flight on it, the router forgets the routes it
+//! brought ([`Input::NeighbourDown`](crate::router::Input::NeighbourDown)), and when it
+//! returns the two brokers re-synchronise; publications are not buffered for a link that
+//! is down.
+//!
 //! Slow clients: what waits for a client is counted in (estimated) bytes; a client whose
 //! backlog passes `limits.max_queued_bytes_per_client` is disconnected with that reason,
 //! so one reader that stops never holds up the router or anyone else. Slow links are the
@@ -212,7 +218,7 @@ pub async fn serve_until(
     if let Some((_, http, tls)) = &http {
         let gateway = if config.http_gateway { ", gateway /api/publish, /api/subscribe" } else { "" };
         let scheme = if tls.is_some() { "https" } else { "http" };
-        tracing::info!(%http, scheme, "HTTP listener: /metrics, /api/stats, /api/links, /api/routes, /api/detectors, /api/history, /api/federation{gateway}");
+        tracing::info!(%http, scheme, "HTTP listener: / (web monitor), /metrics, /api/stats, /api/links, /api/routes, /api/detectors, /api/history, /api/federation{gateway}");
         println!("padres-broker {} http on {scheme}://{http}", config.name);
     }
     tracing::info!(broker = %config.name, %addr, incarnation, "listening");

@@ -805,8 +805,13 @@ impl RouterTask {
     }
 }
 
-fn routes(router: &Router, limit: u32, offset: u32, filter: String) -> RoutesReport {
+fn routes(router: &Router, limit: u32, offset: u32, mut filter: String) -> RoutesReport {
     let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+    // A longer filter (from a client that did not check) is cut, and the report says so
+    // by the filter it gives back.
+    while filter.len() > super::http::MAX_FILTER_BYTES {
+        filter.pop();
+    }
     let page = RoutesPage {
         offset: usize_of(offset),
         limit: usize_of(limit.min(MAX_ROUTES_LISTED)),

@@ -687,9 +687,11 @@ impl Router {
     }
 
     /// One page of each table, sorted by id: the rows `page` selects, and how many rows
-    /// its filter selects in all ([`Routes::matched`]). Without a filter only the rows
-    /// listed are written out as text, so asking a broker with a million subscriptions for
-    /// ten of them costs a sort of ids, not a million strings; a filter reads every row.
+    /// its filter selects in all ([`Routes::matched`]). Without a filter only the SRT and
+    /// PRT rows listed are written out as text, so asking a broker with a million
+    /// subscriptions for ten of them costs a sort of ids, not a million strings; a filter
+    /// writes out and reads every row, and the composite table is always written out
+    /// whole (it holds clients' patterns, not their parts).
     pub fn routes_page(&self, page: &RoutesPage<'_>) -> Routes {
         let needle = page.filter.to_ascii_lowercase();
         let mut matched = [0; 3];

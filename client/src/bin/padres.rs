@@ -200,8 +200,8 @@ enum BrokerCommand {
         #[arg(long, value_name = "K", default_value_t = 0)]
         offset: u32,
         /// Only rows whose id, text, origin or destinations contain TEXT (ASCII case
-        /// ignored), e.g. `--filter job_status` or `--filter "broker B2"`.
-        #[arg(long, value_name = "TEXT", default_value = "")]
+        /// ignored; at most 256 bytes), e.g. `--filter job_status` or `--filter "broker B2"`.
+        #[arg(long, value_name = "TEXT", default_value = "", value_parser = short_filter)]
         filter: String,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -698,4 +698,12 @@ fn check(messages: Vec<String>) -> ExitCode {
         messages.iter().for_each(|m| report(m));
     }
     if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
+}
+
+/// A routes filter the broker takes whole (at most 256 bytes).
+fn short_filter(text: &str) -> Result<String, String> {
+    if text.len() > 256 {
+        return Err(format!("at most 256 bytes, not {}", text.len()));
+    }
+    Ok(text.to_owned())
 }
