@@ -14,10 +14,13 @@
 //!
 //! Keys keep this order, and a publication's attributes their own. Numbers stay numbers,
 //! timestamps become RFC 3339 strings, a payload becomes `"payload_hex"`.
+//!
+//! Requests come the other way as session lines, one command per line (`p [class,'x']`),
+//! or a JSON array of them: [`request_lines`] reads either, as the HTTP gateway takes them.
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::{MessageId, Name, Publication, Value};
+use crate::{Message, MessageId, Name, Parser, Publication, Value};
 
 fn value(v: &Value) -> Json {
     match v {
@@ -40,6 +43,46 @@ fn with_payload(mut object: Json, publication: &Publication) -> Json {
         object["payload_hex"] = json!(hex::encode(payload));
     }
     object
+}
+
+/// Why a body of request lines was refused: the line at fault (numbered from 1), if one
+/// is, and the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinesError {
+    /// The line, if one line is at fault.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The messages of `body`: one session line per line of text, or with `json_array` a JSON
+/// array of lines (strings). Blank lines and `#` comments are skipped; every other line is
+/// parsed with `parser`, and the first that does not parse refuses the whole body. Each
+/// message comes with its line number (from 1, blank lines and comments counted).
+pub fn request_lines(
+    body: &str,
+    json_array: bool,
+    parser: &Parser,
+) -> Result<Vec<(usize, Message)>, LinesError> {
+    let lines: Vec<String> = if json_array {
+        serde_json::from_str(body).map_err(|e| LinesError {
+            line: None,
+            message: format!("the body is not a JSON array of session lines (strings): {e}"),
+        })?
+    } else {
+        body.lines().map(str::to_owned).collect()
+    };
+    let mut messages = Vec::new();
+    for (at, text) in lines.iter().enumerate() {
+        let (line, text) = (at + 1, text.trim());
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        let message =
+            parser.message(text).map_err(|e| LinesError { line: Some(line), message: e.to_string() })?;
+        messages.push((line, message));
+    }
+    Ok(messages)
 }
 
 /// A publication matching `subs`.
@@ -93,6 +136,34 @@ pub fn error(line: Option<usize>, message: &str) -> Json {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_lines_come_numbered_as_written_from_text_or_a_json_array() {
+        let parser = Parser::default();
+        let text = "# quotes\na [class,eq,'q'],[n,isPresent,0]\n\n  p [class,'q'],[n,1]  \n";
+        let read = request_lines(text, false, &parser).expect("reads");
+        let lines: Vec<usize> = read.iter().map(|(line, _)| *line).collect();
+        assert_eq!(lines, [2, 4], "comments and blank lines count, and are skipped");
+        assert_eq!(read[1].1.command(), "p");
+        let json = r#"["a [class,eq,'q'],[n,isPresent,0]", "", "p [class,'q'],[n,1]"]"#;
+        let from_json = request_lines(json, true, &parser).expect("reads");
+        assert_eq!(from_json.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(from_json[1].1, read[1].1);
+    }
+
+    #[test]
+    fn a_body_is_refused_at_its_first_bad_line_or_as_a_whole() {
+        let parser = Parser::default();
+        let refused =
+            request_lines("p [class,'q']\np [class,'q'\np [class", false, &parser).expect_err("refused");
+        assert_eq!(refused.line, Some(2));
+        assert!(!refused.message.is_empty());
+        let refused = request_lines("[\"p [class,'q']\"", true, &parser).expect_err("refused");
+        assert_eq!(refused.line, None);
+        assert!(refused.message.contains("JSON array"), "{}", refused.message);
+        let refused = request_lines("[1, 2]", true, &parser).expect_err("strings only");
+        assert_eq!(refused.line, None);
+    }
 
     #[test]
     fn attributes_keep_their_types() {

@@ -199,40 +199,21 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
         .get(header::CONTENT_TYPE)
         .and_then(|t| t.to_str().ok())
         .is_some_and(|t| t.starts_with("application/json"));
-    let lines: Vec<String> = if json_body {
-        match serde_json::from_str(&body) {
-            Ok(lines) => lines,
-            Err(e) => {
-                let why = format!("the body is not a JSON array of session lines (strings): {e}");
-                return error(StatusCode::BAD_REQUEST, None, &why);
-            }
-        }
-    } else {
-        body.lines().map(str::to_owned).collect()
+    let messages = match json::request_lines(&body, json_body, &parser()) {
+        Ok(messages) => messages,
+        Err(refused) => return error(StatusCode::BAD_REQUEST, refused.line, &refused.message),
     };
-    let parser = parser();
-    let mut messages = Vec::new();
-    for (at, text) in lines.iter().enumerate() {
-        let (line, text) = (at + 1, text.trim());
-        if text.is_empty() || text.starts_with('#') {
-            continue;
+    for (line, message) in &messages {
+        if !matches!(message, Message::Advertise(_) | Message::Publish(_) | Message::Unadvertise(_)) {
+            let why = format!(
+                "'{}' is not taken here: POST advertises (a), publishes (p) and unadvertises (unadv); \
+                 subscribe with GET /api/subscribe?s=FILTER",
+                message.command()
+            );
+            return error(StatusCode::BAD_REQUEST, Some(*line), &why);
         }
-        match parser.message(text) {
-            Ok(message @ (Message::Advertise(_) | Message::Publish(_) | Message::Unadvertise(_))) => {
-                if let Some(why) = too_large(&message, gateway.max_frame) {
-                    return error(StatusCode::BAD_REQUEST, Some(line), &why);
-                }
-                messages.push((line, message));
-            }
-            Ok(other) => {
-                let why = format!(
-                    "'{}' is not taken here: POST advertises (a), publishes (p) and unadvertises (unadv); \
-                     subscribe with GET /api/subscribe?s=FILTER",
-                    other.command()
-                );
-                return error(StatusCode::BAD_REQUEST, Some(line), &why);
-            }
-            Err(e) => return error(StatusCode::BAD_REQUEST, Some(line), &e.to_string()),
+        if let Some(why) = too_large(message, gateway.max_frame) {
+            return error(StatusCode::BAD_REQUEST, Some(*line), &why);
         }
     }
     if messages.is_empty() {
