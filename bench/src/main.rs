@@ -8,15 +8,20 @@
 //! cargo run --release -p padres-bench -- quic                # brokers over QUIC, vs nats-server and mosquitto
 //! cargo run --release -p padres-bench -- quic --quick
 //! cargo run --release -p padres-bench -- history             # the history store (~2 min)
+//! sudo scripts/netns-federation                             # probe + impair, brokers in namespaces
 //! ```
 
 mod composite;
 mod history;
+mod impair;
 mod peers;
+mod probe;
 mod quic;
 mod workload;
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -116,6 +121,45 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
+    /// A UDP relay that delays and drops packets, for broker links where the kernel has no
+    /// netem (scripts/netns-federation uses it then).
+    Impair {
+        /// Where to listen, e.g. 10.77.12.2:7800.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Where to forward to, e.g. 10.77.12.1:7700.
+        #[arg(long)]
+        to: SocketAddr,
+        /// Delay added to every packet, each way, in milliseconds.
+        #[arg(long, default_value_t = 20)]
+        delay_ms: u64,
+        /// Share of packets dropped, each way, in percent.
+        #[arg(long, default_value_t = 1.0)]
+        loss_percent: f64,
+    },
+    /// One publisher and one subscriber against running brokers: every publication
+    /// counted (lost, duplicated, out of order), throughput, latency, and optionally a
+    /// historic query for them afterwards.
+    Probe {
+        /// The publisher's broker, e.g. 10.77.10.2:7700.
+        #[arg(long)]
+        publish: SocketAddr,
+        /// The subscriber's broker.
+        #[arg(long)]
+        subscribe: SocketAddr,
+        /// The certificate (PEM) to trust: the federation CA, or a broker's cert.pem.
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// Publications to send.
+        #[arg(long, default_value_t = 20_000)]
+        count: usize,
+        /// Publications per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        /// Then ask for the same publications from history (a store must keep class probe).
+        #[arg(long)]
+        history: bool,
+    },
     /// Brokers over QUIC end to end: publications per second and latency through one broker
     /// and a 3-broker chain (10,000 other subscriptions installed), and selective fan-out;
     /// the same through nats-server and mosquitto when they are installed.
@@ -157,6 +201,13 @@ fn main() {
                 "the store's writes on this thread (ingest, query) or on the writer thread (routing)",
             );
             history::run(quick);
+        }
+        Command::Impair { listen, to, delay_ms, loss_percent } => {
+            impair::run(listen, to, Duration::from_millis(delay_ms), loss_percent / 100.0);
+        }
+        Command::Probe { publish, subscribe, ca, count, rate, history } => {
+            print_machine("brokers already running; one publisher and one subscriber in this process");
+            probe::run(&probe::Probe { publish, subscribe, ca, count, rate, history });
         }
         Command::Quic { quick, no_peers, only } => {
             print_machine("one process: brokers on one tokio runtime, clients on another");

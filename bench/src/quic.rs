@@ -215,13 +215,13 @@ async fn settle(observer: &Client, n: u64) {
 /// Spreads publications over time: `rate` per second, sent in a burst each millisecond;
 /// no pacing without a rate.
 #[derive(Debug)]
-struct Pacer {
+pub(crate) struct Pacer {
     per_ms: Option<usize>,
     tick: tokio::time::Interval,
 }
 
 impl Pacer {
-    fn new(rate: Option<u64>) -> Self {
+    pub(crate) fn new(rate: Option<u64>) -> Self {
         let per_ms = rate.map(|r| usize::try_from(r / 1000).unwrap_or(1).max(1));
         Self { per_ms, tick: tokio::time::interval(Duration::from_millis(1)) }
     }
@@ -229,7 +229,7 @@ impl Pacer {
     /// Waits, if publication `n` starts a new millisecond's burst. The clock starts at
     /// the first publication: ticks missed while the run was being set up would otherwise
     /// be sent at once (a run paced for 1 s once took 0.5 s).
-    async fn before(&mut self, n: usize) {
+    pub(crate) async fn before(&mut self, n: usize) {
         if n == 0 {
             self.tick.reset();
         }

@@ -1,0 +1,191 @@
+//! `padres-bench probe`: one publisher and one subscriber against brokers that are already
+//! running (anywhere: the `scripts/netns-federation` harness runs them in network
+//! namespaces). Every publication is counted at the subscriber: received, lost,
+//! duplicated, out of order; with throughput and latency (from the publisher's wall clock
+//! to the subscriber's, so both must share a clock: one machine), and optionally a
+//! historic query for the same publications afterwards.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use padres_client::{Client, Connect, Notification};
+use padres_lang::Value;
+use padres_transport::Trust;
+
+use crate::quic::Pacer;
+
+/// What to run.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    pub(crate) publish: SocketAddr,
+    pub(crate) subscribe: SocketAddr,
+    pub(crate) ca: Option<PathBuf>,
+    pub(crate) count: usize,
+    pub(crate) rate: u64,
+    pub(crate) history: bool,
+}
+
+fn wall_us() -> i64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+}
+
+async fn connect(probe: &Probe, addr: SocketAddr, who: &str) -> Client {
+    let mut connect = Connect::new(addr).name(who).reconnect(false);
+    if let Some(ca) = &probe.ca {
+        connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
+    }
+    connect.connect().await.unwrap_or_else(|e| panic!("{who} connects to {addr}: {e}"))
+}
+
+/// What the subscriber saw.
+#[derive(Debug, Default)]
+struct Tally {
+    seen: Vec<bool>,
+    received: usize,
+    duplicates: usize,
+    out_of_order: usize,
+    last: Option<usize>,
+    latencies_us: Vec<i64>,
+    first_at: Option<Instant>,
+    last_at: Option<Instant>,
+}
+
+impl Tally {
+    fn take(&mut self, seq: usize, sent_us: i64) {
+        let now = Instant::now();
+        self.first_at.get_or_insert(now);
+        self.last_at = Some(now);
+        if seq >= self.seen.len() {
+            return;
+        }
+        if self.seen[seq] {
+            self.duplicates += 1;
+            return;
+        }
+        self.seen[seq] = true;
+        self.received += 1;
+        if self.last.is_some_and(|last| seq < last) {
+            self.out_of_order += 1;
+        }
+        self.last = Some(seq);
+        self.latencies_us.push(wall_us() - sent_us);
+    }
+}
+
+fn number(publication: &padres_lang::Publication, attr: &str) -> Option<i64> {
+    match publication.get(attr) {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+fn percentile(sorted: &[i64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0
+}
+
+/// Runs the probe and prints its figures.
+pub(crate) fn run(probe: &Probe) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let run_id = format!("r{}", wall_us());
+        let started_ms = wall_us() / 1000;
+        let mut subscriber = connect(probe, probe.subscribe, "probe-sub").await;
+        let filter = format!("s [class,eq,'probe'],[run,eq,'{run_id}']");
+        subscriber.send(&filter).await.expect("subscribed");
+        let publisher = connect(probe, probe.publish, "probe-pub").await;
+        publisher
+            .send("a [class,eq,'probe'],[run,isPresent,''],[seq,isPresent,0],[sent_us,isPresent,0]")
+            .await
+            .expect("advertised");
+
+        let count = probe.count;
+        let publish = async {
+            let mut pace = Pacer::new(Some(probe.rate));
+            let start = Instant::now();
+            for n in 0..count {
+                pace.before(n).await;
+                let text = format!("[class,'probe'],[run,'{run_id}'],[seq,{n}],[sent_us,{}]", wall_us());
+                let publication = text.parse().expect("a probe publication");
+                publisher.publish(publication).await.expect("published");
+            }
+            start.elapsed()
+        };
+        let receive = async {
+            let mut tally = Tally { seen: vec![false; count], ..Tally::default() };
+            // Until all came, or nothing for 10 s.
+            while tally.received < count {
+                match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
+                    Ok(Some(Notification::Publication { publication: p, .. })) => {
+                        if let (Some(seq), Some(sent)) = (number(&p, "seq"), number(&p, "sent_us")) {
+                            tally.take(usize::try_from(seq).unwrap_or(usize::MAX), sent);
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            tally
+        };
+        let (sending, mut tally) = tokio::join!(publish, receive);
+        tally.latencies_us.sort_unstable();
+        let span = match (tally.first_at, tally.last_at) {
+            (Some(first), Some(last)) => last.duration_since(first).as_secs_f64(),
+            _ => 0.0,
+        };
+        println!(
+            "sent {count} in {:.2} s ({:.0}/s, asked {}/s)",
+            sending.as_secs_f64(),
+            count as f64 / sending.as_secs_f64().max(1e-9),
+            probe.rate
+        );
+        println!(
+            "received {} ({:.0}/s at the subscriber), lost {}, duplicated {}, out of order {}",
+            tally.received,
+            tally.received as f64 / span.max(1e-9),
+            count - tally.received,
+            tally.duplicates,
+            tally.out_of_order
+        );
+        println!(
+            "latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            percentile(&tally.latencies_us, 0.5),
+            percentile(&tally.latencies_us, 0.99),
+            percentile(&tally.latencies_us, 1.0)
+        );
+        drop(subscriber);
+
+        if probe.history {
+            let mut reader = connect(probe, probe.subscribe, "probe-history").await;
+            let asked = Instant::now();
+            let historic = format!("s [class,eq,'probe'],[run,eq,'{run_id}'],[time,>=,{started_ms}]");
+            reader.send(&historic).await.expect("historic subscription");
+            let mut stored = 0_usize;
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), reader.next_notification()).await {
+                    Ok(Some(Notification::Publication { .. })) => stored += 1,
+                    Ok(Some(Notification::EndOfHistory { count, missing, truncated, .. })) => {
+                        println!(
+                            "history: {stored} stored publications in {:.1} ms (end of history: count {count}, missing {missing:?}, truncated {truncated})",
+                            asked.elapsed().as_secs_f64() * 1000.0
+                        );
+                        break;
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => {
+                        println!("history: no end of history within 30 s ({stored} received)");
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
