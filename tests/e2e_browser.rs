@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use padres_tests::broker::{client, neighbour_of, start_with};
-use padres_tests::http::get;
+use padres_tests::http::get_json;
 
 /// The Chromium binary, if there is one.
 fn chromium() -> Option<PathBuf> {
@@ -103,8 +103,7 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
     // has them all at its first fetch.
     let mut complete = false;
     for _ in 0..100 {
-        let (_, _, body) = get(http, "/api/federation").await;
-        let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let view = get_json(http, "/api/federation").await;
         let broker = |name: &str| {
             view["brokers"].as_array().and_then(|b| b.iter().find(|b| b["broker"] == name)).cloned()
         };
@@ -112,8 +111,7 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
         let rated = |from: &str, to: &str| {
             broker(from).is_some_and(|b| b["rates_out"][to].as_f64().is_some_and(|r| r > 0.0))
         };
-        let (_, _, routes) = get(http, "/api/routes?filter=quote").await;
-        let routes: serde_json::Value = serde_json::from_str(&routes).expect("JSON");
+        let routes = get_json(http, "/api/routes?filter=quote").await;
         if view["brokers"].as_array().map(Vec::len) == Some(3)
             && b2_sees_both
             && rated("B2", "B1")

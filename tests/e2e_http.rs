@@ -9,7 +9,7 @@ use std::time::Duration;
 use openmetrics_parser::{MetricNumber, OpenMetricsType, OpenMetricsValue};
 use padres_client::{Client, Notification};
 use padres_tests::broker::{Broker, client, neighbour_of, start_with};
-use padres_tests::http::{get, post};
+use padres_tests::http::{get, get_json, post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HTTP: [&str; 2] = ["--http", "127.0.0.1:0"];
@@ -131,16 +131,12 @@ async fn the_json_api_answers_and_bad_requests_are_refused() {
     assert_eq!(stats["advertisements"], 3);
     assert_eq!(stats["publications_in"], 1);
 
-    let (status, _, body) = get(http, "/api/routes?limit=1").await;
-    assert_eq!(status, 200, "{body}");
-    let routes: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let routes = get_json(http, "/api/routes?limit=1").await;
     assert_eq!(routes["srt_total"], 3);
     assert_eq!(routes["srt"].as_array().map(Vec::len), Some(1), "{routes}");
     // A page of the rows a filter selects: the client's two advertisements (the broker's
-    // own comes from no client), case ignored, from the second.
-    let (status, _, body) = get(http, "/api/routes?limit=1&offset=1&filter=CLIENT%201").await;
-    assert_eq!(status, 200, "{body}");
-    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    // own comes from "this broker"), case ignored, from the second.
+    let page = get_json(http, "/api/routes?limit=1&offset=1&filter=CLIENT%201").await;
     assert_eq!(
         (&page["srt_total"], &page["srt_matched"], &page["offset"]),
         (&3.into(), &2.into(), &1.into()),
@@ -464,9 +460,7 @@ async fn detectors_and_the_history_store_show_in_the_json_api() {
 
     // One detector: one match made; all three publications stay stored (a later `b` of
     // g=2, or a later publication of either leaf for g=1, may still complete the pattern).
-    let (status, _, body) = get(http, "/api/detectors").await;
-    assert_eq!(status, 200, "{body}");
-    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let view = get_json(http, "/api/detectors").await;
     assert_eq!(
         (&view["total"], &view["matches"], &view["stored"]),
         (&1.into(), &1.into(), &3.into()),

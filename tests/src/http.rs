@@ -42,3 +42,10 @@ pub async fn post(addr: SocketAddr, path: &str, content_type: &str, body: &str) 
     let (status, _, body) = exchange(addr, &request).await;
     (status, body)
 }
+
+/// One GET that must answer 200 with JSON; the JSON.
+pub async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    let (status, _, body) = get(addr, path).await;
+    assert_eq!(status, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
+}
