@@ -50,12 +50,17 @@ struct Tally {
     latencies_us: Vec<i64>,
     first_at: Option<Instant>,
     last_at: Option<Instant>,
+    /// The longest time between two publications received.
+    longest_gap: Duration,
 }
 
 impl Tally {
     fn take(&mut self, seq: usize, sent_us: i64) {
         let now = Instant::now();
         self.first_at.get_or_insert(now);
+        if let Some(last) = self.last_at {
+            self.longest_gap = self.longest_gap.max(now.duration_since(last));
+        }
         self.last_at = Some(now);
         if seq >= self.seen.len() {
             return;
@@ -156,10 +161,11 @@ pub(crate) fn run(probe: &Probe) {
             tally.out_of_order
         );
         println!(
-            "latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; longest silence at the subscriber {:.0} ms",
             percentile(&tally.latencies_us, 0.5),
             percentile(&tally.latencies_us, 0.99),
-            percentile(&tally.latencies_us, 1.0)
+            percentile(&tally.latencies_us, 1.0),
+            tally.longest_gap.as_secs_f64() * 1000.0
         );
         drop(subscriber);
 
