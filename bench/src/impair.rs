@@ -8,7 +8,6 @@
 //! Each packet, either way, is dropped with probability `loss` or else sent `delay` after
 //! it arrived, in arrival order, which is what `netem delay D loss L` does without jitter.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +48,7 @@ pub(crate) fn run(listen: SocketAddr, to: SocketAddr, delay: Duration, loss: f64
                 }
             }
         });
-        let far = tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut buf = vec![0_u8; 65_536];
             loop {
                 let Ok(n) = inside.recv(&mut buf).await else { continue };
@@ -59,21 +58,15 @@ pub(crate) fn run(listen: SocketAddr, to: SocketAddr, delay: Duration, loss: f64
             }
         });
         let mut buf = vec![0_u8; 65_536];
-        let mut recent: VecDeque<SocketAddr> = VecDeque::new();
+        let mut last = None;
         loop {
             let Ok((n, from)) = outside.recv_from(&mut buf).await else { continue };
-            if recent.back() != Some(&from) {
+            if last != Some(from) {
                 *peer.lock().await = Some(from);
-                recent.push_back(from);
-                if recent.len() > 4 {
-                    recent.pop_front();
-                }
+                last = Some(from);
             }
             if fastrand::f64() >= loss {
                 let _ = forward.send((Instant::now() + delay, buf[..n].to_vec()));
-            }
-            if far.is_finished() {
-                break;
             }
         }
     });

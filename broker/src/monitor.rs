@@ -149,22 +149,16 @@ impl Federation {
             .zip(sent.split_whitespace())
             .filter_map(|(n, count)| Some((n.clone(), count.parse().ok()?)))
             .collect();
+        // Between this report and the last: none across a restart (uptime went back).
         let mut rates_out = BTreeMap::new();
-        let uptime = counters.get("uptime_ms").copied();
-        if let (Some(before), Some(uptime)) = (self.latest.get(broker), uptime) {
-            let elapsed_ms = before.counters.get("uptime_ms").map(|&t| uptime.saturating_sub(t));
-            if elapsed_ms == Some(0) && before.counters.get("uptime_ms") == Some(&uptime) {
-                // The same report again (it came by two paths): the rates stand.
-                rates_out.clone_from(&before.rates_out);
-            }
-            // Counters that went back mean a restart: no rate across it.
-            if let Some(elapsed_ms) = elapsed_ms.filter(|&ms| ms > 0) {
-                for (peer, &count) in &messages_out {
-                    if let Some(&earlier) = before.messages_out.get(peer).filter(|&&earlier| earlier <= count)
-                    {
-                        let rate = (count - earlier) as f64 * 1000.0 / elapsed_ms as f64;
-                        rates_out.insert(peer.clone(), rate);
-                    }
+        let before = self.latest.get(broker);
+        let elapsed_ms = before
+            .and_then(|b| counters.get("uptime_ms")?.checked_sub(*b.counters.get("uptime_ms")?))
+            .filter(|&ms| ms > 0);
+        if let (Some(before), Some(elapsed_ms)) = (before, elapsed_ms) {
+            for (peer, &count) in &messages_out {
+                if let Some(sent) = before.messages_out.get(peer).and_then(|&e| count.checked_sub(e)) {
+                    rates_out.insert(peer.clone(), sent as f64 * 1000.0 / elapsed_ms as f64);
                 }
             }
         }

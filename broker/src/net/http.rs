@@ -30,7 +30,7 @@ use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use padres_lang::wire::{BrokerStats, RoutesReport};
+use padres_lang::wire::{BrokerStats, MAX_ROUTES_FILTER_BYTES, RoutesReport};
 use padres_lang::{MessageId, Name};
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
@@ -43,10 +43,6 @@ use super::router_task::{Event, Inspect};
 use crate::history::Durability;
 use crate::metrics::{self, LinkSnapshot};
 use crate::monitor::FederationView;
-
-/// The longest filter `/api/routes` takes (a filter reads every row of every table, on
-/// the router task).
-pub(super) const MAX_FILTER_BYTES: usize = 256;
 
 /// Rows of each table `/api/routes` lists when no `limit` is given.
 const DEFAULT_ROUTES_LIMIT: u32 = 100;
@@ -321,8 +317,8 @@ struct RoutesParams {
 
 async fn routes(State(events): State<mpsc::Sender<Event>>, Query(params): Query<RoutesParams>) -> Response {
     let RoutesParams { limit, offset, filter } = params;
-    if filter.len() > MAX_FILTER_BYTES {
-        let why = format!("the filter is longer than {MAX_FILTER_BYTES} bytes\n");
+    if filter.len() > MAX_ROUTES_FILTER_BYTES {
+        let why = format!("the filter is longer than {MAX_ROUTES_FILTER_BYTES} bytes\n");
         return (StatusCode::BAD_REQUEST, why).into_response();
     }
     let limit = limit.unwrap_or(DEFAULT_ROUTES_LIMIT);

@@ -809,7 +809,7 @@ fn routes(router: &Router, limit: u32, offset: u32, mut filter: String) -> Route
     let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
     // A longer filter (from a client that did not check) is cut, and the report says so
     // by the filter it gives back.
-    while filter.len() > super::http::MAX_FILTER_BYTES {
+    while filter.len() > padres_lang::wire::MAX_ROUTES_FILTER_BYTES {
         filter.pop();
     }
     let page = RoutesPage {

@@ -700,10 +700,11 @@ fn check(messages: Vec<String>) -> ExitCode {
     if failed { ExitCode::from(1) } else { ExitCode::SUCCESS }
 }
 
-/// A routes filter the broker takes whole (at most 256 bytes).
+/// A routes filter the broker takes whole.
 fn short_filter(text: &str) -> Result<String, String> {
-    if text.len() > 256 {
-        return Err(format!("at most 256 bytes, not {}", text.len()));
+    let most = padres_lang::wire::MAX_ROUTES_FILTER_BYTES;
+    if text.len() > most {
+        return Err(format!("at most {most} bytes, not {}", text.len()));
     }
     Ok(text.to_owned())
 }

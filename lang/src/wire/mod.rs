@@ -45,6 +45,10 @@ use crate::subscription::{Advertisement, Subscription};
 
 pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 
+/// The longest filter [`Query::Routes`] takes whole (a filter reads every row of every
+/// table, on the broker's routing task); a longer one is cut to it.
+pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
+
 /// The version of this wire protocol; peers with another version are refused.
 pub const PROTOCOL_VERSION: u32 = 8;
 
