@@ -64,6 +64,30 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Link sessions between neighbour brokers ([`crate::resume`]): how long a link may be
+/// gone and return with nothing lost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkSessionsConfig {
+    /// Milliseconds a neighbour's link may be down and return with its session (nothing
+    /// lost, nothing doubled, routes kept); 0: a link that drops ends its session.
+    pub window_ms: u64,
+    /// Estimated bytes of messages kept for one neighbour until it acknowledges them (while
+    /// its link is down, everything routed to it); past this its session ends.
+    pub max_bytes: usize,
+}
+
+impl Default for LinkSessionsConfig {
+    fn default() -> Self {
+        Self { window_ms: crate::resume::DEFAULT_WINDOW_MS, max_bytes: crate::resume::DEFAULT_MAX_BYTES }
+    }
+}
+
+/// The longest link-session window accepted: an hour.
+pub const MAX_LINK_WINDOW_MS: u64 = 3_600_000;
+/// The smallest outbox accepted for a neighbour.
+pub const MIN_LINK_BYTES: usize = 1 << 20;
+
 /// Where a client's composite subscription is detected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -219,6 +243,8 @@ pub struct Config {
     pub cycles: bool,
     /// Resource limits.
     pub limits: LimitsConfig,
+    /// Link sessions with neighbours.
+    pub link_sessions: LinkSessionsConfig,
     /// Composite detection.
     pub composite: CompositeConfig,
     /// How the history store is kept.
@@ -244,6 +270,7 @@ impl Default for Config {
             covering: CoveringMode::Off,
             cycles: false,
             limits: LimitsConfig::default(),
+            link_sessions: LinkSessionsConfig::default(),
             composite: CompositeConfig::default(),
             history_store: HistoryStoreConfig::default(),
             history: Vec::new(),
@@ -295,6 +322,8 @@ pub struct Settings {
     pub router: Options,
     /// The history store, if any filter is configured.
     pub history: Option<HistorySettings>,
+    /// The link sessions' window and outbox limit.
+    pub sessions: crate::resume::Settings,
 }
 
 /// A neighbour's address, from `quic://HOST:PORT`.
@@ -409,7 +438,20 @@ impl Config {
             history_chunk_bytes: crate::router::history_chunk_bytes(l.max_frame_bytes),
         };
         let history = self.validate_history()?;
-        Ok(Settings { name, neighbours, router, history })
+        let s = &self.link_sessions;
+        if s.window_ms > MAX_LINK_WINDOW_MS {
+            return Err(ConfigError::Invalid(format!(
+                "link_sessions.window_ms must be at most {MAX_LINK_WINDOW_MS} (an hour)"
+            )));
+        }
+        if s.max_bytes < MIN_LINK_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "link_sessions.max_bytes must be at least {MIN_LINK_BYTES}"
+            )));
+        }
+        let sessions =
+            crate::resume::Settings { window: s.window_ms, max_bytes: s.max_bytes, ..Default::default() };
+        Ok(Settings { name, neighbours, router, history, sessions })
     }
 
     fn validate_history(&self) -> Result<Option<HistorySettings>, ConfigError> {
@@ -582,6 +624,17 @@ impl Config {
         let _ = writeln!(out, "max_connections = {}", self.limits.max_connections);
         let _ = writeln!(out, "# Bytes queued for one slow client before it is disconnected.");
         let _ = writeln!(out, "max_queued_bytes_per_client = {}", self.limits.max_queued_bytes_per_client);
+        let s = &self.link_sessions;
+        let _ = writeln!(out, "\n[link_sessions]");
+        let _ =
+            writeln!(out, "# How long (ms) a neighbour's link may be down and return with nothing lost or");
+        let _ =
+            writeln!(out, "# doubled: messages for it wait, routes stay. Past it, or past max_bytes, the");
+        let _ =
+            writeln!(out, "# two forget each other's routes and start over. 0: at once. At most an hour.");
+        let _ = writeln!(out, "window_ms = {}", s.window_ms);
+        let _ = writeln!(out, "# Estimated bytes kept for one neighbour until it acknowledges them.");
+        let _ = writeln!(out, "max_bytes = {}", s.max_bytes);
         let c = &self.composite;
         let _ = writeln!(out, "\n[composite]");
         let _ = writeln!(

@@ -6,6 +6,8 @@
 //!   ([`router::Router`]): `router/mod.rs` the tables and rules, `router/covering.rs`
 //!   covering, `router/cycles.rs` cyclic overlays, `router/settle.rs` settled replies.
 //! - [`links`]: the link policy, sans-IO too: redial backoff, duplicate links, stuck links.
+//! - [`resume`]: link sessions, sans-IO: numbered messages between neighbours, kept until
+//!   acknowledged, so that a link that drops and returns loses and doubles nothing.
 //! - [`matching`]: the indexed matching engine ([`matching::SubscriptionIndex`]) and the
 //!   advertisement overlap index ([`matching::AdvertisementIndex`]).
 //! - [`config`]: the broker's configuration ([`config::Config`]), read from TOML and
@@ -40,5 +42,6 @@ pub mod matching;
 pub mod metrics;
 pub mod monitor;
 pub mod net;
+pub mod resume;
 pub mod router;
 pub mod sim;

@@ -20,7 +20,13 @@
 //!   [`Timers::stuck_backlog`] for [`Timers::stuck_after`] is cut then. Either way its
 //!   routes are forgotten (the router hears `NeighbourDown`) and the two re-synchronise
 //!   when it is back.
+//! - **Paused links.** An operator (or a fault-injection harness) may drop a link and keep
+//!   it down for a while ([`LinkPolicy::pause`]): it is closed at once, its target is not
+//!   dialled, and a link the neighbour dials is closed as soon as it is up, until then.
 //!
+//! Whether the router hears of a link that goes and comes back is the link sessions'
+//! decision ([`crate::resume`]): the policy's [`Action::NeighbourUp`] and
+//! [`Action::NeighbourDown`] are about links.
 //! Keep-alives and idle timeouts are QUIC's (`padres_transport::tls`: a keep-alive every
 //! 2 s, a connection idle for 10 s is closed); the policy sees their effect as a link
 //! going down.
@@ -81,10 +87,16 @@ pub enum Action {
         /// Why.
         code: CloseCode,
     },
-    /// Tell the router the neighbour is up (again: it starts over with it).
+    /// The link to the neighbour in use is this one now (a new one: anything sent on
+    /// another is lost unless sent again).
     NeighbourUp(Name),
-    /// Tell the router the neighbour is down.
-    NeighbourDown(Name),
+    /// No link to the neighbour is up; `code` says why the last one closed.
+    NeighbourDown {
+        /// The neighbour.
+        peer: Name,
+        /// Why its link closed.
+        code: CloseCode,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +126,8 @@ pub struct LinkPolicy {
     targets: Vec<TargetState>,
     /// The link in use to each neighbour.
     links: BTreeMap<Name, Link>,
+    /// Neighbours whose links are kept down until a time.
+    paused: BTreeMap<Name, u64>,
     actions: VecDeque<Action>,
 }
 
@@ -122,7 +136,14 @@ impl LinkPolicy {
     /// at the first [`LinkPolicy::handle_timeout`].
     pub fn new(me: Name, targets: usize, timers: Timers) -> Self {
         let first = TargetState::Waiting { at: 0, backoff: timers.first_backoff };
-        Self { me, timers, targets: vec![first; targets], links: BTreeMap::new(), actions: VecDeque::new() }
+        Self {
+            me,
+            timers,
+            targets: vec![first; targets],
+            links: BTreeMap::new(),
+            paused: BTreeMap::new(),
+            actions: VecDeque::new(),
+        }
     }
 
     /// The next thing to do, if any.
@@ -173,9 +194,14 @@ impl LinkPolicy {
 
     /// A link to `peer` is up: dialled by this broker for `target`, or by the peer.
     pub fn handle_link_up(&mut self, now: u64, peer: Name, link: LinkId, target: Option<Target>) {
-        let _ = now;
         if let Some(state) = target.and_then(|t| self.targets.get_mut(t)) {
             *state = TargetState::Linked(link);
+        }
+        self.paused.retain(|_, until| *until > now);
+        if self.paused.contains_key(&peer) {
+            self.actions.push_back(Action::Close { peer: peer.clone(), link, code: CloseCode::Done });
+            self.handle_link_down(now, &peer, link, target, CloseCode::Done);
+            return;
         }
         // Both ends keep the link dialled by the broker with the smaller name.
         let keep_mine = self.me < peer;
@@ -206,7 +232,7 @@ impl LinkPolicy {
     ) {
         if self.links.get(peer).is_some_and(|l| l.id == link) {
             self.links.remove(peer);
-            self.actions.push_back(Action::NeighbourDown(peer.clone()));
+            self.actions.push_back(Action::NeighbourDown { peer: peer.clone(), code });
         }
         if let Some(state) = target.and_then(|t| self.targets.get_mut(t))
             && *state == TargetState::Linked(link)
@@ -217,8 +243,26 @@ impl LinkPolicy {
                 self.timers.first_backoff
             };
             let backoff = self.timers.first_backoff.saturating_mul(2).min(self.timers.max_backoff);
-            *state = TargetState::Waiting { at: now + wait, backoff };
+            let paused = self.paused.get(peer).copied().unwrap_or(0);
+            *state = TargetState::Waiting { at: (now + wait).max(paused), backoff };
         }
+    }
+
+    /// Closes the link to `peer` at once (with `code`), if one is up, and keeps it down
+    /// until `until`: its target is not dialled and a link it dials is closed. True if a
+    /// link was up.
+    pub fn pause(&mut self, now: u64, peer: &Name, until: u64, code: CloseCode) -> bool {
+        if until > now {
+            self.paused.insert(peer.clone(), until);
+        }
+        let up = self.links.contains_key(peer);
+        self.cut(now, peer, code);
+        up
+    }
+
+    /// Closes the link to `peer` now, with `code`, if one is up.
+    pub fn close(&mut self, now: u64, peer: &Name, code: CloseCode) {
+        self.cut(now, peer, code);
     }
 
     /// `frames` wait to be written on the link to `peer`.

@@ -175,6 +175,15 @@ struct Overrides {
     /// Bytes queued for one slow client before it is disconnected.
     #[arg(long, value_name = "BYTES", global = true)]
     max_queued_bytes_per_client: Option<usize>,
+    /// How long (ms) a neighbour's link may be down and return with nothing lost or doubled
+    /// (messages for it wait, routes stay); 0: a link that drops is forgotten at once
+    /// [default: 10000].
+    #[arg(long, value_name = "MS", global = true)]
+    link_window_ms: Option<u64>,
+    /// Estimated bytes kept for one neighbour until it acknowledges them; past this its
+    /// link session ends [default: 67108864].
+    #[arg(long, value_name = "BYTES", global = true)]
+    link_max_bytes: Option<usize>,
     /// Where clients' composite subscriptions are detected: in the network, where their
     /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
     #[arg(long, value_enum, value_name = "WHERE", global = true)]
@@ -338,6 +347,12 @@ impl Overrides {
             if let Some(value) = flag {
                 *slot = value;
             }
+        }
+        if let Some(ms) = self.link_window_ms {
+            config.link_sessions.window_ms = ms;
+        }
+        if let Some(bytes) = self.link_max_bytes {
+            config.link_sessions.max_bytes = bytes;
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)

@@ -155,7 +155,7 @@ impl Net {
                     }
                     self.link_down(i, link, code);
                 }
-                Action::NeighbourUp(_) | Action::NeighbourDown(_) => {}
+                Action::NeighbourUp(_) | Action::NeighbourDown { .. } => {}
             }
         }
     }
@@ -242,7 +242,9 @@ fn a_link_with_a_lasting_backlog_is_cut_and_its_routes_forgotten() {
     assert_eq!(cut(&net), None, "cut before the backlog lasted 5 s");
     net.run_until(9_500);
     assert_eq!(cut(&net), Some(9_000));
-    assert!(net.log.iter().any(|(t, b, a)| *t == 9_000 && *b == 0 && matches!(a, Action::NeighbourDown(_))));
+    assert!(
+        net.log.iter().any(|(t, b, a)| *t == 9_000 && *b == 0 && matches!(a, Action::NeighbourDown { .. }))
+    );
     // It is redialled like any link that dropped, and a backlog at the hard limit cuts at once.
     net.run_until(10_000);
     assert_eq!(net.open_links(0).len(), 1);

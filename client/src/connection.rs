@@ -494,9 +494,7 @@ impl Client {
     pub async fn stats(&self) -> Result<BrokerStats, ClientError> {
         match self.query(Query::Stats).await? {
             Report::Stats(stats) => Ok(*stats),
-            Report::Routes(_) => {
-                Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "stats", got: "routes" }))
-            }
+            other => Err(wrong_report("stats", &other)),
         }
     }
 
@@ -516,9 +514,18 @@ impl Client {
     ) -> Result<RoutesReport, ClientError> {
         match self.query(Query::Routes { limit, offset, filter: filter.to_owned() }).await? {
             Report::Routes(routes) => Ok(routes),
-            Report::Stats(_) => {
-                Err(ClientError::Protocol(ProtocolError::WrongAnswer { asked: "routes", got: "stats" }))
-            }
+            other => Err(wrong_report("routes", &other)),
+        }
+    }
+
+    /// Makes the broker close its link to neighbour `peer` at once, as a network fault
+    /// would, and keep it down for `down_ms` milliseconds; true if a link was up. For fault
+    /// injection (`scripts/chaos-chain --cut`): the two brokers' link session carries on
+    /// when the link returns within its window.
+    pub async fn drop_link(&self, peer: &Name, down_ms: u32) -> Result<bool, ClientError> {
+        match self.query(Query::DropLink { peer: peer.clone(), down_ms }).await? {
+            Report::LinkDropped(found) => Ok(found),
+            other => Err(wrong_report("drop-link", &other)),
         }
     }
 
@@ -747,4 +754,14 @@ async fn reissue(
         }
     }
     Ok(())
+}
+
+/// A report that does not answer what was asked.
+fn wrong_report(asked: &'static str, got: &Report) -> ClientError {
+    let got = match got {
+        Report::Stats(_) => "stats",
+        Report::Routes(_) => "routes",
+        Report::LinkDropped(_) => "drop-link",
+    };
+    ClientError::Protocol(ProtocolError::WrongAnswer { asked, got })
 }

@@ -273,9 +273,23 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     history_removed: n / 83,
                     history_queued: n / 89,
                     history_rows: n / 97,
+                    link_sessions_resumed: n / 101,
+                    link_messages_resent: n / 103,
+                    link_duplicates_dropped: n / 107,
+                    link_sessions_expired: n / 109,
                 })),
             }
         ),
+        (any::<u64>(), any_name(), any::<u32>())
+            .prop_map(|(req, peer, down_ms)| Frame::Query { req, query: Query::DropLink { peer, down_ms } }),
+        (any::<u64>(), any::<bool>())
+            .prop_map(|(req, up)| Frame::Report { req, report: Report::LinkDropped(up) }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(session, received, fresh)| Frame::Resume {
+            session,
+            received,
+            fresh
+        }),
+        any::<u64>().prop_map(|received| Frame::Ack { received }),
         (any::<u64>(), any_name(), any_id(), any_subscription(), any_name()).prop_map(
             |(req, broker, id, sub, to)| Frame::Report {
                 req,

@@ -78,14 +78,18 @@ fn frame_variant(f: &Frame) -> String {
         Frame::Error { .. } => "Error".into(),
         Frame::Notification { .. } => "Notification".into(),
         Frame::Bye { .. } => "Bye".into(),
-        Frame::Broker(m) => format!("Broker/{}", broker_variant(m)),
+        Frame::Broker { message, .. } => format!("Broker/{}", broker_variant(message)),
         Frame::Publish { .. } => "Publish".into(),
         Frame::Query { query: Query::Stats, .. } => "Query/Stats".into(),
         Frame::Query { query: Query::Routes { .. }, .. } => "Query/Routes".into(),
+        Frame::Query { query: Query::DropLink { .. }, .. } => "Query/DropLink".into(),
         Frame::Report { report: Report::Stats(_), .. } => "Report/Stats".into(),
         Frame::Report { report: Report::Routes(_), .. } => "Report/Routes".into(),
+        Frame::Report { report: Report::LinkDropped(_), .. } => "Report/LinkDropped".into(),
         Frame::CompositeNotification { .. } => "CompositeNotification".into(),
         Frame::EndOfHistory { .. } => "EndOfHistory".into(),
+        Frame::Resume { .. } => "Resume".into(),
+        Frame::Ack { .. } => "Ack".into(),
     }
 }
 
@@ -155,6 +159,10 @@ fn samples() -> Vec<Frame> {
                 history_removed: 25,
                 history_queued: 26,
                 history_rows: 27,
+                link_sessions_resumed: 30,
+                link_messages_resent: 31,
+                link_duplicates_dropped: 32,
+                link_sessions_expired: 33,
             })),
         },
         Frame::Report {
@@ -223,12 +231,18 @@ fn samples() -> Vec<Frame> {
         },
         BrokerMessage::HistoryDone { query: id(2), missing: vec![name("B3")] },
     ];
-    frames.extend(broker.map(Frame::Broker));
+    frames.extend(
+        broker.into_iter().enumerate().map(|(n, message)| Frame::Broker { seq: n as u64 + 1, message }),
+    );
     frames.push(Frame::CompositeNotification {
         sub: id(3),
         pubs: vec![(0, publication()), (1, publication())],
     });
     frames.push(Frame::EndOfHistory { sub: id(2), count: 5, missing: vec![name("B3")], truncated: false });
+    frames.push(Frame::Query { req: 3, query: Query::DropLink { peer: name("B2"), down_ms: 1500 } });
+    frames.push(Frame::Report { req: 3, report: Report::LinkDropped(true) });
+    frames.push(Frame::Resume { session: 300, received: 7, fresh: false });
+    frames.push(Frame::Ack { received: 70_000 });
     frames
 }
 
@@ -260,7 +274,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Query/Routes", "0000000b0902010a140573746f636b"),
     (
         "Report/Stats",
-        "000000270a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b",
+        "0000002b0a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021",
     ),
     (
         "Report/Routes",
@@ -274,59 +288,63 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Error", "000000080401010503776879"),
     ("Error", "000000080401010603776879"),
     ("Error", "0000000404000000"),
-    ("Broker/Advertise", "000000210700024231010205636c6173730000020573746f636b0570726963650e00000003"),
-    ("Broker/Unadvertise", "0000000707010242310101"),
+    ("Broker/Advertise", "00000022070100024231010205636c6173730000020573746f636b0570726963650e00000003"),
+    ("Broker/Unadvertise", "000000080702010242310101"),
     (
         "Broker/Subscribe",
-        "000000270702024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+        "00000028070302024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
     ),
-    ("Broker/Unsubscribe", "00000006070302423102"),
+    ("Broker/Unsubscribe", "0000000707040302423102"),
     (
         "Broker/Publish",
-        "0000002e07040305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
+        "0000002f0705040305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
     ),
     (
         "Broker/TreeSubscribe",
-        "0000002b070502423102024231010205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+        "0000002c07060502423102024231010205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
     ),
-    ("Broker/TreeUnsubscribe", "0000000a07060242310202423101"),
+    ("Broker/TreeUnsubscribe", "0000000b0707060242310202423101"),
     (
         "Broker/TreePublish",
-        "000000320707024231010305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
+        "00000033070807024231010305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
     ),
-    ("Broker/Settled/Advertisement", "0000000707080002423101"),
-    ("Broker/Settled/Subscription", "0000000707080102423102"),
-    ("Broker/Settled/TreeSubscription", "0000000b0708020242310202423101"),
-    ("Broker/Settled/Composite", "0000000707080302423103"),
-    ("Broker/Settled/Unadvertisement", "0000000707080402423101"),
+    ("Broker/Settled/Advertisement", "000000080709080002423101"),
+    ("Broker/Settled/Subscription", "00000008070a080102423102"),
+    ("Broker/Settled/TreeSubscription", "0000000c070b08020242310202423101"),
+    ("Broker/Settled/Composite", "00000008070c080302423103"),
+    ("Broker/Settled/Unadvertisement", "00000008070d080402423101"),
     (
         "Broker/CompositeSubscribe",
-        "0000002a07090242310303000105636c6173730000020161000105636c61737300000201620102000101fb60ea00",
+        "0000002b070e090242310303000105636c6173730000020161000105636c61737300000201620102000101fb60ea00",
     ),
-    ("Broker/CompositeUnsubscribe", "00000006070a02423103"),
+    ("Broker/CompositeUnsubscribe", "00000007070f0a02423103"),
     (
         "Broker/CompositeMatch",
-        "00000061070b024231030200fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff01fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+        "0000006207100b024231030200fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff01fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
     (
         "Broker/HistoryAdvertise",
-        "00000027070c024231040205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+        "0000002807110c024231040205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
     ),
-    ("Broker/HistoryUnadvertise", "00000006070d02423104"),
+    ("Broker/HistoryUnadvertise", "0000000707120d02423104"),
     (
         "Broker/HistoryQuery",
-        "0000002b070e024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f64fba60e",
+        "0000002c07130e024231020205636c6173730000020573746f636b0570726963650d0001000000000000f83f64fba60e",
     ),
     (
         "Broker/HistoryAnswer",
-        "00000033070f0242310201fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
+        "0000003407140f0242310201fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
-    ("Broker/HistoryDone", "0000000a07100242310201024233"),
+    ("Broker/HistoryDone", "0000000b0715100242310201024233"),
     (
         "CompositeNotification",
         "000000460b0242310302000305636c617373020573746f636b0570726963650002026f6b0301010200ff010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
     ("EndOfHistory", "0000000b0c02423102050102423300"),
+    ("Query/DropLink", "00000009090302024232fbdc05"),
+    ("Report/LinkDropped", "000000040a030201"),
+    ("Resume", "000000060dfb2c010700"),
+    ("Ack", "000000060efc70110100"),
 ];
 
 #[test]
@@ -357,8 +375,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 16 frame shapes (Request counted per message kind: 6) and 21 broker messages
+    // 18 frame shapes (Request counted per message kind: 6) and 21 broker messages
     // (Settled counted per forwarded kind: 5).
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 21;
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 1 + 1 + 1 + 21;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }

@@ -140,8 +140,18 @@ impl Open {
         let (code, result) = loop {
             tokio::select! {
                 frame = read_frame(&mut recv, &mut reader), if reading => match frame {
-                    Ok(Some(Frame::Broker(message))) => {
-                        if events.send(Event::FromBroker(link, message)).await.is_err() {
+                    Ok(Some(Frame::Broker { seq, message })) => {
+                        if events.send(Event::FromBroker { link, seq, message }).await.is_err() {
+                            reading = false;
+                        }
+                    }
+                    Ok(Some(Frame::Resume { session, received, fresh })) => {
+                        if events.send(Event::Resume { link, session, received, fresh }).await.is_err() {
+                            reading = false;
+                        }
+                    }
+                    Ok(Some(Frame::Ack { received })) => {
+                        if events.send(Event::Ack { link, received }).await.is_err() {
                             reading = false;
                         }
                     }

@@ -22,11 +22,13 @@
 //! local registry ([`padres_transport::local`]). With a federation CA, links are mutual
 //! TLS and a broker's hello without a certificate from the CA is refused.
 //!
-//! Delivery under faults (`docs/delivery.md`): links are FIFO QUIC streams; a link that
-//! drops loses what was queued or in flight on it, the router forgets the routes it
-//! brought ([`Input::NeighbourDown`](crate::router::Input::NeighbourDown)), and when it
-//! returns the two brokers re-synchronise; publications are not buffered for a link that
-//! is down.
+//! Delivery under faults (`docs/delivery.md`): links are FIFO QUIC streams carrying
+//! numbered messages of a link session ([`crate::resume`]). A link that drops and returns
+//! within `link_sessions.window_ms` loses nothing: what was queued or in flight on it, and
+//! what was routed to the neighbour meanwhile, is sent again from its session's outbox,
+//! and what arrives twice is dropped. Past the window the router forgets the routes the
+//! neighbour brought ([`Input::NeighbourDown`](crate::router::Input::NeighbourDown)), and
+//! when it returns the two brokers re-synchronise.
 //!
 //! Slow clients: what waits for a client is counted in (estimated) bytes; a client whose
 //! backlog passes `limits.max_queued_bytes_per_client` is disconnected with that reason,
@@ -250,7 +252,8 @@ pub async fn serve_until(
         max_frame: limits.max_frame,
     };
     let reports = router_task::Reports { interval_ms: config.monitor_interval_ms, view: http.is_some() };
-    let setup = router_task::Setup { limits, open: open.clone(), history, reports };
+    let setup =
+        router_task::Setup { limits, open: open.clone(), history, reports, sessions: settings.sessions };
     let router_task = tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, setup));
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     // Client ids, for QUIC clients and the gateway's alike.

@@ -1,8 +1,10 @@
-//! The router task: the one owner of the [`Router`] and the [`LinkPolicy`]. Connection
-//! tasks send it [`Event`]s over a bounded channel; it hands every output to a client's or
-//! a link's queue, runs the policy's timers (`poll_timeout`/`handle_timeout` on the
-//! runtime's clock), carries out the policy's actions (dial, close, neighbour up or down),
-//! and answers queries.
+//! The router task: the one owner of the [`Router`], the [`LinkPolicy`] and the link
+//! [`Sessions`]. Connection tasks send it [`Event`]s over a bounded channel; it hands every
+//! output to a client's queue or, through the neighbour's session, a link's; runs the
+//! policy's and the sessions' timers (`poll_timeout`/`handle_timeout` on the runtime's
+//! clock), carries out the policy's actions (dial, close, a link up or down) and the
+//! sessions' steps (frames to write, a neighbour up or down for the router), and answers
+//! queries.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use crate::history::{Durability, Record};
 use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
 use crate::metrics::{LinkSnapshot, Snapshot};
 use crate::monitor::{self, Federation, FederationView};
+use crate::resume::{self, Received, Sessions, Step};
 use crate::router::{BROKER_CLIENT, ClientId, Input, Output, Router, RoutesPage};
 
 /// Events the router task handles before it hands out what they produced, so that a
@@ -67,7 +70,23 @@ pub(super) enum Event {
     Query(ClientId, u64, Query),
     Gone(ClientId),
     LinkUp(LinkHandle),
-    FromBroker(LinkId, BrokerMessage),
+    FromBroker {
+        link: LinkId,
+        seq: u64,
+        message: BrokerMessage,
+    },
+    /// A neighbour's `Resume` (see [`crate::resume`]).
+    Resume {
+        link: LinkId,
+        session: u64,
+        received: u64,
+        fresh: bool,
+    },
+    /// A neighbour's acknowledgement.
+    Ack {
+        link: LinkId,
+        received: u64,
+    },
     LinkDown {
         link: LinkId,
         code: CloseCode,
@@ -105,6 +124,8 @@ pub(super) struct Setup {
     /// The history store's writer and filters, if this broker keeps history.
     pub(super) history: Option<(History, Vec<Subscription>)>,
     pub(super) reports: Reports,
+    /// The link sessions' window and outbox limit.
+    pub(super) sessions: resume::Settings,
 }
 
 /// The broker's reports on itself ([`crate::monitor`]).
@@ -147,6 +168,7 @@ struct Counters {
 struct RouterTask {
     router: Router,
     policy: LinkPolicy,
+    sessions: Sessions,
     dialer: Arc<Dialer>,
     /// For dial tasks to report back.
     events: mpsc::Sender<Event>,
@@ -191,16 +213,18 @@ pub(super) async fn run(
     dialer: Dialer,
     setup: Setup,
 ) {
-    let Setup { limits, open, history, reports } = setup;
+    let Setup { limits, open, history, reports, sessions } = setup;
     let (answers, mut answered) = mpsc::unbounded_channel::<HistoryAnswer>();
     let (history, filters) = match history {
         Some((history, filters)) => (Some(history), filters),
         None => (None, Vec::new()),
     };
     let policy = LinkPolicy::new(router.name().clone(), dialer.targets.len(), Timers::default());
+    let sessions = Sessions::new(router.name().clone(), random_seed(), sessions);
     let mut task = RouterTask {
         router,
         policy,
+        sessions,
         dialer: Arc::new(dialer),
         events,
         tasks: JoinSet::new(),
@@ -249,10 +273,10 @@ pub(super) async fn run(
             let now = task.now();
             now.saturating_add(at.saturating_sub(task.wall(now)))
         });
-        let timer = match (task.policy.poll_timeout(), router_timer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let timer = [task.policy.poll_timeout(), task.sessions.poll_timeout(), router_timer]
+            .into_iter()
+            .flatten()
+            .min();
         let deadline = timer.map(|ms| task.start + std::time::Duration::from_millis(ms));
         tokio::select! {
             event = inbox.recv() => {
@@ -279,6 +303,8 @@ pub(super) async fn run(
                 let now = task.now();
                 task.report_backlogs(now);
                 task.policy.handle_timeout(now);
+                task.sessions.handle_timeout(now);
+                task.apply_session_steps(now);
                 let wall = task.wall(now);
                 task.router.handle_timeout(wall, &mut task.out);
                 task.apply_link_actions(now);
@@ -322,6 +348,13 @@ pub(super) async fn run(
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tasks.abort_all();
     }
+}
+
+/// Random bits for the link sessions' ids (a restarted broker's differ from its last
+/// run's): the standard library's per-process hash keys, which come from the OS.
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(SystemTime::now())
 }
 
 async fn tick(timer: &mut Option<tokio::time::Interval>) {
@@ -385,6 +418,9 @@ impl RouterTask {
                     Query::Routes { limit, offset, filter } => {
                         Report::Routes(routes(&self.router, limit, offset, filter))
                     }
+                    Query::DropLink { peer, down_ms } => {
+                        Report::LinkDropped(self.drop_link(now, &peer, down_ms))
+                    }
                 };
                 if let Some(handle) = self.clients.get(&client) {
                     let _ = handle.queue.send((Frame::Report { req, report }, 0));
@@ -422,11 +458,14 @@ impl RouterTask {
                 self.policy.handle_link_up(now, peer, link, target);
                 self.apply_link_actions(now);
             }
-            Event::FromBroker(link, message) => {
-                // Only the link in use speaks for the neighbour: one being closed as a
-                // duplicate may still deliver what its peer sent before it knew.
+            Event::FromBroker { link, seq, message } => {
+                // The session decides: a message from a link of its own, next in number,
+                // goes to the router; one received before (sent again over a returning
+                // link), or from a link of an ended session, does not.
                 let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
-                if self.policy.link_to(&peer) != Some(link) {
+                let received = self.sessions.receive(now, &peer, link, seq);
+                self.apply_session_steps(now);
+                if received != Received::Pass {
                     return;
                 }
                 self.counters.broker_messages_in += 1;
@@ -437,8 +476,23 @@ impl RouterTask {
                 let wall = self.wall(now);
                 self.router.handle(wall, Input::Broker { from: peer, message }, &mut self.out);
             }
+            Event::Resume { link, session, received, fresh } => {
+                let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
+                // What earlier events produced is numbered before the session's outbox is
+                // sent again.
+                self.dispatch(now);
+                self.sessions.resume(now, &peer, link, session, received, fresh);
+                self.apply_session_steps(now);
+            }
+            Event::Ack { link, received } => {
+                let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
+                self.sessions.acked(&peer, link, received);
+            }
             Event::LinkDown { link, code } => {
                 self.dispatch(now);
+                if let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) {
+                    self.sessions.link_closed(&peer, link);
+                }
                 if let Some(handle) = self.links.remove(&link) {
                     tracing::info!(peer = %handle.peer, link, ?code, "neighbour link down");
                     self.retire_link(&handle);
@@ -478,15 +532,61 @@ impl RouterTask {
                     self.policy.handle_link_down(now, &peer, link, handle.target, code);
                 }
                 Action::NeighbourUp(peer) => {
-                    let wall = self.wall(now);
-                    self.router.handle(wall, Input::NeighbourUp(peer), &mut self.out);
+                    if let Some(link) = self.policy.link_to(&peer) {
+                        self.sessions.attach(now, &peer, link);
+                        self.apply_session_steps(now);
+                    }
                 }
-                Action::NeighbourDown(peer) => {
-                    let wall = self.wall(now);
-                    self.router.handle(wall, Input::NeighbourDown(peer), &mut self.out);
+                Action::NeighbourDown { peer, code } => {
+                    // A neighbour shutting down comes back, if at all, as a new broker; a
+                    // link too slow to keep up would fall behind again.
+                    let end = matches!(code, CloseCode::ShuttingDown | CloseCode::TooSlow);
+                    self.sessions.detach(now, &peer, end);
+                    self.apply_session_steps(now);
                 }
             }
         }
+    }
+
+    /// Carries out what the link sessions decided.
+    fn apply_session_steps(&mut self, now: u64) {
+        while let Some(step) = self.sessions.poll_step() {
+            match step {
+                Step::Send { link, frame } => {
+                    if let Some(handle) = self.links.get(&link)
+                        && handle.queue.send(frame).is_ok()
+                    {
+                        handle.queued.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Step::NeighbourUp(peer) => {
+                    tracing::info!(%peer, "neighbour up: a new link session");
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::NeighbourUp(peer), &mut self.out);
+                }
+                Step::NeighbourDown(peer) => {
+                    tracing::info!(%peer, "neighbour down: its link session ended");
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::NeighbourDown(peer), &mut self.out);
+                }
+                Step::Cut { peer, code } => {
+                    self.policy.close(now, &peer, code);
+                    self.apply_link_actions(now);
+                }
+            }
+        }
+    }
+
+    /// Closes the link to `peer` at once, as a network fault would (what is queued on it
+    /// is not written), and keeps it down for `down_ms`; true if a link was up.
+    fn drop_link(&mut self, now: u64, peer: &Name, down_ms: u32) -> bool {
+        if let Some(handle) = self.policy.link_to(peer).and_then(|id| self.links.get(&id)) {
+            tracing::info!(%peer, down_ms, "dropping the neighbour link, as asked");
+            handle.connection.close(CloseCode::Done.to_quic().into(), b"link dropped by an operator");
+        }
+        let up = self.policy.pause(now, peer, now.saturating_add(u64::from(down_ms)), CloseCode::Done);
+        self.apply_link_actions(now);
+        up
     }
 
     /// Tells the policy how many frames wait on each link in use.
@@ -530,6 +630,7 @@ impl RouterTask {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let counters = &self.counters;
         let history = self.history.as_ref().map(History::stats).unwrap_or_default();
+        let sessions = self.sessions.counters();
         BrokerStats {
             broker: self.router.name().clone(),
             uptime_ms: now,
@@ -562,6 +663,10 @@ impl RouterTask {
             history_removed: history.removed,
             history_queued: history.queued,
             history_rows: history.rows,
+            link_sessions_resumed: sessions.resumed,
+            link_messages_resent: sessions.resent,
+            link_duplicates_dropped: sessions.duplicates,
+            link_sessions_expired: sessions.expired,
         }
     }
 
@@ -676,11 +781,12 @@ impl RouterTask {
                     Output::ToBroker { to, message } => {
                         self.counters.broker_messages_out += 1;
                         tracing::trace!(%to, ?message, "to neighbour");
-                        // A message for a neighbour whose link just went is dropped: the
-                        // router hears NeighbourDown and the two re-synchronise later.
-                        let link = self.policy.link_to(&to).and_then(|id| self.links.get(&id));
-                        if let Some(link) = link
-                            && link.queue.send(Frame::Broker(message)).is_ok()
+                        // Numbered and kept in the session's outbox until acknowledged;
+                        // written now if its link is up, or sent when it returns.
+                        let sent = self.sessions.send(&to, message);
+                        let link = sent.and_then(|(id, frame)| Some((self.links.get(&id)?, frame)));
+                        if let Some((link, frame)) = link
+                            && link.queue.send(frame).is_ok()
                         {
                             link.queued.fetch_add(1, Ordering::Relaxed);
                             if let Some(counters) = self.link_counters.get_mut(&to) {
@@ -713,6 +819,7 @@ impl RouterTask {
                 let wall = self.wall(now);
                 self.router.handle(wall, Input::ClientGone(client), &mut self.out);
             }
+            self.apply_session_steps(now);
             self.report_backlogs(now);
             self.apply_link_actions(now);
         }

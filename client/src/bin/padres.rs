@@ -209,6 +209,20 @@ enum BrokerCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
+    /// Fault injection: make the broker close its link to a neighbour at once, as a broken
+    /// network would (what is queued on it is not written), and keep it down for a while.
+    /// Within the brokers' link-session window (link_sessions.window_ms, 10 s by default)
+    /// nothing is lost when it returns. Exits 1 if no link to that neighbour was up.
+    DropLink {
+        /// The neighbour's name.
+        peer: String,
+        /// How long the link stays down (milliseconds): the broker neither dials the
+        /// neighbour nor accepts its link until then.
+        #[arg(long = "for", value_name = "MS", default_value_t = 0)]
+        down_ms: u32,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
 }
 
 /// Where the broker is and how to trust it.
@@ -534,6 +548,13 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("slow clients dropped {}", stats.slow_clients_dropped);
                 out!("broker links refused {}", stats.links_refused);
                 out!("broker links cut (too slow) {}", stats.links_cut);
+                out!(
+                    "link sessions: resumed {}, messages resent {}, duplicates dropped {}, expired {}",
+                    stats.link_sessions_resumed,
+                    stats.link_messages_resent,
+                    stats.link_duplicates_dropped,
+                    stats.link_sessions_expired
+                );
                 out!("composite subscriptions {}", stats.composites);
                 out!("composite detectors  {}", stats.detectors);
                 out!(
@@ -627,6 +648,14 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     out!("  {:<12} from {:<12} to [{}] {}", e.id.to_string(), e.from, to.join(" "), e.text);
                 }
             }
+        }
+        BrokerCommand::DropLink { peer, down_ms, broker } => {
+            let name = padres_lang::Name::new(&peer).map_err(|e| format!("neighbour name: {e}"))?;
+            let up = broker.connect().await?.drop_link(&name, down_ms).await.map_err(|e| e.to_string())?;
+            if !up {
+                return Err(format!("no link to {peer} was up (kept down for {down_ms} ms all the same)"));
+            }
+            out!("dropped the link to {peer}; down for {down_ms} ms");
         }
     }
     Ok(())

@@ -6,8 +6,9 @@
 //! with [`Frame::Ok`] (carrying the id it assigned, for adv/sub/cs) or [`Frame::Error`], and
 //! pushes [`Frame::Notification`]s for matching publications. A client may also ask the
 //! broker about itself with a [`Frame::Query`], answered by a [`Frame::Report`] (or an
-//! error). Neighbour brokers say hello with [`Role::Broker`] and then exchange
-//! [`Frame::Broker`] routing traffic.
+//! error). Neighbour brokers say hello with [`Role::Broker`], agree on their link session
+//! with [`Frame::Resume`], and then exchange numbered [`Frame::Broker`] routing traffic,
+//! acknowledged with [`Frame::Ack`].
 //!
 //! On the wire a frame is a 4-byte big-endian length followed by that many bytes of
 //! bincode (see [`codec`]). Every message inside is validated as it is decoded, so an
@@ -27,6 +28,8 @@
 //! composite subscriptions, stamps on routed publications, the composite broker messages
 //! and [`Frame::CompositeNotification`]. Version 6 answers withdrawals
 //! ([`Forwarded::Unadvertisement`]). Version 8 pages and filters [`Query::Routes`].
+//! Version 9 numbers broker messages in link sessions ([`Frame::Resume`], [`Frame::Ack`])
+//! and adds [`Query::DropLink`].
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -50,7 +53,7 @@ pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -343,8 +346,14 @@ pub enum Frame {
         /// Why, for people.
         reason: String,
     },
-    /// Routing traffic on a link between neighbour brokers.
-    Broker(BrokerMessage),
+    /// Routing traffic on a link between neighbour brokers, numbered within the link
+    /// session (from 1), so that a link that returns resumes where it broke.
+    Broker {
+        /// Its number in the session.
+        seq: u64,
+        /// The message.
+        message: BrokerMessage,
+    },
     /// A publication sent without waiting: no reply when it is routed; a refusal comes back
     /// as an [`Frame::Error`] without a request number. For publishers that stream.
     Publish {
@@ -387,6 +396,24 @@ pub enum Frame {
         /// True if more were stored than the broker delivers for one subscription.
         truncated: bool,
     },
+    /// Between neighbour brokers, first on every link: the broker with the smaller name
+    /// names the link session it holds and how many of its neighbour's messages it has
+    /// passed on; the other answers with the same session, and its own count, or `fresh` if
+    /// it did not hold that session (it starts it new).
+    Resume {
+        /// The session's id (the leading broker's choice).
+        session: u64,
+        /// Messages of the session received and passed on.
+        received: u64,
+        /// The answerer did not hold the session: both start from nothing.
+        fresh: bool,
+    },
+    /// Between neighbour brokers: every message of the session up to `received` has been
+    /// passed on (the sender may forget them).
+    Ack {
+        /// Messages of the session received and passed on.
+        received: u64,
+    },
 }
 
 /// What a client may ask a broker about itself.
@@ -405,6 +432,15 @@ pub enum Query {
         /// ignored); empty: every entry.
         filter: String,
     },
+    /// Closes the link to neighbour `peer` at once, as if the network had broken it, and
+    /// keeps it down (neither dialled nor accepted) for `down_ms` milliseconds: for fault
+    /// injection (`scripts/chaos-chain --cut`).
+    DropLink {
+        /// The neighbour.
+        peer: Name,
+        /// How long the link stays down.
+        down_ms: u32,
+    },
 }
 
 /// A broker's answer to a [`Query`].
@@ -414,6 +450,9 @@ pub enum Report {
     Stats(Box<BrokerStats>),
     /// Answers [`Query::Routes`].
     Routes(RoutesReport),
+    /// Answers [`Query::DropLink`]: whether a link to the neighbour was up and is now
+    /// closed.
+    LinkDropped(bool),
 }
 
 /// A broker's counters, since it started.
@@ -484,6 +523,15 @@ pub struct BrokerStats {
     pub history_queued: u64,
     /// Rows in the store (as of the last retention pass, once a second).
     pub history_rows: u64,
+    /// Link sessions that went on over a new link after theirs dropped.
+    pub link_sessions_resumed: u64,
+    /// Broker messages sent again after a link returned.
+    pub link_messages_resent: u64,
+    /// Broker messages received twice (sent again over a returning link) and dropped.
+    pub link_duplicates_dropped: u64,
+    /// Link sessions ended because their link did not return within the window, or too
+    /// much waited unacknowledged.
+    pub link_sessions_expired: u64,
 }
 
 /// One row of a routing table, as text.

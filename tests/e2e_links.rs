@@ -1,0 +1,140 @@
+//! Broker links that drop and return, with real brokers over QUIC: within the link-session
+//! window nothing is lost or doubled and order holds; past it the brokers forget each
+//! other's routes and start over, and delivery resumes.
+
+use std::time::Duration;
+
+use padres_client::Client;
+use padres_lang::{Name, Value};
+use padres_tests::broker::{Broker, client, neighbour_of, start_with, until_routes};
+
+/// B1 - B2 - B3, each dialling the one before, with `extra` flags; returns once every link
+/// is up.
+async fn chain(test: &str, extra: &[&str]) -> Vec<Broker> {
+    let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+    let mut brokers: Vec<Broker> = Vec::new();
+    for i in 1..=3 {
+        let mut args = brokers.last().map(neighbour_of).unwrap_or_default();
+        args.extend(extra.iter().cloned());
+        brokers.push(start_with(&format!("B{i}"), test, &args));
+    }
+    for (i, b) in brokers.iter().enumerate() {
+        let observer = client(b, "observer").await;
+        let want = if i == 1 { 2 } else { 1 };
+        until_routes(&observer, "links up", |r| r.neighbours.len() == want).await;
+    }
+    brokers
+}
+
+/// A publisher at B1 and a subscriber at B3 to `[class,eq,'tick']`, once publications flow.
+async fn publisher_and_subscriber(brokers: &[Broker]) -> (Client, Client) {
+    let publisher = client(&brokers[0], "pub").await;
+    let mut subscriber = client(&brokers[2], "sub").await;
+    publisher.send("a [class,eq,'tick'],[m,isPresent,0]").await.expect("advertised");
+    subscriber.send("s [class,eq,'tick']").await.expect("subscribed");
+    // Warm-up publications (m below 0) until one arrives: the subscription has travelled.
+    for n in 1..200 {
+        publisher.send(&format!("p [class,'tick'],[m,-{n}]")).await.expect("published");
+        if tokio::time::timeout(Duration::from_millis(100), subscriber.next_notification()).await.is_ok() {
+            return (publisher, subscriber);
+        }
+    }
+    panic!("no warm-up publication reached B3");
+}
+
+/// Reads notifications until `count` with `m >= 1` have arrived, or `wait` passes without
+/// one; returns their `m`s in the order received.
+async fn receive_counted(subscriber: &mut Client, count: usize, wait: Duration) -> Vec<i64> {
+    let mut got = Vec::new();
+    while got.len() < count {
+        let Ok(Some(n)) = tokio::time::timeout(wait, subscriber.next_notification()).await else { break };
+        if let padres_client::Notification::Publication { publication, .. } = n
+            && let Some(Value::Int(m)) = publication.get("m")
+            && *m >= 1
+        {
+            got.push(*m);
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_link_dropped_and_restored_within_the_window_loses_and_doubles_nothing() {
+    let brokers = chain("link-resume", &[]).await;
+    let (publisher, mut subscriber) = publisher_and_subscriber(&brokers).await;
+    let b1 = Name::new("B1").expect("name");
+    let operator = client(&brokers[1], "operator").await;
+
+    // 20,000 publications at B1 in paced batches (about 2.4 s) while B2 drops its link to
+    // B1 six times, each kept down 150 ms: what was queued or in flight on the link, and
+    // what B1 routed to B2 while it was down, arrives when it is back.
+    const N: i64 = 20_000;
+    let publishing = tokio::spawn(async move {
+        for m in 1..=N {
+            publisher
+                .publish(format!("[class,'tick'],[m,{m}]").parse().expect("a publication"))
+                .await
+                .expect("sent");
+            if m % 500 == 0 {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+        }
+        publisher
+    });
+    let mut dropped = 0;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        if operator.drop_link(&b1, 150).await.expect("drop-link answered") {
+            dropped += 1;
+        }
+    }
+    let _publisher = publishing.await.expect("publisher");
+    let got = receive_counted(&mut subscriber, N as usize, Duration::from_secs(20)).await;
+    let expected: Vec<i64> = (1..=N).collect();
+    assert_eq!(got.len(), expected.len(), "every publication once");
+    assert!(got == expected, "in order, none doubled");
+    assert!(dropped >= 4, "the link was up to be dropped at least four times ({dropped})");
+
+    // Both ends resumed the session each time, and neither forgot the other's routes.
+    for (i, b) in [&brokers[0], &brokers[1]].into_iter().enumerate() {
+        let stats = client(b, "observer").await.stats().await.expect("stats");
+        assert!(stats.link_sessions_resumed >= dropped, "broker {i}: {stats:?}");
+        assert_eq!(stats.link_sessions_expired, 0, "broker {i}: {stats:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_link_down_past_the_window_is_forgotten_and_delivery_resumes_when_it_returns() {
+    let brokers = chain("link-expire", &["--link-window-ms", "300"]).await;
+    let (publisher, mut subscriber) = publisher_and_subscriber(&brokers).await;
+    let operator = client(&brokers[1], "operator").await;
+    assert!(operator.drop_link(&Name::new("B1").expect("name"), 1_500).await.expect("answered"));
+    // Past the window B1 forgets B3's subscription (it came over B2).
+    let observer = client(&brokers[0], "observer").await;
+    until_routes(&observer, "the subscription withdrawn at B1", |r| {
+        r.prt.iter().all(|e| !e.text.contains("'tick'")) && r.neighbours.is_empty()
+    })
+    .await;
+    // When the link returns the two re-synchronise, and new publications flow again.
+    until_routes(&observer, "the subscription back at B1", |r| {
+        r.prt.iter().any(|e| e.text.contains("'tick'"))
+    })
+    .await;
+    for m in 1..=100 {
+        publisher.send(&format!("p [class,'tick'],[m,{m}]")).await.expect("published");
+    }
+    let got = receive_counted(&mut subscriber, 100, Duration::from_secs(10)).await;
+    assert_eq!(got, (1..=100).collect::<Vec<i64>>());
+    let stats = observer.stats().await.expect("stats");
+    assert!(stats.link_sessions_expired >= 1, "{stats:?}");
+}
+
+#[tokio::test]
+async fn dropping_a_link_to_a_stranger_says_so() {
+    let brokers = chain("link-stranger", &[]).await;
+    let operator = client(&brokers[0], "operator").await;
+    let up = operator.drop_link(&Name::new("B9").expect("name"), 0).await.expect("answered");
+    assert!(!up, "no link to B9");
+    // The real link is untouched.
+    until_routes(&operator, "B2 still linked", |r| r.neighbours.len() == 1).await;
+}
