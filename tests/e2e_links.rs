@@ -138,3 +138,72 @@ async fn dropping_a_link_to_a_stranger_says_so() {
     // The real link is untouched.
     until_routes(&operator, "B2 still linked", |r| r.neighbours.len() == 1).await;
 }
+
+#[tokio::test]
+async fn a_ring_routes_around_a_link_gone_for_good() {
+    // B1 — B2 — B3 — B4 — B1, and B3 — B5; cyclic, with a 300 ms link-session window.
+    let flags: Vec<String> =
+        ["--cycles", "--link-window-ms", "300"].iter().map(|s| (*s).to_owned()).collect();
+    let with = |neighbours: &[&Broker]| {
+        let mut args: Vec<String> = neighbours.iter().flat_map(|b| neighbour_of(b)).collect();
+        args.extend(flags.iter().cloned());
+        args
+    };
+    let test = "link-ring";
+    let b1 = start_with("B1", test, &with(&[]));
+    let b2 = start_with("B2", test, &with(&[&b1]));
+    let b3 = start_with("B3", test, &with(&[&b2]));
+    let b4 = start_with("B4", test, &with(&[&b3, &b1]));
+    let b5 = start_with("B5", test, &with(&[&b3]));
+    for (b, want) in [(&b1, 2), (&b2, 2), (&b3, 3), (&b4, 2), (&b5, 1)] {
+        let observer = client(b, "observer").await;
+        until_routes(&observer, "links up", |r| r.neighbours.len() == want).await;
+    }
+    let brokers = [b1, b2, b3, b4, b5];
+    let publisher = client(&brokers[0], "pub").await;
+    let mut subscriber = client(&brokers[4], "sub").await;
+    publisher.send("a [class,eq,'tick'],[m,isPresent,0]").await.expect("advertised");
+    subscriber.send("s [class,eq,'tick']").await.expect("subscribed");
+    let mut warm = false;
+    for n in 1..200 {
+        publisher.send(&format!("p [class,'tick'],[m,-{n}]")).await.expect("published");
+        if tokio::time::timeout(Duration::from_millis(100), subscriber.next_notification()).await.is_ok() {
+            warm = true;
+            break;
+        }
+    }
+    assert!(warm, "no warm-up publication reached B5");
+
+    // The ring link B3's tree uses toward B1 goes for good: cut at the broker that dials
+    // B1 (B2 or B4), kept down for ten minutes.
+    let routes = client(&brokers[2], "observer").await.routes(100).await.expect("routes");
+    let entry = routes.srt.iter().find(|e| e.text.contains("'tick'")).expect("B3 has the advertisement");
+    let via = if entry.from == "broker B2" { 1 } else { 3 };
+    let b1 = Name::new("B1").expect("name");
+    assert!(client(&brokers[via], "operator").await.drop_link(&b1, 600_000).await.expect("answered"));
+    let cut = std::time::Instant::now();
+
+    // Delivery resumes over the other side of the ring, once the session's window has
+    // passed and the tree has moved.
+    let mut m = 0;
+    let resumed = loop {
+        m += 1;
+        publisher.send(&format!("p [class,'tick'],[m,{m}]")).await.expect("published");
+        let got = receive_counted(&mut subscriber, 1, Duration::from_millis(50)).await;
+        if let Some(first) = got.first() {
+            break *first;
+        }
+        assert!(cut.elapsed() < Duration::from_secs(10), "delivery did not resume within 10 s");
+    };
+    let took = cut.elapsed();
+    eprintln!("delivery resumed {took:?} after the cut, at m = {resumed}");
+    let routes = client(&brokers[2], "observer").await.routes(100).await.expect("routes");
+    let entry = routes.srt.iter().find(|e| e.text.contains("'tick'")).expect("B3 has the advertisement");
+    assert_ne!(entry.from, if via == 1 { "broker B2" } else { "broker B4" }, "B3's tree moved");
+    // From then on, every publication once and in order.
+    for k in m + 1..=m + 200 {
+        publisher.send(&format!("p [class,'tick'],[m,{k}]")).await.expect("published");
+    }
+    let rest = receive_counted(&mut subscriber, (m + 200 - resumed) as usize, Duration::from_secs(10)).await;
+    assert_eq!(rest, (resumed + 1..=m + 200).collect::<Vec<i64>>(), "resumed at {resumed} after {took:?}");
+}

@@ -116,7 +116,7 @@ impl Collector for Snapshot {
             ),
             (
                 "link_messages_resent",
-                "Broker messages sent again after a link returned.",
+                "Broker messages sent from a link session's outbox when its link returned.",
                 None,
                 s.link_messages_resent,
             ),

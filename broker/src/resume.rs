@@ -91,7 +91,8 @@ pub enum Step {
 pub struct Counters {
     /// Sessions that went on over a new link.
     pub resumed: u64,
-    /// Messages sent again after a link returned.
+    /// Messages sent from the outbox when a session resumed: in flight when its link
+    /// broke, or routed to the neighbour while it was down.
     pub resent: u64,
     /// Messages received twice and dropped.
     pub duplicates: u64,

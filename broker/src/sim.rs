@@ -469,6 +469,7 @@ impl Trace {
 fn kind(message: &BrokerMessage) -> &'static str {
     match message {
         BrokerMessage::Advertise { .. } => "Advertise",
+        BrokerMessage::TreeRepair { .. } => "TreeRepair",
         BrokerMessage::Unadvertise { .. } => "Unadvertise",
         BrokerMessage::Subscribe { .. } => "Subscribe",
         BrokerMessage::Unsubscribe { .. } => "Unsubscribe",

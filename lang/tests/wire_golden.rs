@@ -65,6 +65,7 @@ fn broker_variant(m: &BrokerMessage) -> &'static str {
         BrokerMessage::HistoryQuery { .. } => "HistoryQuery",
         BrokerMessage::HistoryAnswer { .. } => "HistoryAnswer",
         BrokerMessage::HistoryDone { .. } => "HistoryDone",
+        BrokerMessage::TreeRepair { .. } => "TreeRepair",
     }
 }
 
@@ -197,7 +198,7 @@ fn samples() -> Vec<Frame> {
     frames.extend(error_codes.map(|code| Frame::Error { req: Some(1), code, message: "why".into() }));
     frames.push(Frame::Error { req: None, code: ErrorCode::BadRequest, message: String::new() });
     let broker = [
-        BrokerMessage::Advertise { id: id(1), adv: adv(), hops: 3 },
+        BrokerMessage::Advertise { id: id(1), adv: adv(), hops: 3, epoch: 2 },
         BrokerMessage::Unadvertise { id: id(1), lost: true },
         BrokerMessage::Subscribe { id: id(2), sub: sub() },
         BrokerMessage::Unsubscribe { id: id(2) },
@@ -230,6 +231,7 @@ fn samples() -> Vec<Frame> {
             pubs: vec![Arc::new(Stamped { stamp: stamp(), publication: publication() })],
         },
         BrokerMessage::HistoryDone { query: id(2), missing: vec![name("B3")] },
+        BrokerMessage::TreeRepair { tree: id(1), epoch: 2 },
     ];
     frames.extend(
         broker.into_iter().enumerate().map(|(n, message)| Frame::Broker { seq: n as u64 + 1, message }),
@@ -288,7 +290,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Error", "000000080401010503776879"),
     ("Error", "000000080401010603776879"),
     ("Error", "0000000404000000"),
-    ("Broker/Advertise", "00000022070100024231010205636c6173730000020573746f636b0570726963650e00000003"),
+    ("Broker/Advertise", "00000023070100024231010205636c6173730000020573746f636b0570726963650e0000000302"),
     ("Broker/Unadvertise", "000000080702010242310101"),
     (
         "Broker/Subscribe",
@@ -336,6 +338,7 @@ const GOLDEN: &[(&str, &str)] = &[
         "0000003407140f0242310201fd005e56eea10100000242312a0305636c617373020573746f636b0570726963650002026f6b0301010200ff",
     ),
     ("Broker/HistoryDone", "0000000b0715100242310201024233"),
+    ("Broker/TreeRepair", "000000080716110242310102"),
     (
         "CompositeNotification",
         "000000460b0242310302000305636c617373020573746f636b0570726963650002026f6b0301010200ff010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
@@ -375,8 +378,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 18 frame shapes (Request counted per message kind: 6) and 21 broker messages
+    // 18 frame shapes (Request counted per message kind: 6) and 22 broker messages
     // (Settled counted per forwarded kind: 5).
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 1 + 1 + 1 + 21;
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 1 + 1 + 1 + 22;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }

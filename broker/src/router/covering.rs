@@ -76,6 +76,7 @@ impl Kind for Advertisements {
             id: id.clone(),
             adv: entry.item.clone(),
             hops: entry.distance.saturating_add(1),
+            epoch: entry.epoch,
         }
     }
 
@@ -113,6 +114,8 @@ pub(super) struct Entry<T> {
     pub(super) last: Hop,
     /// Advertisements: brokers to the advertiser's along `last` (0 for a local client's).
     pub(super) distance: u32,
+    /// Advertisements, with cycles: the flood `last` and `distance` come from.
+    pub(super) epoch: u32,
     /// Neighbours it was sent to.
     pub(super) sent_to: BTreeSet<Name>,
     /// Neighbours it should reach but is held back from, covered by one sent there.
@@ -121,7 +124,7 @@ pub(super) struct Entry<T> {
 
 impl<T> Entry<T> {
     pub(super) fn new(item: Arc<T>, last: Hop, distance: u32) -> Self {
-        Self { item, last, distance, sent_to: BTreeSet::new(), held: BTreeSet::new() }
+        Self { item, last, distance, epoch: 0, sent_to: BTreeSet::new(), held: BTreeSet::new() }
     }
 }
 

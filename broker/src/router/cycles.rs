@@ -6,7 +6,9 @@
 //! tagged with that tree; a publication travels on the tree of the advertisement it
 //! conforms to, tagged too, and each broker matches it only against the subscriptions of
 //! that tree. One tree has one path between two brokers, so every subscriber gets a
-//! publication exactly once.
+//! publication exactly once; while a tree moves (a shorter path, or a new flood after a
+//! link was lost: `mod.rs`), a broker drops a publication of the tree numbered no later
+//! than one it routed already ([`Cycles::first_arrival`]).
 //!
 //! A tree entry counts the hops it came from: while a tree moves to a shorter path, the
 //! same subscription can arrive along the new path before it is withdrawn along the old
@@ -26,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use padres_lang::wire::{BrokerMessage, Forwarded};
-use padres_lang::{MessageId, Name, Publication, Subscription, covers};
+use padres_lang::{MessageId, Name, Publication, Stamp, Subscription, covers};
 
 use super::composite::DetectorInput;
 use super::covering::Covering;
@@ -50,6 +52,9 @@ struct Tree {
     root: Hop,
     index: SubscriptionIndex<MessageId>,
     subs: HashMap<MessageId, TreeSub>,
+    /// The stamp number of the last publication routed on it: its publications all come
+    /// from the advertiser's broker, numbered in the order published.
+    last_seq: Option<u64>,
 }
 
 /// What tree decisions depend on besides the trees.
@@ -70,6 +75,8 @@ pub(super) struct Cycles {
     /// Advertisements withdrawn by their owners, so late copies still travelling round a
     /// loop are not installed again.
     withdrawn: HashSet<MessageId>,
+    /// Per tree, the highest epoch a repair was asked for or passed on by this broker.
+    repairs: HashMap<MessageId, u32>,
 }
 
 /// Where a publication goes next: brokers, and clients with their matching
@@ -122,12 +129,41 @@ impl Cycles {
     /// A new advertisement's tree, rooted toward `root`.
     pub(super) fn plant(&mut self, tree: MessageId, root: Hop) {
         let index = SubscriptionIndex::new();
-        self.trees.insert(tree, Tree { root, index, subs: HashMap::new() });
+        self.trees.insert(tree, Tree { root, index, subs: HashMap::new(), last_seq: None });
     }
 
     /// Forgets a tree whose advertisement is gone (every broker forgets it too).
     pub(super) fn drop_tree(&mut self, tree: &MessageId) {
         self.trees.remove(tree);
+        self.repairs.remove(tree);
+    }
+
+    /// True the first time a repair of `tree`'s path in flood `epoch` is asked for or
+    /// passed on here: a request floods once per broker.
+    pub(super) fn repair_requested(&mut self, tree: &MessageId, epoch: u32) -> bool {
+        match self.repairs.get(tree) {
+            Some(done) if *done >= epoch => false,
+            _ => {
+                self.repairs.insert(tree.clone(), epoch);
+                true
+            }
+        }
+    }
+
+    /// True unless a publication of `tree` numbered as late as `stamp` was routed here
+    /// already: while a tree moves to a new path, a copy can come over both, or an older
+    /// one over the old path after a newer one over the new; either is dropped, so a
+    /// publication is delivered at most once.
+    pub(super) fn first_arrival(&mut self, tree: &MessageId, stamp: &Stamp) -> bool {
+        let Some(t) = self.trees.get_mut(tree) else { return true };
+        if stamp.origin != tree.origin {
+            return true;
+        }
+        if t.last_seq.is_some_and(|seq| seq >= stamp.seq) {
+            return false;
+        }
+        t.last_seq = Some(stamp.seq);
+        true
     }
 
     /// Files subscription `id` on `tree`, from `from`, and forwards it if it must go on.

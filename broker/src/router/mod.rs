@@ -53,12 +53,19 @@
 //! **Cyclic overlays** are opt-in ([`Options::cycles`]). Ids carry the broker's incarnation
 //! ([`Options::incarnation`]), so a restarted broker recognises, and withdraws, its own
 //! advertisements from an earlier life. A lost link does not remove advertisements (their
-//! copies may still be circling, and a removal racing them would never settle): the trees
-//! that used it wait for it, and when it returns, subscriptions are sent up them again.
-//! Each copy of an advertisement carries its path length, and a broker moves a tree onto a
-//! strictly shorter path when one arrives. Limits: one publisher's publications keep their
-//! order per advertisement, not across advertisements with different trees; a tree whose
-//! link never returns is not rebuilt over another path.
+//! copies may still be circling, and a removal racing them would never settle). Instead a
+//! broker whose path to an advertiser went over the lost link asks the advertiser's broker
+//! (a [`BrokerMessage::TreeRepair`] flooded once per broker) to flood the advertisement
+//! again, one *epoch* higher; every broker takes the first copy of the new epoch as its
+//! path, as with the first flood, and moves the tree's subscriptions there. Each copy also
+//! carries its path length, and within an epoch a broker moves a tree onto a strictly
+//! shorter path when one appears. While a tree moves, a publication can come over the old
+//! path and the new: each broker routes a tree's publications only in their publisher's
+//! broker's order (stamp numbers), so none is delivered twice or out of order; one that
+//! was on the lost link, or overtaken on the new path, is lost. Limits: one publisher's
+//! publications keep their order per advertisement, not across advertisements with
+//! different trees. A link drop reaches the router only when its link session ends
+//! ([`crate::resume`]), so a tree moves `link_sessions.window_ms` after its link is lost.
 //!
 //! **Composite subscriptions** (`composite.rs`): placed where their parts' publications
 //! meet (PADRES's destination tree), detected there by [`crate::detector`], their leaves
@@ -777,7 +784,7 @@ impl Router {
             }
             Message::Advertise(adv) => {
                 let id = self.next_id();
-                self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), 0, out);
+                self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), (0, 0), out);
                 self.clients.entry(client).or_default().advs.insert(id.clone());
                 let copies = Copies::One(Forwarded::Advertisement(id.clone()));
                 self.settling = Some((copies, Waiter::Client { client, req, id }));
@@ -950,7 +957,10 @@ impl Router {
         }
         let hop = Hop::Broker(from.clone());
         match message {
-            BrokerMessage::Advertise { id, adv, hops } => self.install_adv(id, adv, hop, hops, out),
+            BrokerMessage::Advertise { id, adv, hops, epoch } => {
+                self.install_adv(id, adv, hop, (hops, epoch), out);
+            }
+            BrokerMessage::TreeRepair { tree, epoch } => self.tree_repair(&tree, epoch, &hop, out),
             BrokerMessage::Subscribe { id, sub } => self.install_sub(id, sub, hop, out),
             BrokerMessage::Publish { publication, stamp } => {
                 self.route_publication(publication, stamp, &hop, out);
@@ -1055,9 +1065,19 @@ impl Router {
         for id in self.subs.select(|e| e.last == hop) {
             self.remove_sub(&id, out);
         }
-        if let Overlay::Cyclic(_) = self.overlay {
-            // Advertisements whose path used the link stay, waiting for it (or a shorter
-            // path) to return; removing them would race their copies still circling.
+        if let Overlay::Cyclic(cycles) = &mut self.overlay {
+            // Advertisements whose path used the link stay (removing them would race their
+            // copies still circling), and their advertisers' brokers are asked to flood
+            // them again: the first copy of the new flood is the path around the loss.
+            for id in self.advs.select(|e| e.last == hop) {
+                let Some(e) = self.advs.get(&id) else { continue };
+                if cycles.repair_requested(&id, e.epoch) {
+                    for n in &self.neighbours {
+                        let message = BrokerMessage::TreeRepair { tree: id.clone(), epoch: e.epoch };
+                        out.push(Output::ToBroker { to: n.clone(), message });
+                    }
+                }
+            }
             return;
         }
         for id in self.advs.select(|e| e.last == hop) {
@@ -1065,21 +1085,27 @@ impl Router {
         }
     }
 
+    /// Installs advertisement `id` arriving from `last`, `(hops, epoch)` away (see
+    /// [`BrokerMessage::Advertise`]).
     fn install_adv(
         &mut self,
         id: MessageId,
         adv: Arc<Advertisement>,
         last: Hop,
-        hops: u32,
+        (hops, epoch): (u32, u32),
         out: &mut Vec<Output>,
     ) {
         if let Some(e) = self.advs.get(&id) {
-            if e.last != last {
-                match self.overlay {
-                    Overlay::Acyclic => self.rehome_adv(&id, last, out),
-                    Overlay::Cyclic(_) if hops < e.distance => self.shorter_path(&id, last, hops, out),
-                    Overlay::Cyclic(_) => {}
+            match self.overlay {
+                Overlay::Acyclic if e.last != last => self.rehome_adv(&id, last, out),
+                Overlay::Acyclic => {}
+                // A new flood (a broker lost its path): its first copy is the path, as the
+                // first copy of the first flood was.
+                Overlay::Cyclic(_) if epoch > e.epoch => self.new_path(&id, last, hops, epoch, out),
+                Overlay::Cyclic(_) if epoch == e.epoch && e.last != last && hops < e.distance => {
+                    self.new_path(&id, last, hops, epoch, out);
                 }
+                Overlay::Cyclic(_) => {}
             }
             return;
         }
@@ -1097,7 +1123,9 @@ impl Router {
             }
         }
         self.adv_index.insert(id.clone(), adv.clone());
-        self.advs.insert(id.clone(), Entry::new(adv.clone(), last.clone(), hops));
+        let mut entry = Entry::new(adv.clone(), last.clone(), hops);
+        entry.epoch = epoch;
+        self.advs.insert(id.clone(), entry);
         self.srt_changed.push(adv.clone());
         let flood: Vec<Name> =
             self.neighbours.iter().filter(|n| last != Hop::Broker((*n).clone())).cloned().collect();
@@ -1232,25 +1260,64 @@ impl Router {
     /// the neighbours, which may find their own path shorter through here. Distances only
     /// shrink, so this settles; and no offer through a broker's own subtree is ever
     /// shorter than its distance, so a tree never folds onto itself.
-    fn shorter_path(&mut self, id: &MessageId, last: Hop, hops: u32, out: &mut Vec<Output>) {
+    /// With cycles: advertisement `id`'s path is now through `last`, `hops` away, in flood
+    /// `epoch` (a shorter path, or the first copy of a new flood). Its tree moves there,
+    /// and the neighbours hear of it.
+    fn new_path(&mut self, id: &MessageId, last: Hop, hops: u32, epoch: u32, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get_mut(id) else { return };
         self.srt_changed.push(e.item.clone());
         e.last = last.clone();
         e.distance = hops;
-        let adv = e.item.clone();
+        e.epoch = epoch;
         let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
         let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
         cycles.reroute(ctx, id, last.clone(), out);
+        self.flood_path(id, &last, out);
+    }
+
+    /// With cycles: sends advertisement `id` as this broker knows it (path length and
+    /// epoch) to every neighbour but `last`.
+    fn flood_path(&mut self, id: &MessageId, last: &Hop, out: &mut Vec<Output>) {
+        let Some(e) = self.advs.get(id) else { return };
         let what = Forwarded::Advertisement(id.clone());
         for n in &self.neighbours {
-            if last != Hop::Broker(n.clone()) {
+            if *last != Hop::Broker(n.clone()) {
                 let message = BrokerMessage::Advertise {
                     id: id.clone(),
-                    adv: adv.clone(),
-                    hops: hops.saturating_add(1),
+                    adv: e.item.clone(),
+                    hops: e.distance.saturating_add(1),
+                    epoch: e.epoch,
                 };
                 out.push(Output::ToBroker { to: n.clone(), message });
                 self.awaited.push((what.clone(), what.clone(), n.clone()));
+            }
+        }
+    }
+
+    /// With cycles: a broker lost its path to advertisement `tree` in flood `epoch` (see
+    /// [`BrokerMessage::TreeRepair`]). Its advertiser's broker floods it again one epoch
+    /// higher; any other passes the request on, once per epoch.
+    fn tree_repair(&mut self, tree: &MessageId, epoch: u32, from: &Hop, out: &mut Vec<Output>) {
+        let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
+        let Some(e) = self.advs.get_mut(tree) else { return };
+        if epoch < e.epoch {
+            // Repaired already: the new flood is on its way to whoever asked.
+            return;
+        }
+        if matches!(e.last, Hop::Client(_)) {
+            e.epoch = epoch.saturating_add(1);
+            tracing::debug!(%tree, epoch = e.epoch, "a broker lost its path: flooding the advertisement again");
+            let last = e.last.clone();
+            self.flood_path(tree, &last, out);
+            return;
+        }
+        if !cycles.repair_requested(tree, epoch) {
+            return;
+        }
+        for n in &self.neighbours {
+            if *from != Hop::Broker(n.clone()) {
+                let message = BrokerMessage::TreeRepair { tree: tree.clone(), epoch };
+                out.push(Output::ToBroker { to: n.clone(), message });
             }
         }
     }
@@ -1359,7 +1426,12 @@ impl Router {
         last: &Hop,
         out: &mut Vec<Output>,
     ) {
-        let Overlay::Cyclic(cycles) = &self.overlay else { return };
+        let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
+        if !cycles.first_arrival(tree, &stamp) {
+            // A copy over a path the tree has just left, or arriving late over it: each
+            // publication is delivered once.
+            return;
+        }
         let next = cycles.route(tree, &publication, last, &mut self.scratch);
         self.emit(next, publication, stamp, Some(tree), out);
     }

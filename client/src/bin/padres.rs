@@ -549,7 +549,7 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("broker links refused {}", stats.links_refused);
                 out!("broker links cut (too slow) {}", stats.links_cut);
                 out!(
-                    "link sessions: resumed {}, messages resent {}, duplicates dropped {}, expired {}",
+                    "link sessions: resumed {}, messages sent on return {}, duplicates dropped {}, expired {}",
                     stats.link_sessions_resumed,
                     stats.link_messages_resent,
                     stats.link_duplicates_dropped,

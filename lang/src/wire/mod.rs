@@ -28,8 +28,9 @@
 //! composite subscriptions, stamps on routed publications, the composite broker messages
 //! and [`Frame::CompositeNotification`]. Version 6 answers withdrawals
 //! ([`Forwarded::Unadvertisement`]). Version 8 pages and filters [`Query::Routes`].
-//! Version 9 numbers broker messages in link sessions ([`Frame::Resume`], [`Frame::Ack`])
-//! and adds [`Query::DropLink`].
+//! Version 9 numbers broker messages in link sessions ([`Frame::Resume`], [`Frame::Ack`]),
+//! adds [`Query::DropLink`], and epochs and [`BrokerMessage::TreeRepair`] for cyclic
+//! overlays that route around a lost link.
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -140,6 +141,11 @@ pub enum BrokerMessage {
         /// path, the receiver included (1 from the advertiser's broker itself). With
         /// cycles, a broker moves to a shorter path when one appears.
         hops: u32,
+        /// With cycles: the flood this copy belongs to. The advertiser's broker floods
+        /// again, one epoch higher, when a broker asks it to ([`BrokerMessage::TreeRepair`]);
+        /// every broker then takes the first copy of the new epoch as its path. Always 0
+        /// without cycles.
+        epoch: u32,
     },
     /// An advertisement withdrawn.
     Unadvertise {
@@ -264,6 +270,15 @@ pub enum BrokerMessage {
         /// The stores that did not answer in time (by broker).
         #[serde(deserialize_with = "bounded::vec")]
         missing: Vec<Name>,
+    },
+    /// With cycles: a broker lost its path to advertisement `tree`'s advertiser (the link
+    /// it came over is gone for good). Flooded, once per broker and epoch, to the
+    /// advertiser's broker, which floods the advertisement again with epoch `epoch + 1`.
+    TreeRepair {
+        /// The advertisement.
+        tree: MessageId,
+        /// The epoch of the path that was lost.
+        epoch: u32,
     },
 }
 
@@ -525,7 +540,8 @@ pub struct BrokerStats {
     pub history_rows: u64,
     /// Link sessions that went on over a new link after theirs dropped.
     pub link_sessions_resumed: u64,
-    /// Broker messages sent again after a link returned.
+    /// Broker messages sent from a link session's outbox when its link returned: in
+    /// flight when it broke, or routed to the neighbour while it was down.
     pub link_messages_resent: u64,
     /// Broker messages received twice (sent again over a returning link) and dropped.
     pub link_duplicates_dropped: u64,
