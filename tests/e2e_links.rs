@@ -207,3 +207,30 @@ async fn a_ring_routes_around_a_link_gone_for_good() {
     let rest = receive_counted(&mut subscriber, (m + 200 - resumed) as usize, Duration::from_secs(10)).await;
     assert_eq!(rest, (resumed + 1..=m + 200).collect::<Vec<i64>>(), "resumed at {resumed} after {took:?}");
 }
+
+#[tokio::test]
+async fn a_long_outage_is_sent_whole_when_the_link_returns() {
+    // More piles up for the neighbour than a link's backlog limit once was (65,536
+    // frames): sent at once when the link returns, it cut the link as too slow, and the
+    // session ended with everything it held.
+    let brokers = chain("link-outage", &[]).await;
+    let (publisher, mut subscriber) = publisher_and_subscriber(&brokers).await;
+    let operator = client(&brokers[1], "operator").await;
+    assert!(operator.drop_link(&Name::new("B1").expect("name"), 5_000).await.expect("answered"));
+    const N: i64 = 120_000;
+    let start = std::time::Instant::now();
+    for m in 1..=N {
+        publisher
+            .publish(format!("[class,'tick'],[m,{m}]").parse().expect("a publication"))
+            .await
+            .expect("sent");
+    }
+    eprintln!("published {N} in {:?}", start.elapsed());
+    let got = receive_counted(&mut subscriber, N as usize, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), N as usize, "every publication once");
+    assert!(got.iter().zip(1..=N).all(|(a, b)| *a == b), "in order");
+    let stats = client(&brokers[0], "observer").await.stats().await.expect("stats");
+    assert_eq!(stats.links_cut, 0, "{stats:?}");
+    assert!(stats.link_sessions_resumed >= 1, "{stats:?}");
+    assert!(stats.link_messages_resent > 65_536, "more than the old limit waited: {stats:?}");
+}

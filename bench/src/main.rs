@@ -11,6 +11,7 @@
 //! sudo scripts/netns-federation                             # probe + impair, brokers in namespaces
 //! ```
 
+mod churn;
 mod composite;
 mod history;
 mod impair;
@@ -137,6 +138,23 @@ enum Command {
         #[arg(long, default_value_t = 1.0)]
         loss_percent: f64,
     },
+    /// Subscription churn against running brokers, for soak runs: a pool of clients
+    /// subscribing and unsubscribing at RATE/s, one client replaced every second, and ten
+    /// publications a second their subscriptions match.
+    Churn {
+        /// A broker to spread the clients over (repeat; the first also gets the publisher).
+        #[arg(long = "broker", required = true)]
+        brokers: Vec<SocketAddr>,
+        /// The certificate (PEM) to trust: the federation CA, or a broker's cert.pem.
+        #[arg(long)]
+        ca: Option<PathBuf>,
+        /// Subscribe and unsubscribe requests per second, together.
+        #[arg(long, default_value_t = 100)]
+        rate: u64,
+        /// How long to run.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// One publisher and one subscriber against running brokers: every publication
     /// counted (lost, duplicated, out of order), throughput, latency, and optionally a
     /// historic query for them afterwards.
@@ -204,6 +222,10 @@ fn main() {
         }
         Command::Impair { listen, to, delay_ms, loss_percent } => {
             impair::run(listen, to, Duration::from_millis(delay_ms), loss_percent / 100.0);
+        }
+        Command::Churn { brokers, ca, rate, seconds } => {
+            print_machine("brokers already running; churning clients in this process");
+            churn::run(&churn::Churn { brokers, ca, rate, seconds });
         }
         Command::Probe { publish, subscribe, ca, count, rate, history } => {
             print_machine("brokers already running; one publisher and one subscriber in this process");

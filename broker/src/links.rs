@@ -55,7 +55,8 @@ pub struct Timers {
     pub stuck_backlog: usize,
     /// How long a backlog may last before the link is cut.
     pub stuck_after: u64,
-    /// Frames waiting on a link that cut it at once.
+    /// Frames waiting on a link that cut it at once. What waits on a link is also in its
+    /// session's outbox until acknowledged, which `link_sessions.max_bytes` bounds.
     pub max_backlog: usize,
 }
 
@@ -67,7 +68,10 @@ impl Default for Timers {
             duplicate_wait: 30_000,
             stuck_backlog: 8_192,
             stuck_after: 5_000,
-            max_backlog: 65_536,
+            // Above what a link session's outbox (64 MiB by default) can hold: a link that
+            // returns is sent everything its neighbour missed at once, and that is not a
+            // link falling behind (it drains within the stuck rule's 5 s, or is cut by it).
+            max_backlog: 1 << 20,
         }
     }
 }
