@@ -60,7 +60,7 @@ async fn receive_counted(subscriber: &mut Client, count: usize, wait: Duration) 
 
 #[tokio::test]
 async fn a_link_dropped_and_restored_within_the_window_loses_and_doubles_nothing() {
-    let brokers = chain("link-resume", &[]).await;
+    let brokers = chain("link-resume", &["--allow-drop-link"]).await;
     let (publisher, mut subscriber) = publisher_and_subscriber(&brokers).await;
     let b1 = Name::new("B1").expect("name");
     let operator = client(&brokers[1], "operator").await;
@@ -105,7 +105,7 @@ async fn a_link_dropped_and_restored_within_the_window_loses_and_doubles_nothing
 
 #[tokio::test]
 async fn a_link_down_past_the_window_is_forgotten_and_delivery_resumes_when_it_returns() {
-    let brokers = chain("link-expire", &["--link-window-ms", "300"]).await;
+    let brokers = chain("link-expire", &["--link-window-ms", "300", "--allow-drop-link"]).await;
     let (publisher, mut subscriber) = publisher_and_subscriber(&brokers).await;
     let operator = client(&brokers[1], "operator").await;
     assert!(operator.drop_link(&Name::new("B1").expect("name"), 1_500).await.expect("answered"));
@@ -130,20 +130,33 @@ async fn a_link_down_past_the_window_is_forgotten_and_delivery_resumes_when_it_r
 }
 
 #[tokio::test]
-async fn dropping_a_link_to_a_stranger_says_so() {
-    let brokers = chain("link-stranger", &[]).await;
+async fn dropping_links_needs_the_brokers_consent_and_a_stranger_is_named() {
+    let brokers = chain("link-stranger", &["--allow-drop-link"]).await;
     let operator = client(&brokers[0], "operator").await;
     let up = operator.drop_link(&Name::new("B9").expect("name"), 0).await.expect("answered");
     assert!(!up, "no link to B9");
     // The real link is untouched.
     until_routes(&operator, "B2 still linked", |r| r.neighbours.len() == 1).await;
+
+    // Without --allow-drop-link no client may cut a link.
+    let plain = padres_tests::broker::start_broker("B1", "link-refused");
+    let operator = client(&plain, "operator").await;
+    match operator.drop_link(&Name::new("B2").expect("name"), 1_000).await {
+        Err(padres_client::ClientError::Refused { code, message }) => {
+            assert_eq!(code, padres_lang::wire::ErrorCode::Forbidden);
+            assert!(message.contains("--allow-drop-link"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 #[tokio::test]
 async fn a_ring_routes_around_a_link_gone_for_good() {
     // B1 — B2 — B3 — B4 — B1, and B3 — B5; cyclic, with a 300 ms link-session window.
-    let flags: Vec<String> =
-        ["--cycles", "--link-window-ms", "300"].iter().map(|s| (*s).to_owned()).collect();
+    let flags: Vec<String> = ["--cycles", "--link-window-ms", "300", "--allow-drop-link"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let with = |neighbours: &[&Broker]| {
         let mut args: Vec<String> = neighbours.iter().flat_map(|b| neighbour_of(b)).collect();
         args.extend(flags.iter().cloned());
@@ -213,19 +226,22 @@ async fn a_long_outage_is_sent_whole_when_the_link_returns() {
     // More piles up for the neighbour than a link's backlog limit once was (65,536
     // frames): sent at once when the link returns, it cut the link as too slow, and the
     // session ended with everything it held.
-    let brokers = chain("link-outage", &[]).await;
+    let brokers = chain("link-outage", &["--allow-drop-link"]).await;
     let (publisher, mut subscriber) = publisher_and_subscriber(&brokers).await;
     let operator = client(&brokers[1], "operator").await;
-    assert!(operator.drop_link(&Name::new("B1").expect("name"), 5_000).await.expect("answered"));
-    const N: i64 = 120_000;
-    let start = std::time::Instant::now();
+    let b1 = Name::new("B1").expect("name");
+    // Down until every publication is routed (and waits for B2), then back.
+    assert!(operator.drop_link(&b1, 600_000).await.expect("answered"));
+    const N: i64 = 100_000;
     for m in 1..=N {
         publisher
             .publish(format!("[class,'tick'],[m,{m}]").parse().expect("a publication"))
             .await
             .expect("sent");
     }
-    eprintln!("published {N} in {:?}", start.elapsed());
+    // A request after the stream: answered once B1 has taken every publication before it.
+    publisher.send("p [class,'tick'],[m,-1]").await.expect("published");
+    assert!(!operator.drop_link(&b1, 0).await.expect("answered"), "lifted, while no link was up");
     let got = receive_counted(&mut subscriber, N as usize, Duration::from_secs(30)).await;
     assert_eq!(got.len(), N as usize, "every publication once");
     assert!(got.iter().zip(1..=N).all(|(a, b)| *a == b), "in order");

@@ -245,6 +245,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Link sessions with neighbours.
     pub link_sessions: LinkSessionsConfig,
+    /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
+    /// fault injection. Off by default: any client could otherwise partition the overlay.
+    pub allow_drop_link: bool,
     /// Composite detection.
     pub composite: CompositeConfig,
     /// How the history store is kept.
@@ -271,6 +274,7 @@ impl Default for Config {
             cycles: false,
             limits: LimitsConfig::default(),
             link_sessions: LinkSessionsConfig::default(),
+            allow_drop_link: false,
             composite: CompositeConfig::default(),
             history_store: HistoryStoreConfig::default(),
             history: Vec::new(),
@@ -612,6 +616,11 @@ impl Config {
             "# Allow cycles in the overlay (per-advertisement trees; subscriptions are covered per tree)."
         );
         let _ = writeln!(out, "cycles = {}\n", self.cycles);
+        let _ =
+            writeln!(out, "# Let clients drop this broker's links on purpose (padres broker drop-link), for");
+        let _ =
+            writeln!(out, "# fault injection. Never where others depend on it: any client could partition.");
+        let _ = writeln!(out, "allow_drop_link = {}\n", self.allow_drop_link);
         let _ = writeln!(out, "[limits]");
         let _ = writeln!(out, "# Largest frame accepted from a peer, in bytes (1024 to 64 MiB).");
         let _ = writeln!(out, "max_frame_bytes = {}", self.limits.max_frame_bytes);

@@ -132,6 +132,8 @@ pub struct LinkPolicy {
     links: BTreeMap<Name, Link>,
     /// Neighbours whose links are kept down until a time.
     paused: BTreeMap<Name, u64>,
+    /// The neighbour each target last linked to.
+    target_peers: Vec<Option<Name>>,
     actions: VecDeque<Action>,
 }
 
@@ -146,6 +148,7 @@ impl LinkPolicy {
             targets: vec![first; targets],
             links: BTreeMap::new(),
             paused: BTreeMap::new(),
+            target_peers: vec![None; targets],
             actions: VecDeque::new(),
         }
     }
@@ -201,6 +204,9 @@ impl LinkPolicy {
         if let Some(state) = target.and_then(|t| self.targets.get_mut(t)) {
             *state = TargetState::Linked(link);
         }
+        if let Some(slot) = target.and_then(|t| self.target_peers.get_mut(t)) {
+            *slot = Some(peer.clone());
+        }
         self.paused.retain(|_, until| *until > now);
         if self.paused.contains_key(&peer) {
             self.actions.push_back(Action::Close { peer: peer.clone(), link, code: CloseCode::Done });
@@ -253,11 +259,20 @@ impl LinkPolicy {
     }
 
     /// Closes the link to `peer` at once (with `code`), if one is up, and keeps it down
-    /// until `until`: its target is not dialled and a link it dials is closed. True if a
+    /// until `until`: its target is not dialled and a link it dials is closed. An `until`
+    /// not after `now` lifts an earlier pause (its target is dialled at once). True if a
     /// link was up.
     pub fn pause(&mut self, now: u64, peer: &Name, until: u64, code: CloseCode) -> bool {
         if until > now {
             self.paused.insert(peer.clone(), until);
+        } else if self.paused.remove(peer).is_some() {
+            for (state, last) in self.targets.iter_mut().zip(&self.target_peers) {
+                if last.as_ref() == Some(peer)
+                    && let TargetState::Waiting { at, .. } = state
+                {
+                    *at = (*at).min(now);
+                }
+            }
         }
         let up = self.links.contains_key(peer);
         self.cut(now, peer, code);

@@ -184,6 +184,11 @@ struct Overrides {
     /// link session ends [default: 67108864].
     #[arg(long, value_name = "BYTES", global = true)]
     link_max_bytes: Option<usize>,
+    /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
+    /// fault-injection harnesses. Never on a broker others depend on: any client could then
+    /// partition the overlay.
+    #[arg(long, global = true)]
+    allow_drop_link: bool,
     /// Where clients' composite subscriptions are detected: in the network, where their
     /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
     #[arg(long, value_enum, value_name = "WHERE", global = true)]
@@ -354,6 +359,7 @@ impl Overrides {
         if let Some(bytes) = self.link_max_bytes {
             config.link_sessions.max_bytes = bytes;
         }
+        config.allow_drop_link |= self.allow_drop_link;
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }

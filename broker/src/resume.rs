@@ -11,15 +11,23 @@
 //!   milliseconds after a message when fewer came; an acknowledgement empties the outbox up
 //!   to it.
 //! - **Sessions.** The broker with the smaller name leads: when a link to the neighbour is
-//!   up it sends `Resume` with its session's id (a new one if it holds none) and how many
-//!   messages it has passed. The other side answers `Resume` with the same id: if it holds
-//!   that session, with its own count (each side then sends its outbox from the message
-//!   after the other's count, and the routers never hear of the break); if not, marked
-//!   `fresh`, after ending whatever session it held. A fresh answer to a session the leader
-//!   had established makes the leader end its own too. A session that ends tells the
-//!   router `NeighbourDown`; a new one `NeighbourUp`, and the routers re-synchronise as
-//!   after any link that returns. Nothing is sent on a link before its `Resume` exchange,
-//!   so the numbers on a link always follow on from what the receiver had passed.
+//!   up it sends `Resume` with its session's id and how many messages it has passed. Ids
+//!   are the leader's, never reused. A session it has just minted (none held, or the
+//!   neighbour has not confirmed it yet) goes marked `fresh`. The other side answers:
+//!   - it holds that session: `Resume` with its own count; each side then sends its outbox
+//!     from the message after the other's count, and the routers never hear of the break;
+//!   - it does not, and the leader's is fresh: it ends whatever session it held, starts
+//!     this one and answers with a count of 0;
+//!   - it does not, and the leader's is not fresh (this side restarted, or its window
+//!     passed first): it ends whatever it held and answers `fresh`, starting nothing; the
+//!     leader ends its session and proposes a new one.
+//!
+//!   A session tells the router `NeighbourUp` when it is confirmed (the follower when it
+//!   starts it, the leader when the answer comes) and `NeighbourDown` when it ends; the
+//!   routers then re-synchronise as after any link that returns. Nothing is sent on a link
+//!   before its `Resume` exchange, so the numbers on a link always follow on from what the
+//!   receiver had passed. An exchange that does not finish within [`HANDSHAKE_MS`] cuts the
+//!   link (the policy dials again).
 //! - **While the link is down**, the router keeps its routes and its messages for the
 //!   neighbour wait in the outbox, for at most [`Settings::window`] milliseconds and
 //!   [`Settings::max_bytes`] (estimated) bytes. Past either, the session ends. A neighbour
@@ -55,6 +63,9 @@ pub struct Settings {
 pub const DEFAULT_WINDOW_MS: u64 = 10_000;
 /// What one neighbour's outbox may hold unless configured otherwise (bytes).
 pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
+/// How long a link may be attached before its `Resume` exchange finishes (milliseconds);
+/// past it the link is cut, and the policy dials again.
+pub const HANDSHAKE_MS: u64 = 10_000;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -115,11 +126,11 @@ pub enum Received {
 #[derive(Debug)]
 struct Session {
     id: u64,
-    /// The neighbour has answered a `Resume` of this session.
+    /// Confirmed by both sides: the router has heard `NeighbourUp` for it.
     established: bool,
     /// Messages flow on the peer's attached link.
     open: bool,
-    /// Since when it has not been open.
+    /// When it last stopped being open (its link went, or a new one began its exchange).
     since: u64,
     /// Links whose messages belong to this session.
     links: Vec<LinkId>,
@@ -217,25 +228,33 @@ impl Sessions {
         self.me < *peer
     }
 
-    /// The link policy uses `link` to `peer` now.
+    /// The link policy uses `link` to `peer` now. The leading side names its session (a
+    /// new one if it holds none) in a `Resume`; the other waits for it.
     pub fn attach(&mut self, now: u64, peer: &Name, link: LinkId) {
         let leads = self.leads(peer);
         let entry = self.peers.entry(peer.clone()).or_default();
         entry.link = Some(link);
         if let Some(session) = &mut entry.session {
-            if session.open {
-                session.open = false;
-                session.since = now;
-            }
-        } else if leads {
+            session.open = false;
+            session.since = now;
+        }
+        if leads {
+            self.propose(now, peer, link);
+        }
+    }
+
+    /// The leader sends its session's `Resume` on `link`, minting a session first if it
+    /// holds none. A session the neighbour has not confirmed goes as `fresh`: the
+    /// neighbour may start it.
+    fn propose(&mut self, now: u64, peer: &Name, link: LinkId) {
+        let Some(entry) = self.peers.get_mut(peer) else { return };
+        let session = entry.session.get_or_insert_with(|| {
             self.ids = self.ids.wrapping_add(1);
-            entry.session = Some(Session::new(self.ids, now));
-            self.steps.push_back(Step::NeighbourUp(peer.clone()));
-        }
-        if leads && let Some(session) = &entry.session {
-            let frame = Frame::Resume { session: session.id, received: session.received, fresh: false };
-            self.steps.push_back(Step::Send { link, frame });
-        }
+            Session::new(self.ids, now)
+        });
+        let frame =
+            Frame::Resume { session: session.id, received: session.received, fresh: !session.established };
+        self.steps.push_back(Step::Send { link, frame });
     }
 
     /// The link to `peer` is down. With `end` (the neighbour is shutting down, or the link
@@ -244,21 +263,30 @@ impl Sessions {
         let Some(entry) = self.peers.get_mut(peer) else { return };
         entry.link = None;
         let Some(session) = &mut entry.session else { return };
-        if session.open {
-            session.open = false;
-            session.since = now;
-        }
+        session.open = false;
+        session.since = now;
         if end || self.settings.window == 0 {
             self.end(peer);
         }
     }
 
-    /// Ends `peer`'s session, if any: the router hears `NeighbourDown`.
+    /// Ends `peer`'s session, if any: the router hears `NeighbourDown` if it heard of the
+    /// session.
     fn end(&mut self, peer: &Name) {
         if let Some(entry) = self.peers.get_mut(peer)
-            && entry.session.take().is_some()
+            && let Some(session) = entry.session.take()
+            && session.established
         {
             self.steps.push_back(Step::NeighbourDown(peer.clone()));
+        }
+    }
+
+    /// Ends `peer`'s session and closes its link, if one is attached.
+    fn end_and_cut(&mut self, peer: &Name, code: CloseCode) {
+        let attached = self.peers.get(peer).is_some_and(|p| p.link.is_some());
+        self.end(peer);
+        if attached {
+            self.steps.push_back(Step::Cut { peer: peer.clone(), code });
         }
     }
 
@@ -276,12 +304,8 @@ impl Sessions {
         session.outbox.push_back((seq, message, size));
         if session.bytes > max {
             tracing::warn!(%peer, bytes = session.bytes, "link session ends: too much waits unacknowledged");
-            let open = session.open;
             self.counters.expired += 1;
-            self.end(peer);
-            if open {
-                self.steps.push_back(Step::Cut { peer: peer.clone(), code: CloseCode::TooSlow });
-            }
+            self.end_and_cut(peer, CloseCode::TooSlow);
             return None;
         }
         Some((entry.link?, frame?))
@@ -301,8 +325,7 @@ impl Sessions {
         }
         if seq > session.received + 1 {
             tracing::warn!(%peer, seq, expected = session.received + 1, "link session ends: a gap in the numbering");
-            self.end(peer);
-            self.steps.push_back(Step::Cut { peer: peer.clone(), code: CloseCode::ProtocolViolation });
+            self.end_and_cut(peer, CloseCode::ProtocolViolation);
             return Received::Gap;
         }
         session.received = seq;
@@ -331,7 +354,7 @@ impl Sessions {
         if let Some(session) = self.peers.get_mut(peer).and_then(|p| p.session.as_mut())
             && session.links.contains(&link)
         {
-            session.acknowledged(received);
+            session.acknowledged(received.min(session.next.saturating_sub(1)));
         }
     }
 
@@ -349,28 +372,33 @@ impl Sessions {
             if session.id != id || session.open {
                 return;
             }
-            if fresh && session.established {
-                // The neighbour had ended the session: so does this side, then starts over.
-                tracing::info!(%peer, "link session: the neighbour started over");
-                let mut new = Session::new(id, now);
-                new.established = true;
-                new.open = true;
-                new.links.push(link);
-                entry.session = Some(new);
-                self.steps.push_back(Step::NeighbourDown(peer.clone()));
-                self.steps.push_back(Step::NeighbourUp(peer.clone()));
+            if fresh {
+                // The neighbour does not hold the session (it restarted, or its window
+                // passed first): this side ends its own and proposes a new one.
+                tracing::info!(%peer, "link session: the neighbour holds no session with us; starting a new one");
+                self.end(peer);
+                self.propose(now, peer, link);
                 return;
             }
-            let resumed = session.established;
+            let new = !session.established;
             session.established = true;
-            self.open(peer, link, received, resumed);
+            if self.open(peer, link, received, !new) && new {
+                self.steps.push_back(Step::NeighbourUp(peer.clone()));
+            }
         } else {
             // The leader's Resume.
             if entry.session.as_ref().is_some_and(|s| s.id == id) {
-                self.open(peer, link, received, true);
+                self.open(peer, link, received, !fresh);
                 return;
             }
+            // Any session held is not the leader's: it is over.
             self.end(peer);
+            if !fresh {
+                // The leader holds a session this side does not: it must start over.
+                let frame = Frame::Resume { session: id, received: 0, fresh: true };
+                self.steps.push_back(Step::Send { link, frame });
+                return;
+            }
             let mut session = Session::new(id, now);
             session.established = true;
             session.open = true;
@@ -380,26 +408,27 @@ impl Sessions {
             }
             self.steps.push_back(Step::Send {
                 link,
-                frame: Frame::Resume { session: id, received: 0, fresh: true },
+                frame: Frame::Resume { session: id, received: 0, fresh: false },
             });
             self.steps.push_back(Step::NeighbourUp(peer.clone()));
         }
     }
 
     /// Opens `peer`'s session on `link`, the neighbour having passed `received`: the
-    /// follower answers first, then the outbox goes out from there.
-    fn open(&mut self, peer: &Name, link: LinkId, received: u64, resumed: bool) {
+    /// follower answers first, then the outbox goes out from there. False if the count
+    /// cannot be right (the session ends and the link is cut).
+    fn open(&mut self, peer: &Name, link: LinkId, received: u64, resumed: bool) -> bool {
         let leads = self.leads(peer);
-        let Some(session) = self.peers.get_mut(peer).and_then(|p| p.session.as_mut()) else { return };
-        session.acknowledged(received);
-        if session.outbox.front().is_some_and(|(seq, _, _)| *seq > received + 1) {
-            // What the neighbour needs is gone: cannot happen unless it acknowledged what it
-            // had not passed.
-            tracing::warn!(%peer, received, "link session ends: the neighbour asks for what it acknowledged");
-            self.end(peer);
-            self.steps.push_back(Step::Cut { peer: peer.clone(), code: CloseCode::ProtocolViolation });
-            return;
+        let Some(session) = self.peers.get_mut(peer).and_then(|p| p.session.as_mut()) else { return false };
+        let gone = session.outbox.front().is_some_and(|(seq, _, _)| *seq > received + 1);
+        if received >= session.next || gone {
+            // More passed than was sent, or what the neighbour lacks is gone: it counts
+            // another session.
+            tracing::warn!(%peer, received, sent = session.next - 1, "link session ends: the neighbour's count does not fit");
+            self.end_and_cut(peer, CloseCode::ProtocolViolation);
+            return false;
         }
+        session.acknowledged(received);
         session.open = true;
         if !session.links.contains(&link) {
             session.links.push(link);
@@ -417,6 +446,7 @@ impl Sessions {
             self.steps
                 .push_back(Step::Send { link, frame: Frame::Broker { seq: *seq, message: message.clone() } });
         }
+        true
     }
 
     /// `link` is closed: its messages no longer arrive.
@@ -426,15 +456,24 @@ impl Sessions {
         }
     }
 
+    /// When a session that is not open times out: its window from when its link went, or
+    /// [`HANDSHAKE_MS`] from when a link was attached and its `Resume` exchange began.
+    fn deadline(&self, entry: &Peer, session: &Session) -> Option<u64> {
+        if session.open {
+            return None;
+        }
+        let wait = if entry.link.is_some() { HANDSHAKE_MS } else { self.settings.window };
+        Some(session.since.saturating_add(wait))
+    }
+
     /// When [`Sessions::handle_timeout`] should next be called, if ever.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.peers
             .values()
-            .filter_map(|p| p.session.as_ref())
-            .filter_map(|s| {
-                let window = (!s.open).then(|| s.since.saturating_add(self.settings.window));
+            .filter_map(|p| p.session.as_ref().map(|s| (p, s)))
+            .filter_map(|(p, s)| {
                 let ack = s.ack_at.filter(|_| s.open);
-                match (window, ack) {
+                match (self.deadline(p, s), ack) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 }
@@ -442,15 +481,22 @@ impl Sessions {
             .min()
     }
 
-    /// The time has come for what [`Sessions::poll_timeout`] announced.
+    /// The time has come for what [`Sessions::poll_timeout`] announced: acknowledgements
+    /// due are sent; a session whose link stayed away past the window ends; a link whose
+    /// `Resume` exchange did not finish is cut (the session then waits as for any link that
+    /// went).
     pub fn handle_timeout(&mut self, now: u64) {
-        let window = self.settings.window;
         let mut expired = Vec::new();
+        let mut stalled = Vec::new();
         let mut acks = Vec::new();
         for (peer, entry) in &self.peers {
             let Some(session) = &entry.session else { continue };
-            if !session.open && session.since.saturating_add(window) <= now {
-                expired.push(peer.clone());
+            if self.deadline(entry, session).is_some_and(|at| at <= now) {
+                if entry.link.is_some() {
+                    stalled.push(peer.clone());
+                } else {
+                    expired.push(peer.clone());
+                }
             } else if session.open && session.ack_at.is_some_and(|at| at <= now) {
                 acks.push(peer.clone());
             }
@@ -458,14 +504,17 @@ impl Sessions {
         for peer in acks {
             self.acknowledge(&peer);
         }
+        for peer in stalled {
+            tracing::warn!(%peer, "link session: the neighbour did not answer on its link in time; cutting it");
+            if let Some(session) = self.peers.get_mut(&peer).and_then(|p| p.session.as_mut()) {
+                session.since = now;
+            }
+            self.steps.push_back(Step::Cut { peer, code: CloseCode::ProtocolViolation });
+        }
         for peer in expired {
-            tracing::info!(%peer, window, "link session ends: the link did not return in time");
+            tracing::info!(%peer, window = self.settings.window, "link session ends: the link did not return in time");
             self.counters.expired += 1;
             self.end(&peer);
-            // A link still attached (an answer that never came) starts a new session.
-            if let Some(link) = self.peers.get(&peer).and_then(|p| p.link) {
-                self.attach(now, &peer, link);
-            }
         }
     }
 }

@@ -249,7 +249,7 @@ fn a_link_with_a_lasting_backlog_is_cut_and_its_routes_forgotten() {
     net.run_until(10_000);
     assert_eq!(net.open_links(0).len(), 1);
     let before = net.log.len();
-    backlog(&mut net, 65_536);
+    backlog(&mut net, Timers::default().max_backlog);
     let now = net.now;
     assert!(
         net.log[before..]

@@ -36,6 +36,8 @@ struct Side {
     received: Vec<(u64, u64)>,
     ups: u64,
     downs: u64,
+    restarts: u64,
+    settings: Settings,
 }
 
 struct Net {
@@ -71,6 +73,8 @@ impl Net {
             received: Vec::new(),
             ups: 0,
             downs: 0,
+            restarts: 0,
+            settings: Settings { window, max_bytes: 1 << 30, ack_every: 4, ack_after: 5 },
         };
         Self {
             rng: Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1),
@@ -219,8 +223,26 @@ impl Net {
         }
     }
 
-    /// Runs `rounds` random events; a link that drops returns after up to `max_down` ms.
+    /// Side `i` crashes and starts again: the link drops, and its sessions and router are
+    /// new (its router's epochs go on counting, so that what it sends stays ordered).
+    fn restart(&mut self, i: usize) {
+        self.link_down();
+        let side = &mut self.sides[i];
+        let seed = self.rng.below(u64::MAX);
+        side.sessions = Sessions::new(side.name.clone(), seed, side.settings);
+        side.up = false;
+        side.ups = 0;
+        side.downs = 0;
+        side.restarts += 1;
+    }
+
+    /// Runs `rounds` random events; a link that drops returns after up to `max_down` ms;
+    /// with `restarts`, a side sometimes crashes and starts again.
     fn run(&mut self, rounds: usize, max_down: u64) {
+        self.run_with(rounds, max_down, false);
+    }
+
+    fn run_with(&mut self, rounds: usize, max_down: u64, restarts: bool) {
         self.link_up();
         let mut back_at: Option<u64> = None;
         for _ in 0..rounds {
@@ -232,7 +254,12 @@ impl Net {
                 }
                 16 => {
                     if self.current.is_some() && self.rng.below(4) == 0 {
-                        self.link_down();
+                        if restarts && self.rng.below(3) == 0 {
+                            let i = self.rng.below(2) as usize;
+                            self.restart(i);
+                        } else {
+                            self.link_down();
+                        }
                         back_at = Some(self.now + self.rng.below(max_down + 1));
                     }
                 }
@@ -345,15 +372,60 @@ fn links_that_stay_away_past_the_window_start_over_without_duplicates() {
 }
 
 #[test]
-fn a_window_of_zero_forgets_at_once() {
+fn restarted_brokers_start_over_and_nothing_doubles() {
+    let restarts: u64 = seeds()
+        .into_iter()
+        .map(|seed| {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut net = Net::new(seed, 1_000);
+                net.run_with(3_000, 200, true);
+                for i in 0..2 {
+                    net.check_order(i);
+                    let side = &net.sides[i];
+                    assert!(side.up, "side {i} ends linked");
+                    assert_eq!(
+                        side.ups,
+                        side.downs + 1,
+                        "side {i}: up and down balance since its last start"
+                    );
+                }
+                for i in 0..2 {
+                    let (side, other) = (&net.sides[i], &net.sides[1 - i]);
+                    let last: Vec<(u64, u64)> =
+                        side.received.iter().copied().filter(|(epoch, _)| *epoch == other.epoch).collect();
+                    let expected: Vec<(u64, u64)> = (1..=other.sent).map(|n| (other.epoch, n)).collect();
+                    assert_eq!(last, expected, "side {i}, the last session");
+                }
+                net.sides[0].restarts + net.sides[1].restarts
+            }));
+            result.unwrap_or_else(|e| {
+                eprintln!("failing seed: SEED={seed}");
+                std::panic::resume_unwind(e)
+            })
+        })
+        .sum();
+    assert!(restarts > 500, "the runs restarted brokers ({restarts})");
+}
+
+#[test]
+fn a_window_of_zero_forgets_at_once_and_still_links() {
     let mut net = Net::new(7, 0);
     net.link_up();
+    for _ in 0..20 {
+        while net.deliver_one() {}
+        net.advance(50);
+    }
+    assert!(net.sides[0].up && net.sides[1].up, "linked, with time passing");
+    assert_eq!((net.sides[0].ups, net.sides[1].ups), (1, 1), "one session each");
     net.router_sends(0);
     while net.deliver_one() {}
     net.link_down();
     assert!(!net.sides[0].up && !net.sides[1].up, "both routers hear the link go at once");
     net.link_up();
-    while net.deliver_one() {}
+    for _ in 0..20 {
+        while net.deliver_one() {}
+        net.advance(50);
+    }
     assert!(net.sides[0].up && net.sides[1].up);
     assert_eq!((net.sides[0].ups, net.sides[1].ups), (2, 2));
 }

@@ -696,23 +696,23 @@ fn a_ring_routes_around_a_link_removed_for_good() {
             sim.id(P, "a [class,eq,'stock'],[n,isPresent,0]");
             sim.id(S, "s [class,eq,'stock']");
             let start = sim.deliveries.len();
-            for n in 0..10 {
-                sim.send(P, &format!("p [class,'stock'],[n,{n}]"));
-            }
+            // Publishes `ns`, delivering one message in flight after each if `step`.
+            let publish = |sim: &mut Sim, ns: std::ops::Range<i64>, step: bool| {
+                for n in ns {
+                    sim.send(P, &format!("p [class,'stock'],[n,{n}]"));
+                    if step {
+                        sim.step();
+                    }
+                }
+            };
+            publish(&mut sim, 0..10, false);
             sim.run();
             // Cut with publications on the way, and publish on before anything is repaired.
-            for n in 10..20 {
-                sim.send(P, &format!("p [class,'stock'],[n,{n}]"));
-                sim.step();
-            }
+            publish(&mut sim, 10..20, true);
             sim.unlink(cut.0, cut.1);
-            for n in 20..30 {
-                sim.send(P, &format!("p [class,'stock'],[n,{n}]"));
-            }
+            publish(&mut sim, 20..30, false);
             sim.run();
-            for n in 30..40 {
-                sim.send(P, &format!("p [class,'stock'],[n,{n}]"));
-            }
+            publish(&mut sim, 30..40, false);
             sim.run();
             let got = delivered_ns(&sim, S, start);
             let what = format!("{covering:?}, B{} — B{} cut: {got:?}", cut.0 + 1, cut.1 + 1);

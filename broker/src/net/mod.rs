@@ -252,8 +252,14 @@ pub async fn serve_until(
         max_frame: limits.max_frame,
     };
     let reports = router_task::Reports { interval_ms: config.monitor_interval_ms, view: http.is_some() };
-    let setup =
-        router_task::Setup { limits, open: open.clone(), history, reports, sessions: settings.sessions };
+    let setup = router_task::Setup {
+        limits,
+        open: open.clone(),
+        history,
+        reports,
+        sessions: settings.sessions,
+        allow_drop_link: config.allow_drop_link,
+    };
     let router_task = tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, setup));
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     // Client ids, for QUIC clients and the gateway's alike.

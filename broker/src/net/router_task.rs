@@ -33,6 +33,9 @@ use crate::router::{BROKER_CLIENT, ClientId, Input, Output, Router, RoutesPage};
 /// busy connection task is woken once for many frames.
 const EVENT_BATCH: usize = 256;
 
+/// The longest a client may keep a link down ([`Query::DropLink`]): an hour.
+const MAX_DROP_MS: u64 = 3_600_000;
+
 /// Most rows of each table a routes report carries, whatever is asked.
 const MAX_ROUTES_LISTED: u32 = 10_000;
 
@@ -126,6 +129,8 @@ pub(super) struct Setup {
     pub(super) reports: Reports,
     /// The link sessions' window and outbox limit.
     pub(super) sessions: resume::Settings,
+    /// Whether clients may drop links ([`Query::DropLink`], fault injection).
+    pub(super) allow_drop_link: bool,
 }
 
 /// The broker's reports on itself ([`crate::monitor`]).
@@ -193,6 +198,8 @@ struct RouterTask {
     out: Vec<Output>,
     /// The history store's writer, if this broker keeps history.
     history: Option<History>,
+    /// Whether clients may drop links.
+    allow_drop_link: bool,
     /// Its filters, as text.
     history_filters: Vec<String>,
     /// Where the writer sends its answers to historic queries: a channel of its own,
@@ -213,13 +220,21 @@ pub(super) async fn run(
     dialer: Dialer,
     setup: Setup,
 ) {
-    let Setup { limits, open, history, reports, sessions } = setup;
+    let Setup { limits, open, history, reports, sessions, allow_drop_link } = setup;
     let (answers, mut answered) = mpsc::unbounded_channel::<HistoryAnswer>();
     let (history, filters) = match history {
         Some((history, filters)) => (Some(history), filters),
         None => (None, Vec::new()),
     };
-    let policy = LinkPolicy::new(router.name().clone(), dialer.targets.len(), Timers::default());
+    // What waits on a link is also in its session's outbox until acknowledged, and a link
+    // that returns is sent all of it at once: the backlog that cuts a link at once is above
+    // what the outbox can hold (64 bytes is the least a message counts).
+    let max_backlog = (sessions.max_bytes / 64).max(Timers::default().max_backlog);
+    let policy = LinkPolicy::new(
+        router.name().clone(),
+        dialer.targets.len(),
+        Timers { max_backlog, ..Timers::default() },
+    );
     let sessions = Sessions::new(router.name().clone(), random_seed(), sessions);
     let mut task = RouterTask {
         router,
@@ -243,6 +258,7 @@ pub(super) async fn run(
         open,
         out: Vec::new(),
         history,
+        allow_drop_link,
         history_filters: filters.iter().map(ToString::to_string).collect(),
         answers,
         history_drops_logged: None,
@@ -413,17 +429,27 @@ impl RouterTask {
                 self.router.handle(wall, Input::Client { client, req, message }, &mut self.out);
             }
             Event::Query(client, req, query) => {
-                let report = match query {
-                    Query::Stats => Report::Stats(Box::new(self.stats(now))),
-                    Query::Routes { limit, offset, filter } => {
-                        Report::Routes(routes(&self.router, limit, offset, filter))
-                    }
-                    Query::DropLink { peer, down_ms } => {
-                        Report::LinkDropped(self.drop_link(now, &peer, down_ms))
-                    }
+                let frame = match query {
+                    Query::Stats => Frame::Report { req, report: Report::Stats(Box::new(self.stats(now))) },
+                    Query::Routes { limit, offset, filter } => Frame::Report {
+                        req,
+                        report: Report::Routes(routes(&self.router, limit, offset, filter)),
+                    },
+                    Query::DropLink { .. } if !self.allow_drop_link => Frame::Error {
+                        req: Some(req),
+                        code: ErrorCode::Forbidden,
+                        message:
+                            "this broker does not let clients drop links: start it with --allow-drop-link \
+                                  (allow_drop_link = true) to inject faults"
+                                .to_owned(),
+                    },
+                    Query::DropLink { peer, down_ms } => Frame::Report {
+                        req,
+                        report: Report::LinkDropped(self.drop_link(now, &peer, down_ms)),
+                    },
                 };
                 if let Some(handle) = self.clients.get(&client) {
-                    let _ = handle.queue.send((Frame::Report { req, report }, 0));
+                    let _ = handle.queue.send((frame, 0));
                 }
             }
             // The asker may have gone (a closed HTTP connection): the answer is dropped.
@@ -518,6 +544,7 @@ impl RouterTask {
                     self.tasks.spawn(dial);
                 }
                 Action::Close { peer, link, code } => {
+                    self.sessions.link_closed(&peer, link);
                     let Some(handle) = self.links.remove(&link) else { continue };
                     tracing::info!(%peer, link, ?code, "closing neighbour link");
                     self.retire_link(&handle);
@@ -578,13 +605,15 @@ impl RouterTask {
     }
 
     /// Closes the link to `peer` at once, as a network fault would (what is queued on it
-    /// is not written), and keeps it down for `down_ms`; true if a link was up.
+    /// is not written), and keeps it down for `down_ms` (at most [`MAX_DROP_MS`]; 0 lifts
+    /// an earlier pause); true if a link was up.
     fn drop_link(&mut self, now: u64, peer: &Name, down_ms: u32) -> bool {
+        let down_ms = u64::from(down_ms).min(MAX_DROP_MS);
         if let Some(handle) = self.policy.link_to(peer).and_then(|id| self.links.get(&id)) {
             tracing::info!(%peer, down_ms, "dropping the neighbour link, as asked");
             handle.connection.close(CloseCode::Done.to_quic().into(), b"link dropped by an operator");
         }
-        let up = self.policy.pause(now, peer, now.saturating_add(u64::from(down_ms)), CloseCode::Done);
+        let up = self.policy.pause(now, peer, now.saturating_add(down_ms), CloseCode::Done);
         self.apply_link_actions(now);
         up
     }

@@ -150,6 +150,13 @@ impl Cycles {
         }
     }
 
+    /// The repairs asked for or passed on here, by tree: the epoch of the path lost.
+    pub(super) fn repairs(&self) -> Vec<(MessageId, u32)> {
+        let mut repairs: Vec<(MessageId, u32)> = self.repairs.iter().map(|(t, e)| (t.clone(), *e)).collect();
+        repairs.sort();
+        repairs
+    }
+
     /// True unless a publication of `tree` numbered as late as `stamp` was routed here
     /// already: while a tree moves to a new path, a copy can come over both, or an older
     /// one over the old path after a newer one over the new; either is dropped, so a

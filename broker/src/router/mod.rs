@@ -1041,6 +1041,16 @@ impl Router {
             // Trees whose path runs through it get their subscriptions back.
             let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
             cycles.neighbour_up(ctx, out);
+            // Repairs asked or passed on here and not answered yet go to it too: the copy
+            // sent on may have been lost with another link.
+            for (tree, epoch) in cycles.repairs() {
+                if self.advs.get(&tree).is_some_and(|e| e.epoch <= epoch) {
+                    out.push(Output::ToBroker {
+                        to: name.clone(),
+                        message: BrokerMessage::TreeRepair { tree, epoch },
+                    });
+                }
+            }
         }
         // Composite parts placed there are placed again (it may have lost them), and so
         // are patterns with a destination there placed while it was away.
@@ -1301,7 +1311,20 @@ impl Router {
         let Overlay::Cyclic(cycles) = &mut self.overlay else { return };
         let Some(e) = self.advs.get_mut(tree) else { return };
         if epoch < e.epoch {
-            // Repaired already: the new flood is on its way to whoever asked.
+            // Repaired already, and the asker missed the new flood (it was on a link whose
+            // session ended): it gets this broker's copy, whose path cannot run through the
+            // asker, which has not seen the new epoch.
+            if let Hop::Broker(to) = from {
+                let message = BrokerMessage::Advertise {
+                    id: tree.clone(),
+                    adv: e.item.clone(),
+                    hops: e.distance.saturating_add(1),
+                    epoch: e.epoch,
+                };
+                let what = Forwarded::Advertisement(tree.clone());
+                self.awaited.push((what.clone(), what, to.clone()));
+                out.push(Output::ToBroker { to: to.clone(), message });
+            }
             return;
         }
         if matches!(e.last, Hop::Client(_)) {

@@ -212,12 +212,13 @@ enum BrokerCommand {
     /// Fault injection: make the broker close its link to a neighbour at once, as a broken
     /// network would (what is queued on it is not written), and keep it down for a while.
     /// Within the brokers' link-session window (link_sessions.window_ms, 10 s by default)
-    /// nothing is lost when it returns. Exits 1 if no link to that neighbour was up.
+    /// nothing is lost when it returns. The broker must run with --allow-drop-link. Exits 1
+    /// if no link to that neighbour was up.
     DropLink {
         /// The neighbour's name.
         peer: String,
-        /// How long the link stays down (milliseconds): the broker neither dials the
-        /// neighbour nor accepts its link until then.
+        /// How long the link stays down (milliseconds, at most an hour): the broker neither
+        /// dials the neighbour nor accepts its link until then. 0 lifts an earlier pause.
         #[arg(long = "for", value_name = "MS", default_value_t = 0)]
         down_ms: u32,
         #[command(flatten)]

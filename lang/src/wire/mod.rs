@@ -413,14 +413,16 @@ pub enum Frame {
     },
     /// Between neighbour brokers, first on every link: the broker with the smaller name
     /// names the link session it holds and how many of its neighbour's messages it has
-    /// passed on; the other answers with the same session, and its own count, or `fresh` if
-    /// it did not hold that session (it starts it new).
+    /// passed on; the other answers with the same session and its own count, or with
+    /// `fresh` if it does not hold that session and may not start it (see
+    /// `padres_broker::resume`).
     Resume {
-        /// The session's id (the leading broker's choice).
+        /// The session's id (the leading broker's choice, never reused).
         session: u64,
         /// Messages of the session received and passed on.
         received: u64,
-        /// The answerer did not hold the session: both start from nothing.
+        /// From the leader: a session the other side has not confirmed (it may start it).
+        /// From the other side: it does not hold the session (the leader starts a new one).
         fresh: bool,
     },
     /// Between neighbour brokers: every message of the session up to `received` has been
