@@ -69,7 +69,7 @@ pub(crate) fn run(churn: &Churn) {
             let live: usize = pool.iter().map(|(_, subs)| subs.len()).sum();
             let i = rng.usize(..pool.len());
             let (client, subs) = &mut pool[i];
-            if live >= LIVE || (live > 0 && !subs.is_empty() && ticks % 2 == 0) {
+            if live >= LIVE || (live > 0 && !subs.is_empty() && ticks.is_multiple_of(2)) {
                 if let Some(id) = subs.pop_front() {
                     match client.unsubscribe(id).await {
                         Ok(()) => unsubscribed += 1,
