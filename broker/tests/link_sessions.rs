@@ -284,6 +284,25 @@ impl Net {
         while self.deliver_one() {}
     }
 
+    /// After a run in which sessions may have ended: each side received in order, ends
+    /// linked with its router's ups and downs balanced (since its last start), and both
+    /// ended in the same session, in which everything sent arrived.
+    fn check_started_over(&self) {
+        for i in 0..2 {
+            self.check_order(i);
+            let side = &self.sides[i];
+            assert!(side.up, "side {i} ends linked");
+            assert_eq!(side.ups, side.downs + 1, "side {i}: up and down balance since its last start");
+        }
+        for i in 0..2 {
+            let (side, other) = (&self.sides[i], &self.sides[1 - i]);
+            let last: Vec<(u64, u64)> =
+                side.received.iter().copied().filter(|(epoch, _)| *epoch == other.epoch).collect();
+            let expected: Vec<(u64, u64)> = (1..=other.sent).map(|n| (other.epoch, n)).collect();
+            assert_eq!(last, expected, "side {i}, the last session");
+        }
+    }
+
     /// What side `i` received, in order: strictly increasing (no duplicate, no reorder)
     /// within each of the sender's epochs, epochs in order.
     fn check_order(&self, i: usize) {
@@ -352,20 +371,7 @@ fn links_that_stay_away_past_the_window_start_over_without_duplicates() {
     let sum = each_seed(|seed| {
         let mut net = Net::new(seed, 30);
         net.run(3_000, 80);
-        for i in 0..2 {
-            net.check_order(i);
-            let side = &net.sides[i];
-            assert!(side.up, "side {i} ends linked");
-            assert_eq!(side.ups, side.downs + 1, "side {i}");
-        }
-        // Both routers ended in the same session: everything sent in it arrived.
-        for i in 0..2 {
-            let (side, other) = (&net.sides[i], &net.sides[1 - i]);
-            let last: Vec<(u64, u64)> =
-                side.received.iter().copied().filter(|(epoch, _)| *epoch == other.epoch).collect();
-            let expected: Vec<(u64, u64)> = (1..=other.sent).map(|n| (other.epoch, n)).collect();
-            assert_eq!(last, expected, "side {i}, the last session");
-        }
+        net.check_started_over();
         net
     });
     assert!(sum.expired > 500 && sum.resumed > 500, "{sum:?}");
@@ -379,23 +385,7 @@ fn restarted_brokers_start_over_and_nothing_doubles() {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut net = Net::new(seed, 1_000);
                 net.run_with(3_000, 200, true);
-                for i in 0..2 {
-                    net.check_order(i);
-                    let side = &net.sides[i];
-                    assert!(side.up, "side {i} ends linked");
-                    assert_eq!(
-                        side.ups,
-                        side.downs + 1,
-                        "side {i}: up and down balance since its last start"
-                    );
-                }
-                for i in 0..2 {
-                    let (side, other) = (&net.sides[i], &net.sides[1 - i]);
-                    let last: Vec<(u64, u64)> =
-                        side.received.iter().copied().filter(|(epoch, _)| *epoch == other.epoch).collect();
-                    let expected: Vec<(u64, u64)> = (1..=other.sent).map(|n| (other.epoch, n)).collect();
-                    assert_eq!(last, expected, "side {i}, the last session");
-                }
+                net.check_started_over();
                 net.sides[0].restarts + net.sides[1].restarts
             }));
             result.unwrap_or_else(|e| {
