@@ -64,6 +64,18 @@ pub(super) struct LinkHandle {
     pub(super) connection: quinn::Connection,
 }
 
+impl LinkHandle {
+    /// Queues `frame` for the link, counted for the stuck-link rule; false if the link's
+    /// task is gone.
+    fn write(&self, frame: Frame) -> bool {
+        let queued = self.queue.send(frame).is_ok();
+        if queued {
+            self.queued.fetch_add(1, Ordering::Relaxed);
+        }
+        queued
+    }
+}
+
 /// What connection tasks tell the router task.
 #[derive(Debug)]
 pub(super) enum Event {
@@ -488,7 +500,7 @@ impl RouterTask {
                 // The session decides: a message from a link of its own, next in number,
                 // goes to the router; one received before (sent again over a returning
                 // link), or from a link of an ended session, does not.
-                let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
+                let Some(peer) = self.peer_of(link) else { return };
                 let received = self.sessions.receive(now, &peer, link, seq);
                 self.apply_session_steps(now);
                 if received != Received::Pass {
@@ -503,22 +515,19 @@ impl RouterTask {
                 self.router.handle(wall, Input::Broker { from: peer, message }, &mut self.out);
             }
             Event::Resume { link, session, received, fresh } => {
-                let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
-                // What earlier events produced is numbered before the session's outbox is
-                // sent again.
+                let Some(peer) = self.peer_of(link) else { return };
+                // What earlier events produced goes into the session it was produced for,
+                // before this exchange may end that session and start another.
                 self.dispatch(now);
                 self.sessions.resume(now, &peer, link, session, received, fresh);
                 self.apply_session_steps(now);
             }
             Event::Ack { link, received } => {
-                let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) else { return };
+                let Some(peer) = self.peer_of(link) else { return };
                 self.sessions.acked(&peer, link, received);
             }
             Event::LinkDown { link, code } => {
                 self.dispatch(now);
-                if let Some(peer) = self.links.get(&link).map(|l| l.peer.clone()) {
-                    self.sessions.link_closed(&peer, link);
-                }
                 if let Some(handle) = self.links.remove(&link) {
                     tracing::info!(peer = %handle.peer, link, ?code, "neighbour link down");
                     self.retire_link(&handle);
@@ -544,7 +553,6 @@ impl RouterTask {
                     self.tasks.spawn(dial);
                 }
                 Action::Close { peer, link, code } => {
-                    self.sessions.link_closed(&peer, link);
                     let Some(handle) = self.links.remove(&link) else { continue };
                     tracing::info!(%peer, link, ?code, "closing neighbour link");
                     self.retire_link(&handle);
@@ -580,10 +588,8 @@ impl RouterTask {
         while let Some(step) = self.sessions.poll_step() {
             match step {
                 Step::Send { link, frame } => {
-                    if let Some(handle) = self.links.get(&link)
-                        && handle.queue.send(frame).is_ok()
-                    {
-                        handle.queued.fetch_add(1, Ordering::Relaxed);
+                    if let Some(handle) = self.links.get(&link) {
+                        handle.write(frame);
                     }
                 }
                 Step::NeighbourUp(peer) => {
@@ -699,9 +705,16 @@ impl RouterTask {
         }
     }
 
+    /// The neighbour at the other end of `link`, while it is in `links`.
+    fn peer_of(&self, link: LinkId) -> Option<Name> {
+        self.links.get(&link).map(|l| l.peer.clone())
+    }
+
     /// A link leaves `links`: what its connection carried so far stays in its neighbour's
     /// byte counters (which must never go down).
+    /// Its session no longer takes messages from it either.
     fn retire_link(&mut self, handle: &LinkHandle) {
+        self.sessions.link_closed(&handle.peer, handle.id);
         let udp = handle.connection.stats();
         let counters = self.link_counters.entry(handle.peer.clone()).or_default();
         counters.closed_bytes_in += udp.udp_rx.bytes;
@@ -815,12 +828,10 @@ impl RouterTask {
                         let sent = self.sessions.send(&to, message);
                         let link = sent.and_then(|(id, frame)| Some((self.links.get(&id)?, frame)));
                         if let Some((link, frame)) = link
-                            && link.queue.send(frame).is_ok()
+                            && link.write(frame)
+                            && let Some(counters) = self.link_counters.get_mut(&to)
                         {
-                            link.queued.fetch_add(1, Ordering::Relaxed);
-                            if let Some(counters) = self.link_counters.get_mut(&to) {
-                                counters.messages_out += 1;
-                            }
+                            counters.messages_out += 1;
                         }
                         continue;
                     }
