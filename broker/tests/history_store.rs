@@ -451,3 +451,158 @@ fn damage_a_query_meets_makes_the_next_broker_check_the_store_whole() {
     history.close();
     assert!(!dir.join("history.clean").exists(), "the next broker checks it whole");
 }
+
+#[test]
+fn out_of_order_times_and_limits_select_what_the_reference_selects() {
+    let dir = dir("shuffled");
+    let origin = Name::new("B2").expect("name");
+    let start = 1_763_632_800_000_i64;
+    let mut rng = fastrand::Rng::with_seed(31);
+    // Times jittered by minutes around a slow clock, a few far in the past or future,
+    // stored in batches of random sizes: blocks overlap in time and cut on their span.
+    let all: Vec<Record> = (0..3_000_u64)
+        .map(|i| {
+            let base = start + i64::try_from(i).expect("small") * 200;
+            let at = match rng.u8(..50) {
+                0 => base - 86_400_000,
+                1 => base + 3_600_000,
+                _ => base + rng.i64(-180_000..180_000),
+            };
+            let class = if rng.u8(..4) == 0 { "trigger" } else { "job_status" };
+            let p: Publication =
+                format!("[class,'{class}'],[appl,'app{}'],[n,{i}]", rng.u8(..3)).parse().expect("valid");
+            let time = Timestamp::from_millis(at).expect("in range");
+            Record {
+                stamp: Stamp::new(u64::try_from(at).expect("fits"), origin.clone(), i),
+                publication: Arc::new(p.with_time(time)),
+            }
+        })
+        .collect();
+    let mut store = Store::open(&dir, options(&["appl"])).expect("opens");
+    let mut at = 0;
+    while at < all.len() {
+        let n = rng.usize(1..700).min(all.len() - at);
+        store.insert(&all[at..at + n]).expect("stored");
+        at += n;
+    }
+    let reader = Reader::open(&dir).expect("opens");
+    let when = |ms: i64| Timestamp::from_millis(ms).expect("in range").to_rfc3339();
+    for round in 0..60 {
+        let from = start + rng.i64(-90_000_000..700_000);
+        let to = from + rng.i64(0..400_000);
+        let appl = if rng.bool() { format!(",[appl,eq,'app{}']", rng.u8(..3)) } else { String::new() };
+        let class = if rng.u8(..4) == 0 { "trigger" } else { "job_status" };
+        let text = match round % 3 {
+            0 => format!("[class,eq,'{class}']{appl},[time,>=,{}],[time,<=,{}]", when(from), when(to)),
+            1 => format!("[class,eq,'{class}']{appl},[time,>,{}]", when(from)),
+            _ => format!("[class,eq,'{class}']{appl},[time,<,{}]", when(to)),
+        };
+        let sub: Subscription = text.parse().expect("valid");
+        let expected = reference(&all, &sub);
+        let got: Vec<String> = reader
+            .query(&sub, usize::MAX)
+            .expect("query")
+            .iter()
+            .map(|s| s.publication.to_string())
+            .collect();
+        assert_eq!(got, expected, "{text}");
+        let limit = rng.usize(1..40);
+        let got: Vec<String> =
+            reader.query(&sub, limit).expect("query").iter().map(|s| s.publication.to_string()).collect();
+        assert_eq!(got, expected[..expected.len().min(limit)], "{text}, limit {limit}");
+    }
+}
+
+/// Writes `records` as a store of schema 2 kept them, one row per publication, with the
+/// key columns `indexed` (what brokers before blocks left on disk).
+fn write_schema_2(dir: &std::path::Path, records: &[Record], indexed: &[&str]) {
+    use padres_lang::wire::{Frame, codec};
+    std::fs::create_dir_all(dir).expect("dir");
+    let conn = rusqlite::Connection::open(dir.join(padres_broker::history::FILE)).expect("opens");
+    conn.execute_batch(
+        "CREATE TABLE publications (row INTEGER PRIMARY KEY, time INTEGER NOT NULL, class TEXT NOT NULL,
+             stamp_time INTEGER NOT NULL, origin TEXT NOT NULL, seq INTEGER NOT NULL, bytes BLOB NOT NULL);
+         CREATE INDEX publications_by_class_time ON publications (class, time);
+         CREATE TABLE key_columns (column INTEGER PRIMARY KEY, attr TEXT NOT NULL UNIQUE);
+         CREATE TABLE meta (rows INTEGER NOT NULL);
+         PRAGMA user_version = 2;",
+    )
+    .expect("schema 2");
+    for (column, attr) in indexed.iter().enumerate() {
+        conn.execute("INSERT INTO key_columns (column, attr) VALUES (?1, ?2)", (column, attr))
+            .expect("column");
+        conn.execute_batch(&format!(
+            "ALTER TABLE publications ADD COLUMN k{column};
+             CREATE INDEX publications_by_k{column} ON publications (class, k{column}, time);"
+        ))
+        .expect("key column");
+    }
+    conn.execute_batch("BEGIN").expect("a transaction");
+    for r in records {
+        let mut bytes = Vec::new();
+        codec::encode(
+            &Frame::Publish { publication: r.publication.clone() },
+            codec::MAX_FRAME_CEILING,
+            &mut bytes,
+        )
+        .expect("encodes");
+        let time = r.publication.time().expect("timed").millis();
+        conn.execute(
+            "INSERT INTO publications (time, class, stamp_time, origin, seq, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            rusqlite::params![
+                time,
+                r.publication.class(),
+                i64::try_from(r.stamp.time).expect("fits"),
+                r.stamp.origin.as_str(),
+                i64::try_from(r.stamp.seq).expect("fits"),
+                bytes
+            ],
+        )
+        .expect("row");
+    }
+    conn.execute("INSERT INTO meta (rows) VALUES (?1)", [i64::try_from(records.len()).expect("fits")])
+        .expect("count");
+    conn.execute_batch("COMMIT").expect("committed");
+}
+
+#[test]
+fn a_store_of_one_row_per_publication_is_moved_into_blocks_when_a_broker_opens_it() {
+    let dir = dir("schema-2");
+    let all: Vec<Record> = records(2_500, 1_763_632_800_000, 13)
+        .into_iter()
+        .map(|r| {
+            let at = Timestamp::from_millis(i64::try_from(r.stamp.time).expect("fits")).expect("in range");
+            Record { publication: Arc::new(r.publication.as_ref().clone().with_time(at)), stamp: r.stamp }
+        })
+        .collect();
+    write_schema_2(&dir, &all, &["appl"]);
+    assert!(Reader::open(&dir).is_err(), "a reader does not read the old layout");
+    // Opened for writing, with one more attribute indexed: every row is moved and both
+    // attributes narrow queries.
+    let store = Store::open(&dir, options(&["appl", "gid"])).expect("opens a schema-2 store");
+    assert_eq!(store.rows().expect("rows"), 2_500);
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.join(padres_broker::history::FILE)).expect("opens");
+    let old: i64 = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'publications%'", [], |r| r.get(0))
+        .expect("counted");
+    assert_eq!(old, 0, "the old table and its indexes are gone");
+    drop(conn);
+    let reader = Reader::open(&dir).expect("opens");
+    for text in [
+        "[class,eq,'job_status']",
+        "[class,eq,'job_status'],[appl,eq,'app1']",
+        "[class,eq,'job_status'],[gid,eq,'g2']",
+        "[class,eq,'trigger'],[appl,eq,'app3'],[gid,eq,'g0']",
+    ] {
+        let sub: Subscription = text.parse().expect("valid");
+        let got: Vec<String> = reader
+            .query(&sub, usize::MAX)
+            .expect("query")
+            .iter()
+            .map(|s| s.publication.to_string())
+            .collect();
+        assert_eq!(got, reference(&all, &sub), "{text}");
+    }
+    assert_eq!(Store::open(&dir, options(&["appl"])).expect("reopens").rows().expect("rows"), 2_500);
+}

@@ -7,13 +7,20 @@
 //! routed here from anywhere in the federation, and each one that arrives is handed to the
 //! shell as an [`Output::Store`](crate::router::Output::Store).
 //!
-//! - **One row per publication**: its wire bytes (the encoded publication frame), its
-//!   `time`, its class, its stamp (origin time, broker, counter), and one column per
-//!   attribute the configuration declares as indexed (`index = ["appl", "gid"]`). Indexes on
-//!   (class, time) and on (class, attribute, time) let a query narrow by class, by a time
-//!   range and by an `eq` on a declared attribute; every row the narrowing returns is then
-//!   checked with the reference [`matches`](padres_lang::matches), so stored and live
-//!   matching can never disagree. Rows come back in `time` order (ties by stamp).
+//! - **Blocks** ([`block`]): a batch's publications are sorted by class, by the value of
+//!   the first declared indexed attribute, and by `time`, and written as blocks of up to
+//!   128 of one class whose times lie within 60 s, one SQLite
+//!   row each (class, first and last `time`, count, the publications' wire bytes, `time`s
+//!   and stamps): SQLite's cost is per row and per index entry, so a block costs about what
+//!   one publication's row did. `blocks` is indexed on (class, first time); `block_keys`
+//!   holds, for each attribute the configuration declares as indexed (`index = ["appl",
+//!   "gid"]`), each distinct value a block holds (class, attribute, value, first time,
+//!   block), and the block's row keeps the same list so that its entries can be removed
+//!   without decoding it. A query finds the blocks that may hold what it selects (by class,
+//!   a time range widened by the 60 s span, and an `eq` on a declared attribute), reads the
+//!   publications within its range, and checks each with the reference
+//!   [`matches`](padres_lang::matches), so stored and live matching can never disagree.
+//!   Results come back in `time` order (ties by stamp).
 //! - **Writes** happen on a thread of their own ([`writer`]): batched transactions with a
 //!   prepared statement, WAL journal. Routing never waits on the disk: the router task
 //!   offers each publication to a bounded queue, and a publication that finds it full is
@@ -24,14 +31,18 @@
 //!   loses what was queued and not yet committed (at most the queue, typically one batch:
 //!   milliseconds), and with WAL's `synchronous = NORMAL` a power failure may also lose the
 //!   last transactions committed before it.
-//! - **Retention**: rows older than `max_age` (by their `time`), beyond the newest
-//!   `max_rows`, and the oldest while the pages in use pass `max_bytes` are deleted,
-//!   checked every second by the writer.
+//! - **Retention**: publications older than `max_age` (by their `time`; a block across the
+//!   cutoff is rewritten with the rest), the oldest stored beyond `max_rows` (blocks in the
+//!   order written, within a block by `time`), and the oldest blocks while the pages in use
+//!   pass `max_bytes` are deleted, checked every second by the writer.
+//! - **Older stores**: one written one row per publication (schema 1 and 2) is moved into
+//!   blocks when a broker opens it for writing, a transaction per 10,000 rows.
 //! - **Errors at start**: a file that is not a database or fails SQLite's integrity check
 //!   (run when the last broker to hold the store did not close it normally: a marker file
 //!   says it did), or a store another process holds (a lock file beside it), stops the
 //!   broker from starting, with the path and the reason.
 
+pub mod block;
 pub mod writer;
 
 use std::fs::File;
@@ -39,13 +50,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use block::{Builder, Entry, Fill, Key};
 use padres_lang::predicate::{Op, Operand};
 use padres_lang::time::TIME;
 use padres_lang::wire::Frame;
 use padres_lang::wire::codec;
 use padres_lang::{Name, Number, Publication, Stamp, Stamped, Subscription, Value, matches};
-use rusqlite::types::{ToSqlOutput, Value as SqlValue, ValueRef};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params_from_iter};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 /// The database's file name in the broker's data directory.
@@ -55,10 +67,13 @@ pub const LOCK: &str = "history.lock";
 /// Beside it while no broker has it open, if the last one closed it normally.
 pub const CLEAN: &str = "history.clean";
 /// The schema this code writes (kept in the database's `user_version`). 2 added `meta`
-/// (the row count); a store of version 1 gets it when opened.
-const SCHEMA: i64 = 2;
-/// Rows deleted per retention statement, and read per step when an index is added.
+/// (the row count); 3 keeps publications in blocks instead of a row each. A store of an
+/// earlier version is brought up to date when a broker opens it for writing.
+const SCHEMA: i64 = 3;
+/// Publications removed per retention step, and old rows moved into blocks per step.
 const CHUNK_ROWS: u64 = 10_000;
+/// Blocks read per step by retention and by indexing what was stored before.
+const CHUNK_BLOCKS: usize = 64;
 /// Rows deleted per retention pass at most.
 const DELETE_PER_PASS: u64 = 200_000;
 
@@ -217,9 +232,9 @@ impl Drop for Store {
 }
 
 impl Store {
-    /// Opens (or creates) the store in `dir`, taking its lock, creating the schema, and
-    /// adding a column and index for each newly declared attribute (filled from the rows
-    /// already stored).
+    /// Opens (or creates) the store in `dir`, taking its lock, creating the schema, moving
+    /// the rows of a store written one row per publication (schema 1 and 2) into blocks, and
+    /// indexing each newly declared attribute for the publications already stored.
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Self, HistoryError> {
         std::fs::create_dir_all(dir).map_err(|source| HistoryError::Io { path: dir.to_owned(), source })?;
         let path = dir.join(FILE);
@@ -277,29 +292,39 @@ impl Store {
         conn.pragma_update(None, "cache_size", -65_536)?;
         let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
         conn.pragma_update(None, "wal_autocheckpoint", 40_960_000 / page.max(512))?;
+        // `blocks` first: its root is the file's second page.
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS publications (
+            "CREATE TABLE IF NOT EXISTS blocks (
                  row INTEGER PRIMARY KEY,
-                 time INTEGER NOT NULL,
                  class TEXT NOT NULL,
-                 stamp_time INTEGER NOT NULL,
-                 origin TEXT NOT NULL,
-                 seq INTEGER NOT NULL,
-                 bytes BLOB NOT NULL
+                 first_time INTEGER NOT NULL,
+                 last_time INTEGER NOT NULL,
+                 count INTEGER NOT NULL,
+                 bytes BLOB NOT NULL,
+                 keys BLOB
              );
-             CREATE INDEX IF NOT EXISTS publications_by_class_time ON publications (class, time);
+             CREATE INDEX IF NOT EXISTS blocks_by_class_time ON blocks (class, first_time);
+             CREATE TABLE IF NOT EXISTS block_keys (
+                 class TEXT NOT NULL,
+                 col INTEGER NOT NULL,
+                 value,
+                 first_time INTEGER NOT NULL,
+                 block INTEGER NOT NULL,
+                 PRIMARY KEY (class, col, value, first_time, block)
+             ) WITHOUT ROWID;
              CREATE TABLE IF NOT EXISTS key_columns (column INTEGER PRIMARY KEY, attr TEXT NOT NULL UNIQUE);
-             CREATE TABLE IF NOT EXISTS meta (rows INTEGER NOT NULL);
-             PRAGMA user_version = 2;",
+             CREATE TABLE IF NOT EXISTS meta (rows INTEGER NOT NULL);",
         )?;
-        // The row count, kept in `meta` by every insert and delete: counting the rows reads
-        // a whole index (3 s for 1,000,000 rows from a cold cache), so it is done once, for
-        // a store written before `meta` was.
+        let rows_before = Self::old_rows(&conn)?;
+        // The row count, kept in `meta` by every insert and delete: counting reads every
+        // block's header, so it is done once, for a store written before `meta` was.
         let kept: Option<i64> = conn.query_row("SELECT rows FROM meta", [], |r| r.get(0)).optional()?;
         let rows = match kept {
             Some(rows) => rows,
             None => {
-                let rows: i64 = conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?;
+                let blocks: i64 =
+                    conn.query_row("SELECT COALESCE(SUM(count), 0) FROM blocks", [], |r| r.get(0))?;
+                let rows = blocks + rows_before.unwrap_or(0);
                 conn.execute("INSERT INTO meta (rows) VALUES (?1)", [rows])?;
                 rows
             }
@@ -307,13 +332,39 @@ impl Store {
         let rows = u64::try_from(rows).unwrap_or(0);
         let damage = Arc::new(AtomicBool::new(true));
         let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, damage };
-        store.declare_columns()?;
+        // Blocks already written get the keys of newly declared attributes; rows moved
+        // into blocks get every declared attribute's keys as they are written.
+        let new_columns = store.declare_columns()?;
+        if !new_columns.is_empty() {
+            store.index_stored(&new_columns)?;
+        }
+        if rows_before.is_some() {
+            store.move_rows_into_blocks()?;
+        }
+        store.conn.pragma_update(None, "user_version", SCHEMA)?;
         store.damage.store(false, Ordering::Relaxed);
         Ok(store)
     }
 
-    /// Reads the key columns the database has, and adds those newly declared.
-    fn declare_columns(&mut self) -> Result<(), HistoryError> {
+    /// How many rows the one-row-per-publication table of schema 1 and 2 holds, if it is
+    /// there.
+    fn old_rows(conn: &Connection) -> Result<Option<i64>, HistoryError> {
+        let old: Option<String> = conn
+            .query_row(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'publications'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if old.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?))
+    }
+
+    /// Reads the key columns the database has, and adds those newly declared; returns the
+    /// positions of the new ones.
+    fn declare_columns(&mut self) -> Result<Vec<usize>, HistoryError> {
         let known: Vec<(i64, String)> = {
             let mut stmt = self.conn.prepare("SELECT column, attr FROM key_columns ORDER BY column")?;
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
@@ -327,50 +378,116 @@ impl Store {
             columns.push(name);
         }
         let new: Vec<Name> = self.options.indexed.iter().filter(|a| !columns.contains(a)).cloned().collect();
+        let mut added = Vec::new();
         if !new.is_empty() {
             let tx = self.conn.transaction()?;
             for attr in new {
+                if columns.contains(&attr) {
+                    continue;
+                }
                 let column = columns.len();
                 tx.execute(
                     "INSERT INTO key_columns (column, attr) VALUES (?1, ?2)",
                     (column, attr.as_str()),
                 )?;
-                // Column names are ours (k0, k1, …): no user text is ever spliced into SQL.
-                tx.execute_batch(&format!(
-                    "ALTER TABLE publications ADD COLUMN k{column};
-                     CREATE INDEX publications_by_k{column} ON publications (class, k{column}, time);"
-                ))?;
                 columns.push(attr);
-            }
-            // Rows stored before an attribute was declared get its column filled now, read
-            // a chunk at a time (a large store is not read into memory at once).
-            let sets: Vec<String> = (0..columns.len()).map(|c| format!("k{c} = ?{}", c + 2)).collect();
-            {
-                let mut update =
-                    tx.prepare(&format!("UPDATE publications SET {} WHERE row = ?1", sets.join(", ")))?;
-                let mut read =
-                    tx.prepare("SELECT row, bytes FROM publications WHERE row > ?1 ORDER BY row LIMIT ?2")?;
-                let mut after = i64::MIN;
-                loop {
-                    let rows: Vec<(i64, Vec<u8>)> = read
-                        .query_map(rusqlite::params![after, CHUNK_ROWS], |r| Ok((r.get(0)?, r.get(1)?)))?
-                        .collect::<Result<_, _>>()?;
-                    let Some(&(last, _)) = rows.last() else { break };
-                    after = last;
-                    for (row, bytes) in rows {
-                        let publication = decode(&bytes).map_err(|message| HistoryError::Corrupt {
-                            path: self.path.clone(),
-                            message: format!("row {row}: {message}"),
-                        })?;
-                        let mut values = vec![ToSqlOutput::Borrowed(ValueRef::Integer(row))];
-                        values.extend(columns.iter().map(|a| key_value(publication.get(a))));
-                        update.execute(params_from_iter(values))?;
-                    }
-                }
+                added.push(column);
             }
             tx.commit()?;
         }
         self.columns = columns;
+        Ok(added)
+    }
+
+    /// Adds the keys of `new` columns for the blocks already stored, reading a few blocks
+    /// at a time (a large store is not read into memory at once).
+    fn index_stored(&mut self, new: &[usize]) -> Result<(), HistoryError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut read = tx.prepare(
+                "SELECT row, class, first_time, bytes, keys FROM blocks WHERE row > ?1 ORDER BY row LIMIT ?2",
+            )?;
+            let mut update = tx.prepare("UPDATE blocks SET keys = ?2 WHERE row = ?1")?;
+            let mut after = i64::MIN;
+            loop {
+                type Read = (i64, String, i64, Vec<u8>, Option<Vec<u8>>);
+                let blocks: Vec<Read> = read
+                    .query_map(rusqlite::params![after, CHUNK_BLOCKS], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                let Some((last, ..)) = blocks.last() else { break };
+                after = *last;
+                for (row, class, first, bytes, had) in &blocks {
+                    let publications = decode_block(&self.path, *row, bytes)?;
+                    let had = had.as_deref().unwrap_or_default();
+                    let mut all = block::keys(had).map_err(|message| HistoryError::Corrupt {
+                        path: self.path.clone(),
+                        message: format!("block {row}: {message}"),
+                    })?;
+                    let mut keys = Keys::default();
+                    for p in &publications {
+                        keys.add(&self.columns, new, p);
+                    }
+                    insert_keys(&tx, &keys.list, *row, class, *first)?;
+                    all.extend_from_slice(&keys.list);
+                    update.execute(rusqlite::params![row, block::encode_keys(&all)])?;
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Moves the rows of a store written one row per publication into blocks, a batch at a
+    /// time, each batch in one transaction (a broker stopped half way goes on from there at
+    /// its next start), then drops the old table.
+    fn move_rows_into_blocks(&mut self) -> Result<(), HistoryError> {
+        let mut moved: u64 = 0;
+        loop {
+            let tx = self.conn.transaction()?;
+            let rows: Vec<(i64, i64, i64, String, i64, Vec<u8>)> = {
+                let mut read = tx.prepare(
+                    "SELECT row, time, stamp_time, origin, seq, bytes FROM publications ORDER BY row LIMIT ?1",
+                )?;
+                read.query_map([CHUNK_ROWS], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+                })?
+                .collect::<Result<_, _>>()?
+            };
+            let Some(&(last, ..)) = rows.last() else {
+                tx.execute_batch("DROP TABLE publications")?;
+                tx.commit()?;
+                break;
+            };
+            let mut decoded = Vec::with_capacity(rows.len());
+            for (row, time, stamp_time, origin, seq, bytes) in &rows {
+                let publication = decode(bytes).map_err(|message| HistoryError::Corrupt {
+                    path: self.path.clone(),
+                    message: format!("row {row}: {message}"),
+                })?;
+                decoded.push((publication, *time, *stamp_time, origin.as_str(), *seq, bytes.as_slice()));
+            }
+            let mut pending: Vec<Pending<'_>> = decoded
+                .iter()
+                .map(|(p, time, stamp_time, origin, seq, bytes)| Pending {
+                    publication: p,
+                    group: None,
+                    time: *time,
+                    stamp_time: u64::try_from(*stamp_time).unwrap_or(0),
+                    seq: u64::try_from(*seq).unwrap_or(0),
+                    origin,
+                    frame: bytes,
+                })
+                .collect();
+            write_blocks(&tx, &self.columns, &mut pending)?;
+            tx.execute("DELETE FROM publications WHERE row <= ?1", [last])?;
+            tx.commit()?;
+            moved += rows.len() as u64;
+        }
+        if moved > 0 {
+            tracing::info!(rows = moved, path = %self.path.display(), "history store: rows moved into blocks");
+        }
         Ok(())
     }
 
@@ -399,55 +516,51 @@ impl Store {
     }
 
     fn insert_batch(&mut self, records: &[Record]) -> Result<Vec<usize>, HistoryError> {
-        let names: Vec<String> = (0..self.columns.len()).map(|c| format!(", k{c}")).collect();
-        let marks: Vec<String> = (0..self.columns.len()).map(|c| format!(", ?{}", c + 7)).collect();
-        let sql = format!(
-            "INSERT INTO publications (time, class, stamp_time, origin, seq, bytes{}) VALUES (?1, ?2, ?3, ?4, ?5, ?6{})",
-            names.concat(),
-            marks.concat()
-        );
-        let tx = self.conn.transaction()?;
-        let mut inserted = 0;
         let mut refused = Vec::new();
-        {
-            let mut stmt = tx.prepare_cached(&sql)?;
-            let mut bytes = Vec::new();
-            for (at, record) in records.iter().enumerate() {
-                bytes.clear();
-                let frame = Frame::Publish { publication: record.publication.clone() };
-                // What arrived here was decoded from a frame of at most the ceiling; the
-                // `time` its broker added can take it over.
-                if let Err(e) = codec::encode(&frame, codec::MAX_FRAME_CEILING, &mut bytes) {
-                    tracing::error!(error = %e, stamp = ?record.stamp, "history store: a publication cannot be stored");
-                    refused.push(at);
-                    continue;
-                }
-                let p = &record.publication;
-                let time = p.time().map_or_else(|| stamp_millis(&record.stamp), |t| t.millis());
-                // Bound in place, borrowed: no copy of the row's text or bytes is made.
-                stmt.raw_bind_parameter(1, time)?;
-                stmt.raw_bind_parameter(2, p.class())?;
-                stmt.raw_bind_parameter(3, stamp_millis(&record.stamp))?;
-                stmt.raw_bind_parameter(4, record.stamp.origin.as_str())?;
-                stmt.raw_bind_parameter(5, i64::try_from(record.stamp.seq).unwrap_or(i64::MAX))?;
-                stmt.raw_bind_parameter(6, bytes.as_slice())?;
-                for (at, attr) in self.columns.iter().enumerate() {
-                    stmt.raw_bind_parameter(7 + at, key_value(p.get(attr)))?;
-                }
-                inserted += stmt.raw_execute()?;
+        // Every frame encoded into one buffer first; the blocks copy from it.
+        let mut frames = Vec::with_capacity(records.len() * 256);
+        let mut spans = Vec::with_capacity(records.len());
+        for (at, record) in records.iter().enumerate() {
+            let start = frames.len();
+            let frame = Frame::Publish { publication: record.publication.clone() };
+            // What arrived here was decoded from a frame of at most the ceiling; the
+            // `time` its broker added can take it over.
+            if let Err(e) = codec::encode(&frame, codec::MAX_FRAME_CEILING, &mut frames) {
+                tracing::error!(error = %e, stamp = ?record.stamp, "history store: a publication cannot be stored");
+                refused.push(at);
+                continue;
             }
+            spans.push((at, start, frames.len()));
         }
+        let mut pending: Vec<Pending<'_>> = spans
+            .iter()
+            .map(|&(at, start, end)| {
+                let record = &records[at];
+                let p = record.publication.as_ref();
+                Pending {
+                    publication: p,
+                    group: None,
+                    time: p.time().map_or_else(|| stamp_millis(&record.stamp), |t| t.millis()),
+                    stamp_time: record.stamp.time,
+                    seq: record.stamp.seq,
+                    origin: record.stamp.origin.as_str(),
+                    frame: &frames[start..end],
+                }
+            })
+            .collect();
+        let tx = self.conn.transaction()?;
+        let inserted = write_blocks(&tx, &self.columns, &mut pending)?;
         tx.execute("UPDATE meta SET rows = rows + ?1", [i64::try_from(inserted).unwrap_or(i64::MAX)])?;
         tx.commit()?;
-        self.rows += u64::try_from(inserted).unwrap_or(0);
+        self.rows += inserted;
         Ok(refused)
     }
 
     /// Deletes what the retention settings no longer keep, as of `now` (epoch
-    /// milliseconds); returns how many rows went. Deletes go 10,000 rows per
-    /// statement (each its own transaction, so the journal stays small), at most
-    /// 200,000 rows per call: a large backlog (retention just enabled or
-    /// shortened on a big store) goes over several calls instead of stalling the writer.
+    /// milliseconds); returns how many publications went. Each step is a transaction of
+    /// its own of at most about 10,000 publications (so the journal stays small), at most
+    /// 200,000 per call: a large backlog (retention just enabled or shortened on a big
+    /// store) goes over several calls instead of stalling the writer.
     pub fn apply_retention(&mut self, now: u64) -> Result<u64, HistoryError> {
         let result = self.retain(now);
         note_damage(&result, &self.damage);
@@ -458,14 +571,14 @@ impl Store {
         let mut removed: u64 = 0;
         if let Some(age) = self.options.max_age_ms {
             let cutoff = i64::try_from(now.saturating_sub(age)).unwrap_or(i64::MAX);
-            // Through the (class, time) index, one range per class; the classes found by
-            // skipping from one to the next in that index, not by reading it all.
+            // Through the (class, first time) index, one range per class; the classes found
+            // by skipping from one to the next in that index, not by reading it all.
             let classes: Vec<String> = {
                 let mut stmt = self.conn.prepare_cached(
                     "WITH RECURSIVE c(class) AS (
-                         SELECT MIN(class) FROM publications
+                         SELECT MIN(class) FROM blocks
                          UNION ALL
-                         SELECT (SELECT MIN(class) FROM publications WHERE class > c.class) FROM c
+                         SELECT (SELECT MIN(class) FROM blocks WHERE class > c.class) FROM c
                          WHERE c.class IS NOT NULL
                      )
                      SELECT class FROM c WHERE class IS NOT NULL",
@@ -473,25 +586,49 @@ impl Store {
                 stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?
             };
             for class in &classes {
-                loop {
-                    let budget = DELETE_PER_PASS.saturating_sub(removed).min(CHUNK_ROWS);
-                    let n = self.delete(
-                        "DELETE FROM publications WHERE row IN
-                             (SELECT row FROM publications WHERE class = ?1 AND time < ?2 LIMIT ?3)",
-                        rusqlite::params![class, cutoff, budget],
+                while removed < DELETE_PER_PASS {
+                    // Blocks wholly older than the cutoff go whole; a block across it keeps
+                    // what is not.
+                    let tx = self.conn.transaction()?;
+                    let found: Vec<(i64, i64, i64)> = tx
+                        .prepare_cached(
+                            "SELECT row, count, last_time FROM blocks
+                             WHERE class = ?1 AND first_time < ?2 ORDER BY first_time LIMIT ?3",
+                        )?
+                        .query_map(rusqlite::params![class, cutoff, CHUNK_BLOCKS], |r| {
+                            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                        })?
+                        .collect::<Result<_, _>>()?;
+                    let mut gone = 0;
+                    for &(row, count, last_time) in &found {
+                        gone += if last_time < cutoff {
+                            remove_block(&tx, &self.path, row)?;
+                            u64::try_from(count).unwrap_or(0)
+                        } else {
+                            trim_block(&tx, &self.path, &self.columns, row, |e, _| e.time >= cutoff)?
+                        };
+                    }
+                    tx.execute(
+                        "UPDATE meta SET rows = rows - ?1",
+                        [i64::try_from(gone).unwrap_or(i64::MAX)],
                     )?;
-                    removed += n;
-                    if n < CHUNK_ROWS || removed >= DELETE_PER_PASS {
+                    tx.commit()?;
+                    self.rows = self.rows.saturating_sub(gone);
+                    removed += gone;
+                    // Trimmed blocks start at the cutoff now: none is found twice (and a
+                    // step that removed nothing would find the same blocks again).
+                    if found.len() < CHUNK_BLOCKS || gone == 0 {
                         break;
                     }
                 }
             }
         }
         if let Some(max) = self.options.max_rows {
-            // The oldest stored first, by row number (which may have gaps).
+            // The oldest stored first: blocks in the order they were written, and within a
+            // block its oldest publications.
             while self.rows > max && removed < DELETE_PER_PASS {
                 let budget = (self.rows - max).min(CHUNK_ROWS).min(DELETE_PER_PASS - removed);
-                let n = self.delete_oldest(budget)?;
+                let n = self.delete_oldest(budget, false)?;
                 removed += n;
                 if n == 0 {
                     break;
@@ -499,17 +636,17 @@ impl Store {
             }
         }
         if let Some(max) = self.options.max_bytes {
-            // Pages freed by deleting the oldest rows are reused, not given back: the file
+            // Pages freed by deleting the oldest blocks are reused, not given back: the file
             // keeps its largest size, and what is in use stays under the limit.
             while removed < DELETE_PER_PASS {
                 let used = self.bytes_in_use()?;
                 if used <= max || self.rows == 0 {
                     break;
                 }
-                // The share of rows that holds the excess, at least one.
+                // The share of publications that holds the excess, at least one block.
                 let per_row = (used / self.rows).max(1);
                 let budget = ((used - max) / per_row).clamp(1, CHUNK_ROWS).min(DELETE_PER_PASS - removed);
-                let n = self.delete_oldest(budget)?;
+                let n = self.delete_oldest(budget, true)?;
                 removed += n;
                 if n == 0 {
                     break;
@@ -519,23 +656,41 @@ impl Store {
         Ok(removed)
     }
 
-    /// Deletes the `n` oldest stored rows, by row number (which may have gaps).
-    fn delete_oldest(&mut self, n: u64) -> Result<u64, HistoryError> {
-        self.delete(
-            "DELETE FROM publications WHERE row IN (SELECT row FROM publications ORDER BY row LIMIT ?1)",
-            [n],
-        )
-    }
-
-    /// Runs one delete statement and counts what it removed, in one transaction.
-    fn delete(&mut self, sql: &str, params: impl rusqlite::Params) -> Result<u64, HistoryError> {
+    /// Deletes the `n` oldest stored publications (blocks in the order they were written),
+    /// in one transaction; with `whole`, whole blocks until at least `n` went (freeing
+    /// pages), else exactly `n`, trimming the last block reached. Returns how many went.
+    fn delete_oldest(&mut self, n: u64, whole: bool) -> Result<u64, HistoryError> {
         let tx = self.conn.transaction()?;
-        let n = tx.prepare_cached(sql)?.execute(params)?;
-        tx.execute("UPDATE meta SET rows = rows - ?1", [i64::try_from(n).unwrap_or(i64::MAX)])?;
+        let mut gone: u64 = 0;
+        let mut after = i64::MIN;
+        'blocks: while gone < n {
+            let found: Vec<(i64, i64)> = tx
+                .prepare_cached("SELECT row, count FROM blocks WHERE row > ?1 ORDER BY row LIMIT ?2")?
+                .query_map(rusqlite::params![after, CHUNK_BLOCKS], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            if found.is_empty() {
+                break;
+            }
+            for (row, count) in found {
+                after = row;
+                let count = u64::try_from(count).unwrap_or(0);
+                let left = n - gone;
+                if whole || count <= left {
+                    remove_block(&tx, &self.path, row)?;
+                    gone += count;
+                } else {
+                    let skip = usize::try_from(left).unwrap_or(usize::MAX);
+                    gone += trim_block(&tx, &self.path, &self.columns, row, |_, at| at >= skip)?;
+                }
+                if gone >= n {
+                    break 'blocks;
+                }
+            }
+        }
+        tx.execute("UPDATE meta SET rows = rows - ?1", [i64::try_from(gone).unwrap_or(i64::MAX)])?;
         tx.commit()?;
-        let n = u64::try_from(n).unwrap_or(u64::MAX);
-        self.rows = self.rows.saturating_sub(n);
-        Ok(n)
+        self.rows = self.rows.saturating_sub(gone);
+        Ok(gone)
     }
 
     /// The bytes of the database's pages in use (its size less the free pages).
@@ -546,7 +701,7 @@ impl Store {
         Ok(u64::try_from((pages - free).max(0) * size).unwrap_or(0))
     }
 
-    /// How many rows are stored.
+    /// How many publications are stored.
     pub fn rows(&self) -> Result<u64, HistoryError> {
         Ok(self.rows)
     }
@@ -555,6 +710,254 @@ impl Store {
     pub fn query(&self, sub: &Subscription, limit: usize) -> Result<Vec<Stamped>, HistoryError> {
         query(&self.conn, &self.columns, sub, limit)
     }
+}
+
+const INSERT_KEY: &str =
+    "INSERT INTO block_keys (class, col, value, first_time, block) VALUES (?1, ?2, ?3, ?4, ?5)";
+const DELETE_KEY: &str =
+    "DELETE FROM block_keys WHERE class = ?1 AND col = ?2 AND value = ?3 AND first_time = ?4 AND block = ?5";
+
+/// A publication on its way into a block.
+struct Pending<'a> {
+    publication: &'a Publication,
+    /// Its value of the first declared attribute, which groups it with others in blocks.
+    group: Option<Key<'a>>,
+    time: i64,
+    stamp_time: u64,
+    seq: u64,
+    origin: &'a str,
+    frame: &'a [u8],
+}
+
+/// A key as SQLite holds it.
+fn key_sql(key: Key<'_>) -> ToSqlOutput<'_> {
+    ToSqlOutput::Borrowed(match key {
+        Key::Text(s) => ValueRef::Text(s.as_bytes()),
+        Key::Int(i) => ValueRef::Integer(i),
+        Key::Real(bits) => ValueRef::Real(f64::from_bits(bits)),
+    })
+}
+
+/// A declared attribute's value as a key: booleans, absent values and NaN are not narrowed
+/// on, so not kept.
+fn key_of(value: Option<&Value>) -> Option<Key<'_>> {
+    match value? {
+        Value::Str(s) => Some(Key::Text(s.as_str())),
+        Value::Int(i) => Some(Key::Int(*i)),
+        Value::Time(t) => Some(Key::Int(t.millis())),
+        Value::Float(f) if !f.is_nan() => Some(Key::Real(f.to_bits())),
+        Value::Float(_) | Value::Bool(_) => None,
+    }
+}
+
+/// The distinct declared-attribute values of one block, in the order first met.
+#[derive(Default)]
+struct Keys<'a> {
+    list: Vec<(usize, Key<'a>)>,
+    seen: std::collections::HashSet<(usize, Key<'a>)>,
+}
+
+impl<'a> Keys<'a> {
+    /// Adds `p`'s values of the columns at `positions` (of `columns`).
+    fn add(&mut self, columns: &[Name], positions: &[usize], p: &'a Publication) {
+        for &col in positions {
+            let Some(key) = key_of(p.get(&columns[col])) else { continue };
+            if self.seen.insert((col, key)) {
+                self.list.push((col, key));
+            }
+        }
+    }
+
+    /// Forgets them, for the next block.
+    fn clear(&mut self) {
+        self.list.clear();
+        self.seen.clear();
+    }
+}
+
+/// Adds block `row`'s index entries for `keys`.
+fn insert_keys(
+    tx: &rusqlite::Transaction<'_>,
+    keys: &[(usize, Key<'_>)],
+    row: i64,
+    class: &str,
+    first: i64,
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(INSERT_KEY)?;
+    for &(col, key) in keys {
+        stmt.execute(rusqlite::params![class, col, key_sql(key), first, row])?;
+    }
+    Ok(())
+}
+
+/// Writes `pending` as blocks (see [`block`]): sorted by class, by the value of the first
+/// declared attribute, and by `time` (arrival order among equals), cut where a block is
+/// full or its span would pass the bound, written in the order of their earliest times,
+/// each with the distinct values of the declared attributes in it (in the block's row and
+/// in `block_keys`). Grouping by that attribute's value makes a query that asks for one
+/// value (one application) read few publications of others. Returns how many publications
+/// were written.
+fn write_blocks(
+    tx: &rusqlite::Transaction<'_>,
+    columns: &[Name],
+    pending: &mut [Pending<'_>],
+) -> rusqlite::Result<u64> {
+    if let Some(first) = columns.first() {
+        for p in pending.iter_mut() {
+            p.group = key_of(p.publication.get(first));
+        }
+    }
+    pending.sort_by(|a, b| {
+        a.publication.class().cmp(b.publication.class()).then(a.group.cmp(&b.group)).then(a.time.cmp(&b.time))
+    });
+    // (earliest time, latest time, first pending, end): the blocks, then by earliest time.
+    let mut cuts: Vec<(i64, i64, usize, usize)> = Vec::new();
+    let mut fill = Fill::default();
+    let mut start = 0;
+    for (at, p) in pending.iter().enumerate() {
+        let same_class = at > start && pending[start].publication.class() == p.publication.class();
+        if at > start && !(same_class && fill.fits(p.time, p.origin.len(), p.frame.len())) {
+            let (first, last) = fill.span();
+            cuts.push((first, last, start, at));
+            fill = Fill::default();
+            start = at;
+        }
+        fill.add(p.time, p.origin.len(), p.frame.len());
+    }
+    if start < pending.len() {
+        let (first, last) = fill.span();
+        cuts.push((first, last, start, pending.len()));
+    }
+    cuts.sort_by_key(|&(first, _, start, _)| (first, start));
+    let mut builder = Builder::new();
+    let mut insert_block = tx.prepare_cached(
+        "INSERT INTO blocks (class, first_time, last_time, count, bytes, keys) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let all: Vec<usize> = (0..columns.len()).collect();
+    let mut keys = Keys::default();
+    for (first, last, start, end) in cuts {
+        builder.clear();
+        keys.clear();
+        for p in &pending[start..end] {
+            builder.push_entry(Entry {
+                time: p.time,
+                stamp_time: p.stamp_time,
+                seq: p.seq,
+                origin: p.origin,
+                frame: p.frame,
+            });
+            keys.add(columns, &all, p.publication);
+        }
+        let class = pending[start].publication.class();
+        let encoded = block::encode_keys(&keys.list);
+        insert_block.execute(rusqlite::params![class, first, last, end - start, builder.bytes(), encoded])?;
+        insert_keys(tx, &keys.list, tx.last_insert_rowid(), class, first)?;
+    }
+    Ok(pending.len() as u64)
+}
+
+/// Block `row`'s class, first time and keys, read back from its row.
+fn block_keys_of(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    row: i64,
+) -> Result<(String, i64, Vec<u8>), HistoryError> {
+    let (class, first, keys): (String, i64, Option<Vec<u8>>) = tx
+        .prepare_cached("SELECT class, first_time, keys FROM blocks WHERE row = ?1")?
+        .query_row([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let keys = keys.unwrap_or_default();
+    block::keys(&keys).map_err(|message| HistoryError::Corrupt {
+        path: path.to_owned(),
+        message: format!("block {row}: {message}"),
+    })?;
+    Ok((class, first, keys))
+}
+
+/// Removes block `row`'s index entries.
+fn delete_keys(
+    tx: &rusqlite::Transaction<'_>,
+    keys: &[(usize, Key<'_>)],
+    row: i64,
+    class: &str,
+    first: i64,
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(DELETE_KEY)?;
+    for &(col, key) in keys {
+        stmt.execute(rusqlite::params![class, col, key_sql(key), first, row])?;
+    }
+    Ok(())
+}
+
+/// Deletes block `row` and its index entries.
+fn remove_block(tx: &rusqlite::Transaction<'_>, path: &Path, row: i64) -> Result<(), HistoryError> {
+    let (class, first, keys) = block_keys_of(tx, path, row)?;
+    let keys = block::keys(&keys).unwrap_or_default();
+    delete_keys(tx, &keys, row, &class, first)?;
+    tx.prepare_cached("DELETE FROM blocks WHERE row = ?1")?.execute([row])?;
+    Ok(())
+}
+
+/// Keeps of block `row` the entries `keep` says (given each entry and its position);
+/// returns how many went. A block left empty is deleted.
+fn trim_block(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    columns: &[Name],
+    row: i64,
+    keep: impl Fn(&Entry<'_>, usize) -> bool,
+) -> Result<u64, HistoryError> {
+    let bytes: Vec<u8> = tx.query_row("SELECT bytes FROM blocks WHERE row = ?1", [row], |r| r.get(0))?;
+    let corrupt = |message: String| HistoryError::Corrupt {
+        path: path.to_owned(),
+        message: format!("block {row}: {message}"),
+    };
+    let entries = block::entries(&bytes).map_err(corrupt)?;
+    let kept: Vec<Entry<'_>> =
+        entries.iter().enumerate().filter(|(at, e)| keep(e, *at)).map(|(_, e)| *e).collect();
+    let gone = (entries.len() - kept.len()) as u64;
+    if kept.is_empty() {
+        remove_block(tx, path, row)?;
+        return Ok(gone);
+    }
+    if gone == 0 {
+        return Ok(0);
+    }
+    let (class, old_first, old_keys) = block_keys_of(tx, path, row)?;
+    delete_keys(tx, &block::keys(&old_keys).unwrap_or_default(), row, &class, old_first)?;
+    let mut builder = Builder::new();
+    let mut publications = Vec::with_capacity(kept.len());
+    for e in &kept {
+        builder.push_entry(*e);
+        publications.push(decode(e.frame).map_err(corrupt)?);
+    }
+    let all: Vec<usize> = (0..columns.len()).collect();
+    let mut keys = Keys::default();
+    for p in &publications {
+        keys.add(columns, &all, p);
+    }
+    let (first, last) = builder.span();
+    tx.prepare_cached(
+        "UPDATE blocks SET first_time = ?2, last_time = ?3, count = ?4, bytes = ?5, keys = ?6 WHERE row = ?1",
+    )?
+    .execute(rusqlite::params![
+        row,
+        first,
+        last,
+        kept.len(),
+        builder.bytes(),
+        block::encode_keys(&keys.list)
+    ])?;
+    insert_keys(tx, &keys.list, row, &class, first)?;
+    Ok(gone)
+}
+
+/// Every publication of a block, decoded (for indexing what was stored before).
+fn decode_block(path: &Path, row: i64, bytes: &[u8]) -> Result<Vec<Publication>, HistoryError> {
+    let corrupt = |message: String| HistoryError::Corrupt {
+        path: path.to_owned(),
+        message: format!("block {row}: {message}"),
+    };
+    block::entries(bytes).map_err(corrupt)?.iter().map(|e| decode(e.frame).map_err(corrupt)).collect()
 }
 
 /// A read-only view of a store, for queries while a broker writes it (WAL lets readers
@@ -587,6 +990,15 @@ impl Reader {
             open_checked(&path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX, check)?;
         // Reading beside a writer: wait out the moments the journal's index is locked.
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version < SCHEMA {
+            return Err(HistoryError::Open {
+                path,
+                message: format!(
+                    "schema version {version} is older than this broker's ({SCHEMA}): a broker opening it for writing brings it up to date"
+                ),
+            });
+        }
         let columns = {
             let mut stmt = conn.prepare("SELECT attr FROM key_columns ORDER BY column")?;
             let attrs: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
@@ -596,10 +1008,24 @@ impl Reader {
     }
 
     /// The stored publications `sub` matches, in `time` order (ties by stamp), at most
-    /// `limit` of them: narrowed in SQL by class, `time` bounds and `eq` on declared
-    /// attributes, then checked with [`matches`].
+    /// `limit` of them: the blocks that may hold them found by class, `time` bounds and an
+    /// `eq` on a declared attribute, then each publication in them in the time range checked
+    /// with [`matches`].
     pub fn query(&self, sub: &Subscription, limit: usize) -> Result<Vec<Stamped>, HistoryError> {
         query(&self.conn, &self.columns, sub, limit)
+    }
+}
+
+/// A query's result being gathered, with what orders it.
+struct Found {
+    time: i64,
+    stamp: Stamp,
+    publication: Publication,
+}
+
+impl Found {
+    fn key(&self) -> (i64, u64, &str, u64) {
+        (self.time, self.stamp.time, self.stamp.origin.as_str(), self.stamp.seq)
     }
 }
 
@@ -609,51 +1035,86 @@ fn query(
     sub: &Subscription,
     limit: usize,
 ) -> Result<Vec<Stamped>, HistoryError> {
-    let mut sql =
-        String::from("SELECT row, stamp_time, origin, seq, bytes FROM publications WHERE class = ?1");
-    let mut params = vec![SqlValue::Text(sub.class().to_owned())];
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
     let (from, to) = time_range(sub);
-    if let Some(from) = from {
-        params.push(SqlValue::Integer(from));
-        sql.push_str(&format!(" AND time >= ?{}", params.len()));
+    let (from, to) = (from.unwrap_or(i64::MIN), to.unwrap_or(i64::MAX));
+    if from > to {
+        return Ok(Vec::new());
     }
-    if let Some(to) = to {
-        params.push(SqlValue::Integer(to));
-        sql.push_str(&format!(" AND time <= ?{}", params.len()));
-    }
-    for p in sub.predicates() {
-        let Some(column) = columns.iter().position(|c| c == p.attr()) else { continue };
-        if let (Op::Eq, Operand::Value(Value::Str(s))) = (p.op(), p.operand()) {
-            params.push(SqlValue::Text(s.to_string()));
-            sql.push_str(&format!(" AND k{column} = ?{}", params.len()));
+    // A block that holds a time at or after `from` began no earlier than a span before it.
+    let earliest = from.saturating_sub(block::MAX_SPAN_MS);
+    let key = sub.predicates().iter().find_map(|p| {
+        let column = columns.iter().position(|c| c == p.attr())?;
+        match (p.op(), p.operand()) {
+            (Op::Eq, Operand::Value(Value::Str(s))) => Some((column, s.to_string())),
+            _ => None,
         }
-    }
-    sql.push_str(" ORDER BY time, stamp_time, origin, seq");
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query(params_from_iter(params))?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        if out.len() >= limit {
+    });
+    let mut stmt;
+    let mut blocks = match &key {
+        Some((column, value)) => {
+            stmt = conn.prepare_cached(
+                "SELECT b.row, b.first_time, b.bytes FROM block_keys k JOIN blocks b ON b.row = k.block
+                 WHERE k.class = ?1 AND k.col = ?2 AND k.value = ?3 AND k.first_time >= ?4 AND k.first_time <= ?5
+                   AND b.last_time >= ?6
+                 ORDER BY k.first_time, k.block",
+            )?;
+            stmt.query(rusqlite::params![sub.class(), column, value, earliest, to, from])?
+        }
+        None => {
+            stmt = conn.prepare_cached(
+                "SELECT row, first_time, bytes FROM blocks
+                 WHERE class = ?1 AND first_time >= ?2 AND first_time <= ?3 AND last_time >= ?4
+                 ORDER BY first_time, row",
+            )?;
+            stmt.query(rusqlite::params![sub.class(), earliest, to, from])?
+        }
+    };
+    let mut found: Vec<Found> = Vec::new();
+    // Once `limit` are found, the time of the last of them: a block that begins after it
+    // holds nothing that would be kept.
+    let mut bound: Option<i64> = None;
+    while let Some(row) = blocks.next()? {
+        let first: i64 = row.get(1)?;
+        if bound.is_some_and(|b| first > b) {
             break;
         }
         let id: i64 = row.get(0)?;
-        let bytes: Vec<u8> = row.get(4)?;
-        let Ok(publication) = decode(&bytes) else {
-            tracing::warn!(row = id, "history row does not decode; skipped");
-            continue;
+        let bytes = row.get_ref(2)?.as_blob().map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Blob, Box::new(e))
+        })?;
+        let entries = match block::entries(bytes) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(block = id, error = %e, "history block does not decode; skipped");
+                continue;
+            }
         };
-        if !matches(sub, &publication) {
-            continue;
+        for e in entries {
+            if e.time < from || e.time > to || bound.is_some_and(|b| e.time > b) {
+                continue;
+            }
+            let Ok(publication) = decode(e.frame) else {
+                tracing::warn!(block = id, seq = e.seq, "history entry does not decode; skipped");
+                continue;
+            };
+            if !matches(sub, &publication) {
+                continue;
+            }
+            let Ok(origin) = Name::new(e.origin) else { continue };
+            found.push(Found { time: e.time, stamp: Stamp::new(e.stamp_time, origin, e.seq), publication });
         }
-        let origin: String = row.get(2)?;
-        let Ok(origin) = Name::new(&origin) else { continue };
-        let stamp_time: i64 = row.get(1)?;
-        let seq: i64 = row.get(3)?;
-        let stamp =
-            Stamp::new(u64::try_from(stamp_time).unwrap_or(0), origin, u64::try_from(seq).unwrap_or(0));
-        out.push(Stamped { stamp, publication: Arc::new(publication) });
+        if found.len() >= limit {
+            found.sort_by(|a, b| a.key().cmp(&b.key()));
+            found.truncate(limit);
+            bound = found.last().map(|f| f.time);
+        }
     }
-    Ok(out)
+    found.sort_by(|a, b| a.key().cmp(&b.key()));
+    found.truncate(limit);
+    Ok(found.into_iter().map(|f| Stamped { stamp: f.stamp, publication: Arc::new(f.publication) }).collect())
 }
 
 /// The tightest `time` bounds `sub` states with literal operands (inclusive, in epoch
@@ -686,18 +1147,6 @@ fn time_range(sub: &Subscription) -> (Option<i64>, Option<i64>) {
 
 fn stamp_millis(stamp: &Stamp) -> i64 {
     i64::try_from(stamp.time).unwrap_or(i64::MAX)
-}
-
-/// A declared attribute's value as its column holds it (strings and numbers; anything
-/// else is not narrowed on).
-fn key_value(value: Option<&Value>) -> ToSqlOutput<'_> {
-    ToSqlOutput::Borrowed(match value {
-        Some(Value::Str(s)) => ValueRef::Text(s.as_bytes()),
-        Some(Value::Int(i)) => ValueRef::Integer(*i),
-        Some(Value::Time(t)) => ValueRef::Integer(t.millis()),
-        Some(Value::Float(f)) => ValueRef::Real(*f),
-        Some(Value::Bool(_)) | None => ValueRef::Null,
-    })
 }
 
 fn decode(bytes: &[u8]) -> Result<Publication, String> {
