@@ -250,8 +250,8 @@ impl Store {
                 return Err(HistoryError::Io { path: lock_path, source });
             }
         }
-        // SQLite's integrity check reads the whole file (1,000,000 rows: 274 MB, 1.4 s from a
-        // cold cache): it runs when the last broker to hold the store did not close it
+        // SQLite's integrity check reads the whole file (1,000,000 job statuses: 166 MB, about
+        // 2 s from a cold cache): it runs when the last broker to hold the store did not close it
         // normally (a crash, a kill, a power cut), and for a new store. After a normal close
         // only the header is read here; damage done to the file while no broker held it
         // shows when its pages are read (a failed write or query, logged and counted).
@@ -977,7 +977,7 @@ impl Reader {
     /// Opens the store in `dir` for reading, without the integrity check if `check` is
     /// false: the writer's own reader (the store was checked when the writer opened it),
     /// and `padres-broker history` unless asked (the check reads the whole file: for
-    /// 1,000,000 rows, 274 MB, 1.4 s from a cold cache). Damage then shows as an error from a query that reads it.
+    /// 1,000,000 job statuses, 166 MB, about 2 s from a cold cache). Damage then shows as an error from a query that reads it.
     pub fn open_with(dir: &Path, check: bool) -> Result<Self, HistoryError> {
         let path = dir.join(FILE);
         if !path.exists() {
