@@ -606,3 +606,105 @@ fn a_store_of_one_row_per_publication_is_moved_into_blocks_when_a_broker_opens_i
     }
     assert_eq!(Store::open(&dir, options(&["appl"])).expect("reopens").rows().expect("rows"), 2_500);
 }
+
+/// `n` job statuses a second apart from `start`, their applications taking turns, in one
+/// batch: a block grouped by application holds them out of time order.
+fn interleaved(n: u64, start: i64, extra: impl Fn(u64) -> String) -> Vec<Record> {
+    let origin = Name::new("B1").expect("name");
+    (0..n)
+        .map(|i| {
+            let at = start + i64::try_from(i).expect("small") * 1000;
+            let p: Publication = format!("[class,'job_status'],[appl,'app{}'],[n,{i}]{}", i % 4, extra(i))
+                .parse()
+                .expect("valid");
+            Record {
+                stamp: Stamp::new(u64::try_from(at).expect("fits"), origin.clone(), i),
+                publication: Arc::new(p.with_time(Timestamp::from_millis(at).expect("in range"))),
+            }
+        })
+        .collect()
+}
+
+fn numbers(stored: &[padres_lang::Stamped]) -> Vec<i64> {
+    let mut n: Vec<i64> = stored
+        .iter()
+        .map(|s| match s.publication.get("n") {
+            Some(Value::Int(n)) => *n,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    n.sort_unstable();
+    n
+}
+
+#[test]
+fn max_rows_removes_the_oldest_by_time_from_a_block_grouped_by_an_indexed_attribute() {
+    let dir = dir("rows-by-time");
+    let all = interleaved(40, 1_763_632_800_000, |_| String::new());
+    let mut store =
+        Store::open(&dir, StoreOptions { max_rows: Some(25), ..options(&["appl"]) }).expect("opens");
+    store.insert(&all).expect("stored");
+    assert_eq!(store.apply_retention(0).expect("retention"), 15);
+    let left = store.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
+    assert_eq!(numbers(&left), (15..40).collect::<Vec<i64>>(), "the newest 25 are left");
+}
+
+#[test]
+fn numbers_equal_across_kinds_in_an_indexed_attribute_are_stored() {
+    let (dir, dir2) = (dir("numeric-keys"), dir("numeric-keys-later"));
+    // 3 and 3.0, 0.0 and -0.0: SQLite holds them equal.
+    let values = ["3", "3.0", "0.0", "-0.0", "'3'"];
+    let all = interleaved(10, 1_763_632_800_000, |i| format!(",[gid,{}]", values[i as usize % values.len()]));
+    let mut store = Store::open(&dir, options(&["gid", "appl"])).expect("opens");
+    store.insert(&all).expect("stored in one batch");
+    let sub: Subscription = "[class,eq,'job_status'],[gid,eq,'3']".parse().expect("valid");
+    assert_eq!(numbers(&store.query(&sub, usize::MAX).expect("query")), [4, 9]);
+    drop(store);
+    // Declared later, over what is stored: the same.
+    let mut store = Store::open(&dir2, options(&["appl"])).expect("opens");
+    store.insert(&all).expect("stored");
+    drop(store);
+    let store = Store::open(&dir2, options(&["appl", "gid"])).expect("indexes gid at open");
+    assert_eq!(numbers(&store.query(&sub, usize::MAX).expect("query")), [4, 9]);
+}
+
+#[test]
+fn retention_goes_on_past_a_block_that_does_not_decode() {
+    let dir = dir("retention-damaged-block");
+    let now = 1_763_632_800_000_i64;
+    // Two batches: the older block, across the age cutoff (so retention must read it to
+    // keep its newer part), is damaged afterwards.
+    let old = interleaved(20, now - 70_000, |_| String::new());
+    let new = interleaved(20, now - 10_000, |i| format!(",[m,{i}]"));
+    let mut store =
+        Store::open(&dir, StoreOptions { max_age_ms: Some(60_000), ..options(&["appl"]) }).expect("opens");
+    store.insert(&old).expect("stored");
+    store.insert(&new).expect("stored");
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.join(padres_broker::history::FILE)).expect("opens");
+    let damaged = conn
+        .execute("UPDATE blocks SET bytes = x'01ffff' WHERE first_time < ?1", [now - 65_000])
+        .expect("damaged");
+    assert!(damaged > 0);
+    drop(conn);
+    let mut store =
+        Store::open(&dir, StoreOptions { max_age_ms: Some(60_000), ..options(&["appl"]) }).expect("reopens");
+    assert_eq!(store.apply_retention(u64::try_from(now).expect("fits")).expect("retention"), 20);
+    assert_eq!(store.rows().expect("rows"), 20);
+    let left = store.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
+    assert_eq!(left.len(), 20);
+}
+
+#[test]
+fn a_row_that_does_not_decode_is_left_behind_when_an_old_store_is_moved_into_blocks() {
+    let dir = dir("schema-2-bad-row");
+    let all: Vec<Record> = interleaved(30, 1_763_632_800_000, |_| String::new());
+    write_schema_2(&dir, &all, &[]);
+    let conn = rusqlite::Connection::open(dir.join(padres_broker::history::FILE)).expect("opens");
+    conn.execute("UPDATE publications SET bytes = x'00000005ffff' WHERE row = 7", []).expect("damaged");
+    drop(conn);
+    let store = Store::open(&dir, options(&[])).expect("opens, moving what decodes");
+    assert_eq!(store.rows().expect("rows"), 29);
+    let left = store.query(&"[class,eq,'job_status']".parse().expect("valid"), usize::MAX).expect("query");
+    assert_eq!(numbers(&left), (0..30).filter(|&n| n != 6).collect::<Vec<i64>>());
+}

@@ -1,7 +1,8 @@
 //! A block: the unit the history store writes. Up to [`MAX_RECORDS`] publications of one
 //! class (and at most about [`MAX_BYTES`] of them) whose times span at most
 //! [`MAX_SPAN_MS`], kept as one SQLite row. The store writes them grouped by the value of
-//! the first indexed attribute, then in `time` order; a reader does not rely on any order.
+//! the first indexed attribute, then in `time` order; a query does not rely on the order
+//! (retention sorts a block by time where it needs to).
 //!
 //! SQLite's cost is per row and per index entry (a B-tree descent and a page touched for
 //! each), not per byte: storing one publication per row took about 3 µs of the writer's

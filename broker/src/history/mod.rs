@@ -14,7 +14,7 @@
 //!   and stamps): SQLite's cost is per row and per index entry, so a block costs about what
 //!   one publication's row did. `blocks` is indexed on (class, first time); `block_keys`
 //!   holds, for each attribute the configuration declares as indexed (`index = ["appl",
-//!   "gid"]`), each distinct value a block holds (class, attribute, value, first time,
+//!   "gid"]`), each distinct string value a block holds (class, attribute, value, first time,
 //!   block), and the block's row keeps the same list so that its entries can be removed
 //!   without decoding it. A query finds the blocks that may hold what it selects (by class,
 //!   a time range widened by the 60 s span, and an `eq` on a declared attribute), reads the
@@ -93,7 +93,7 @@ pub enum Durability {
 pub struct StoreOptions {
     /// When an acknowledged publication is on disk.
     pub durability: Durability,
-    /// Attributes with a column and an index of their own.
+    /// Attributes whose string values are indexed (each distinct value once per block).
     pub indexed: Vec<Name>,
     /// Rows whose `time` is older than this many milliseconds are deleted.
     pub max_age_ms: Option<u64>,
@@ -178,7 +178,8 @@ pub struct Record {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
-    /// Declared attributes, in column order (`k0`, `k1`, …).
+    /// Declared attributes, in the order declared (their position is their `col` in
+    /// `block_keys`).
     columns: Vec<Name>,
     options: StoreOptions,
     /// Rows stored: counted once at open, then kept up to date (a count every second
@@ -334,10 +335,7 @@ impl Store {
         let mut store = Self { conn, path, columns: Vec::new(), options, rows, _lock: lock, damage };
         // Blocks already written get the keys of newly declared attributes; rows moved
         // into blocks get every declared attribute's keys as they are written.
-        let new_columns = store.declare_columns()?;
-        if !new_columns.is_empty() {
-            store.index_stored(&new_columns)?;
-        }
+        store.declare_columns()?;
         if rows_before.is_some() {
             store.move_rows_into_blocks()?;
         }
@@ -362,9 +360,10 @@ impl Store {
         Ok(Some(conn.query_row("SELECT COUNT(*) FROM publications", [], |r| r.get(0))?))
     }
 
-    /// Reads the key columns the database has, and adds those newly declared; returns the
-    /// positions of the new ones.
-    fn declare_columns(&mut self) -> Result<Vec<usize>, HistoryError> {
+    /// Reads the key columns the database has, and adds those newly declared, indexing the
+    /// blocks already stored for them in the same transaction (a broker stopped half way
+    /// leaves the attribute undeclared, and the next start does it again).
+    fn declare_columns(&mut self) -> Result<(), HistoryError> {
         let known: Vec<(i64, String)> = {
             let mut stmt = self.conn.prepare("SELECT column, attr FROM key_columns ORDER BY column")?;
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?
@@ -377,65 +376,25 @@ impl Store {
             })?;
             columns.push(name);
         }
-        let new: Vec<Name> = self.options.indexed.iter().filter(|a| !columns.contains(a)).cloned().collect();
         let mut added = Vec::new();
-        if !new.is_empty() {
+        for attr in &self.options.indexed {
+            if !columns.contains(attr) {
+                added.push(columns.len());
+                columns.push(attr.clone());
+            }
+        }
+        if !added.is_empty() {
             let tx = self.conn.transaction()?;
-            for attr in new {
-                if columns.contains(&attr) {
-                    continue;
-                }
-                let column = columns.len();
+            for &column in &added {
                 tx.execute(
                     "INSERT INTO key_columns (column, attr) VALUES (?1, ?2)",
-                    (column, attr.as_str()),
+                    (column, columns[column].as_str()),
                 )?;
-                columns.push(attr);
-                added.push(column);
             }
+            index_stored(&tx, &self.path, &columns, &added)?;
             tx.commit()?;
         }
         self.columns = columns;
-        Ok(added)
-    }
-
-    /// Adds the keys of `new` columns for the blocks already stored, reading a few blocks
-    /// at a time (a large store is not read into memory at once).
-    fn index_stored(&mut self, new: &[usize]) -> Result<(), HistoryError> {
-        let tx = self.conn.transaction()?;
-        {
-            let mut read = tx.prepare(
-                "SELECT row, class, first_time, bytes, keys FROM blocks WHERE row > ?1 ORDER BY row LIMIT ?2",
-            )?;
-            let mut update = tx.prepare("UPDATE blocks SET keys = ?2 WHERE row = ?1")?;
-            let mut after = i64::MIN;
-            loop {
-                type Read = (i64, String, i64, Vec<u8>, Option<Vec<u8>>);
-                let blocks: Vec<Read> = read
-                    .query_map(rusqlite::params![after, CHUNK_BLOCKS], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                    })?
-                    .collect::<Result<_, _>>()?;
-                let Some((last, ..)) = blocks.last() else { break };
-                after = *last;
-                for (row, class, first, bytes, had) in &blocks {
-                    let publications = decode_block(&self.path, *row, bytes)?;
-                    let had = had.as_deref().unwrap_or_default();
-                    let mut all = block::keys(had).map_err(|message| HistoryError::Corrupt {
-                        path: self.path.clone(),
-                        message: format!("block {row}: {message}"),
-                    })?;
-                    let mut keys = Keys::default();
-                    for p in &publications {
-                        keys.add(&self.columns, new, p);
-                    }
-                    insert_keys(&tx, &keys.list, *row, class, *first)?;
-                    all.extend_from_slice(&keys.list);
-                    update.execute(rusqlite::params![row, block::encode_keys(&all)])?;
-                }
-            }
-        }
-        tx.commit()?;
         Ok(())
     }
 
@@ -460,13 +419,30 @@ impl Store {
                 tx.commit()?;
                 break;
             };
+            // A row that does not decode (queries skipped it too) is not moved, and no
+            // longer counted.
             let mut decoded = Vec::with_capacity(rows.len());
+            let mut skipped: u64 = 0;
             for (row, time, stamp_time, origin, seq, bytes) in &rows {
-                let publication = decode(bytes).map_err(|message| HistoryError::Corrupt {
-                    path: self.path.clone(),
-                    message: format!("row {row}: {message}"),
-                })?;
-                decoded.push((publication, *time, *stamp_time, origin.as_str(), *seq, bytes.as_slice()));
+                match codec::decode(bytes, codec::MAX_FRAME_CEILING) {
+                    Ok((Frame::Publish { publication }, used)) => decoded.push((
+                        Arc::unwrap_or_clone(publication),
+                        *time,
+                        *stamp_time,
+                        origin.as_str(),
+                        *seq,
+                        &bytes[..used],
+                    )),
+                    other => {
+                        let why = other.map_or_else(|e| e.to_string(), |_| "not a publication".to_owned());
+                        tracing::warn!(row, error = %why, "history row does not decode; not moved into a block");
+                        skipped += 1;
+                    }
+                }
+            }
+            if skipped > 0 {
+                tx.execute("UPDATE meta SET rows = rows - ?1", [i64::try_from(skipped).unwrap_or(i64::MAX)])?;
+                self.rows = self.rows.saturating_sub(skipped);
             }
             let mut pending: Vec<Pending<'_>> = decoded
                 .iter()
@@ -602,10 +578,10 @@ impl Store {
                     let mut gone = 0;
                     for &(row, count, last_time) in &found {
                         gone += if last_time < cutoff {
-                            remove_block(&tx, &self.path, row)?;
+                            remove_block(&tx, row)?;
                             u64::try_from(count).unwrap_or(0)
                         } else {
-                            trim_block(&tx, &self.path, &self.columns, row, |e, _| e.time >= cutoff)?
+                            trim_block(&tx, &self.columns, row, Keep::Since(cutoff))?
                         };
                     }
                     tx.execute(
@@ -676,11 +652,11 @@ impl Store {
                 let count = u64::try_from(count).unwrap_or(0);
                 let left = n - gone;
                 if whole || count <= left {
-                    remove_block(&tx, &self.path, row)?;
+                    remove_block(&tx, row)?;
                     gone += count;
                 } else {
                     let skip = usize::try_from(left).unwrap_or(usize::MAX);
-                    gone += trim_block(&tx, &self.path, &self.columns, row, |_, at| at >= skip)?;
+                    gone += trim_block(&tx, &self.columns, row, Keep::AllButOldest(skip))?;
                 }
                 if gone >= n {
                     break 'blocks;
@@ -738,15 +714,13 @@ fn key_sql(key: Key<'_>) -> ToSqlOutput<'_> {
     })
 }
 
-/// A declared attribute's value as a key: booleans, absent values and NaN are not narrowed
-/// on, so not kept.
+/// A declared attribute's value as a key: strings only, since a query narrows only on an
+/// `eq` with a string (numbers would also compare equal across kinds in SQLite, 3 = 3.0,
+/// where the keys of a block must be distinct).
 fn key_of(value: Option<&Value>) -> Option<Key<'_>> {
     match value? {
         Value::Str(s) => Some(Key::Text(s.as_str())),
-        Value::Int(i) => Some(Key::Int(*i)),
-        Value::Time(t) => Some(Key::Int(t.millis())),
-        Value::Float(f) if !f.is_nan() => Some(Key::Real(f.to_bits())),
-        Value::Float(_) | Value::Bool(_) => None,
+        _ => None,
     }
 }
 
@@ -856,80 +830,104 @@ fn write_blocks(
     Ok(pending.len() as u64)
 }
 
-/// Block `row`'s class, first time and keys, read back from its row.
+/// Block `row`'s class and first time, and its keys if they decode.
 fn block_keys_of(
     tx: &rusqlite::Transaction<'_>,
-    path: &Path,
     row: i64,
-) -> Result<(String, i64, Vec<u8>), HistoryError> {
-    let (class, first, keys): (String, i64, Option<Vec<u8>>) = tx
-        .prepare_cached("SELECT class, first_time, keys FROM blocks WHERE row = ?1")?
-        .query_row([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let keys = keys.unwrap_or_default();
-    block::keys(&keys).map_err(|message| HistoryError::Corrupt {
-        path: path.to_owned(),
-        message: format!("block {row}: {message}"),
-    })?;
-    Ok((class, first, keys))
+) -> rusqlite::Result<(String, i64, Option<Vec<u8>>)> {
+    tx.prepare_cached("SELECT class, first_time, keys FROM blocks WHERE row = ?1")?
+        .query_row([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
 }
 
 /// Removes block `row`'s index entries.
-fn delete_keys(
-    tx: &rusqlite::Transaction<'_>,
-    keys: &[(usize, Key<'_>)],
-    row: i64,
-    class: &str,
-    first: i64,
-) -> rusqlite::Result<()> {
-    let mut stmt = tx.prepare_cached(DELETE_KEY)?;
-    for &(col, key) in keys {
-        stmt.execute(rusqlite::params![class, col, key_sql(key), first, row])?;
+fn delete_keys(tx: &rusqlite::Transaction<'_>, row: i64) -> rusqlite::Result<()> {
+    let (class, first, keys) = block_keys_of(tx, row)?;
+    match block::keys(keys.as_deref().unwrap_or_default()) {
+        Ok(keys) => {
+            let mut stmt = tx.prepare_cached(DELETE_KEY)?;
+            for (col, key) in keys {
+                stmt.execute(rusqlite::params![class, col, key_sql(key), first, row])?;
+            }
+        }
+        // The block's list is damaged: its entries are found the slow way.
+        Err(e) => {
+            tracing::warn!(block = row, error = %e, "history block's keys do not decode; removing its index entries by search");
+            tx.execute(
+                "DELETE FROM block_keys WHERE class = ?1 AND first_time = ?2 AND block = ?3",
+                rusqlite::params![class, first, row],
+            )?;
+        }
     }
     Ok(())
 }
 
 /// Deletes block `row` and its index entries.
-fn remove_block(tx: &rusqlite::Transaction<'_>, path: &Path, row: i64) -> Result<(), HistoryError> {
-    let (class, first, keys) = block_keys_of(tx, path, row)?;
-    let keys = block::keys(&keys).unwrap_or_default();
-    delete_keys(tx, &keys, row, &class, first)?;
+fn remove_block(tx: &rusqlite::Transaction<'_>, row: i64) -> rusqlite::Result<()> {
+    delete_keys(tx, row)?;
     tx.prepare_cached("DELETE FROM blocks WHERE row = ?1")?.execute([row])?;
     Ok(())
 }
 
-/// Keeps of block `row` the entries `keep` says (given each entry and its position);
-/// returns how many went. A block left empty is deleted.
+/// What [`trim_block`] keeps of a block.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// Publications whose `time` is at least this.
+    Since(i64),
+    /// All but this many of the oldest, by (`time`, stamp).
+    AllButOldest(usize),
+}
+
+/// Keeps of block `row` what `keep` says; returns how many publications went. A block left
+/// empty is deleted, and so is one that does not decode (retention must not stop at it;
+/// queries skip it already), with a warning.
 fn trim_block(
     tx: &rusqlite::Transaction<'_>,
-    path: &Path,
     columns: &[Name],
     row: i64,
-    keep: impl Fn(&Entry<'_>, usize) -> bool,
+    keep: Keep,
 ) -> Result<u64, HistoryError> {
-    let bytes: Vec<u8> = tx.query_row("SELECT bytes FROM blocks WHERE row = ?1", [row], |r| r.get(0))?;
-    let corrupt = |message: String| HistoryError::Corrupt {
-        path: path.to_owned(),
-        message: format!("block {row}: {message}"),
+    let (count, bytes): (i64, Vec<u8>) =
+        tx.query_row("SELECT count, bytes FROM blocks WHERE row = ?1", [row], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    let undecodable = |e: &dyn std::fmt::Display| -> Result<u64, HistoryError> {
+        tracing::warn!(block = row, error = %e, "history block does not decode; retention removes it whole");
+        remove_block(tx, row)?;
+        Ok(u64::try_from(count).unwrap_or(0))
     };
-    let entries = block::entries(&bytes).map_err(corrupt)?;
-    let kept: Vec<Entry<'_>> =
-        entries.iter().enumerate().filter(|(at, e)| keep(e, *at)).map(|(_, e)| *e).collect();
+    let entries = match block::entries(&bytes) {
+        Ok(entries) => entries,
+        Err(e) => return undecodable(&e),
+    };
+    let kept: Vec<Entry<'_>> = match keep {
+        Keep::Since(cutoff) => entries.iter().filter(|e| e.time >= cutoff).copied().collect(),
+        Keep::AllButOldest(n) => {
+            let mut order: Vec<&Entry<'_>> = entries.iter().collect();
+            order.sort_by(|a, b| {
+                (a.time, a.stamp_time, a.origin, a.seq).cmp(&(b.time, b.stamp_time, b.origin, b.seq))
+            });
+            order.into_iter().skip(n).copied().collect()
+        }
+    };
     let gone = (entries.len() - kept.len()) as u64;
     if kept.is_empty() {
-        remove_block(tx, path, row)?;
+        remove_block(tx, row)?;
         return Ok(gone);
     }
     if gone == 0 {
         return Ok(0);
     }
-    let (class, old_first, old_keys) = block_keys_of(tx, path, row)?;
-    delete_keys(tx, &block::keys(&old_keys).unwrap_or_default(), row, &class, old_first)?;
     let mut builder = Builder::new();
     let mut publications = Vec::with_capacity(kept.len());
     for e in &kept {
         builder.push_entry(*e);
-        publications.push(decode(e.frame).map_err(corrupt)?);
+        match decode(e.frame) {
+            Ok(p) => publications.push(p),
+            Err(e) => return undecodable(&e),
+        }
     }
+    delete_keys(tx, row)?;
+    let class: String = tx.query_row("SELECT class FROM blocks WHERE row = ?1", [row], |r| r.get(0))?;
     let all: Vec<usize> = (0..columns.len()).collect();
     let mut keys = Keys::default();
     for p in &publications {
@@ -949,6 +947,58 @@ fn trim_block(
     ])?;
     insert_keys(tx, &keys.list, row, &class, first)?;
     Ok(gone)
+}
+
+/// Adds the keys of the `new` columns (positions in `columns`) for every block stored,
+/// reading a few blocks at a time (a large store is not read into memory at once). A block
+/// that does not decode is left as it is (queries skip it too), with a warning.
+fn index_stored(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    columns: &[Name],
+    new: &[usize],
+) -> Result<(), HistoryError> {
+    let mut read = tx.prepare(
+        "SELECT row, class, first_time, bytes, keys FROM blocks WHERE row > ?1 ORDER BY row LIMIT ?2",
+    )?;
+    let mut update = tx.prepare("UPDATE blocks SET keys = ?2 WHERE row = ?1")?;
+    let mut after = i64::MIN;
+    loop {
+        type Read = (i64, String, i64, Vec<u8>, Option<Vec<u8>>);
+        let blocks: Vec<Read> = read
+            .query_map(rusqlite::params![after, CHUNK_BLOCKS], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        let Some((last, ..)) = blocks.last() else { break };
+        after = *last;
+        for (row, class, first, bytes, had) in &blocks {
+            let decoded = decode_block(path, *row, bytes).and_then(|publications| {
+                let had = block::keys(had.as_deref().unwrap_or_default()).map_err(|message| {
+                    HistoryError::Corrupt {
+                        path: path.to_owned(),
+                        message: format!("block {row}: {message}"),
+                    }
+                })?;
+                Ok((publications, had))
+            });
+            let (publications, mut all) = match decoded {
+                Ok(decoded) => decoded,
+                Err(e) => {
+                    tracing::warn!(block = row, error = %e, "history block does not decode; not indexed");
+                    continue;
+                }
+            };
+            let mut keys = Keys::default();
+            for p in &publications {
+                keys.add(columns, new, p);
+            }
+            insert_keys(tx, &keys.list, *row, class, *first)?;
+            all.extend_from_slice(&keys.list);
+            update.execute(rusqlite::params![row, block::encode_keys(&all)])?;
+        }
+    }
+    Ok(())
 }
 
 /// Every publication of a block, decoded (for indexing what was stored before).
@@ -997,6 +1047,12 @@ impl Reader {
                 message: format!(
                     "schema version {version} is older than this broker's ({SCHEMA}): a broker opening it for writing brings it up to date"
                 ),
+            });
+        }
+        if version > SCHEMA {
+            return Err(HistoryError::Corrupt {
+                path,
+                message: format!("schema version {version} is newer than this broker's ({SCHEMA})"),
             });
         }
         let columns = {
