@@ -329,6 +329,14 @@ async fn a_notification_before_a_reissued_subscriptions_reply_names_the_first_id
                 )
                 .await
                 .expect("welcome");
+                // The client asks for a session; this broker keeps none (session 0), so the
+                // client re-issues when it reconnects.
+                match read_frame(&mut recv, &mut reader).await.expect("reads") {
+                    Some(Frame::Resume { session: 0, .. }) => {}
+                    other => panic!("expected a request for a session, got {other:?}"),
+                }
+                let none = Frame::Resume { session: 0, received: 0, fresh: true };
+                write_frame(&mut send, &none, DEFAULT_MAX_FRAME).await.expect("written");
                 let req = match read_frame(&mut recv, &mut reader).await.expect("reads") {
                     Some(Frame::Request { req, message: Message::Subscribe(_) }) => req,
                     other => panic!("expected the subscription, got {other:?}"),

@@ -83,6 +83,26 @@ impl Default for LinkSessionsConfig {
     }
 }
 
+/// Client sessions: how long a client whose connection was lost may take to return with
+/// nothing lost (see `docs/delivery.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientSessionsConfig {
+    /// Milliseconds a client's session outlives a lost connection: its subscriptions stay,
+    /// what is routed to it waits (up to `limits.max_queued_bytes_per_client`), and a client
+    /// that reconnects within it resumes where it was; 0: a lost connection ends it at once.
+    pub window_ms: u64,
+}
+
+/// The client-session window unless configured otherwise (milliseconds).
+pub const DEFAULT_CLIENT_WINDOW_MS: u64 = 10_000;
+
+impl Default for ClientSessionsConfig {
+    fn default() -> Self {
+        Self { window_ms: DEFAULT_CLIENT_WINDOW_MS }
+    }
+}
+
 /// The longest link-session window accepted: an hour.
 pub const MAX_LINK_WINDOW_MS: u64 = 3_600_000;
 /// The smallest outbox accepted for a neighbour.
@@ -245,6 +265,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Link sessions with neighbours.
     pub link_sessions: LinkSessionsConfig,
+    /// Sessions of clients whose connection is lost.
+    pub client_sessions: ClientSessionsConfig,
     /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
     /// fault injection. Off by default: any client could otherwise partition the overlay.
     pub allow_drop_link: bool,
@@ -274,6 +296,7 @@ impl Default for Config {
             cycles: false,
             limits: LimitsConfig::default(),
             link_sessions: LinkSessionsConfig::default(),
+            client_sessions: ClientSessionsConfig::default(),
             allow_drop_link: false,
             composite: CompositeConfig::default(),
             history_store: HistoryStoreConfig::default(),
@@ -328,6 +351,8 @@ pub struct Settings {
     pub history: Option<HistorySettings>,
     /// The link sessions' window and outbox limit.
     pub sessions: crate::resume::Settings,
+    /// How long a client's session outlives a lost connection (milliseconds; 0: not at all).
+    pub client_window_ms: u64,
 }
 
 /// A neighbour's address, from `quic://HOST:PORT`.
@@ -455,7 +480,13 @@ impl Config {
         }
         let sessions =
             crate::resume::Settings { window: s.window_ms, max_bytes: s.max_bytes, ..Default::default() };
-        Ok(Settings { name, neighbours, router, history, sessions })
+        let client_window_ms = self.client_sessions.window_ms;
+        if client_window_ms > MAX_LINK_WINDOW_MS {
+            return Err(ConfigError::Invalid(format!(
+                "client_sessions.window_ms must be at most {MAX_LINK_WINDOW_MS} (an hour)"
+            )));
+        }
+        Ok(Settings { name, neighbours, router, history, sessions, client_window_ms })
     }
 
     fn validate_history(&self) -> Result<Option<HistorySettings>, ConfigError> {
@@ -644,6 +675,15 @@ impl Config {
         let _ = writeln!(out, "window_ms = {}", s.window_ms);
         let _ = writeln!(out, "# Estimated bytes kept for one neighbour until it acknowledges them.");
         let _ = writeln!(out, "max_bytes = {}", s.max_bytes);
+        let _ = writeln!(out, "\n[client_sessions]");
+        let _ = writeln!(out, "# How long (ms) a client whose connection was lost may take to reconnect and");
+        let _ =
+            writeln!(out, "# resume with nothing lost or doubled: its subscriptions stay, what is routed to");
+        let _ = writeln!(
+            out,
+            "# it waits (up to limits.max_queued_bytes_per_client). 0: at once. At most an hour."
+        );
+        let _ = writeln!(out, "window_ms = {}", self.client_sessions.window_ms);
         let c = &self.composite;
         let _ = writeln!(out, "\n[composite]");
         let _ = writeln!(

@@ -184,6 +184,11 @@ struct Overrides {
     /// link session ends [default: 67108864].
     #[arg(long, value_name = "BYTES", global = true)]
     link_max_bytes: Option<usize>,
+    /// How long (ms) a client whose connection was lost may take to reconnect and resume
+    /// with nothing lost or doubled (its subscriptions stay, what is routed to it waits);
+    /// 0: a lost connection ends the client at once [default: 10000].
+    #[arg(long, value_name = "MS", global = true)]
+    client_window_ms: Option<u64>,
     /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
     /// fault-injection harnesses. Never on a broker others depend on: any client could then
     /// partition the overlay.
@@ -358,6 +363,9 @@ impl Overrides {
         }
         if let Some(bytes) = self.link_max_bytes {
             config.link_sessions.max_bytes = bytes;
+        }
+        if let Some(ms) = self.client_window_ms {
+            config.client_sessions.window_ms = ms;
         }
         config.allow_drop_link |= self.allow_drop_link;
         config.validate().map_err(|e| e.to_string())?;

@@ -21,6 +21,7 @@
 //! | `padres_client_queued_bytes` | gauge | notifications waiting for clients, estimated |
 //! | `padres_slow_clients_dropped_total`, `padres_links_refused_total`, `padres_links_cut_total` | counter | same names |
 //! | `padres_link_sessions_resumed_total`, `padres_link_messages_resent_total`, `padres_link_duplicates_dropped_total`, `padres_link_sessions_expired_total` | counter | same names |
+//! | `padres_client_sessions_resumed_total`, `padres_client_frames_resent_total`, `padres_client_sessions_expired_total` | counter | same names |
 //! | `padres_routing_table_entries{table}` | gauge | `advertisements` (`srt`), `subscriptions` (`prt`), `composites` |
 //! | `padres_composite_detectors`, `padres_partial_matches`, `padres_partial_match_bytes`, `padres_partial_match_cap_bytes` | gauge | `detectors`, `partial_matches`, `partial_match_bytes`, `partial_match_bytes_cap` |
 //! | `padres_composite_matches_total`, `padres_partial_matches_evicted_total`, `…_expired_total`, `…_ended_total`, `padres_composite_pairs_dropped_total` | counter | `composite_matches`, `partials_evicted`, `partials_expired`, `partials_ended`, `pairs_dropped` |
@@ -89,7 +90,7 @@ impl Collector for Snapshot {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let bytes = Some(Unit::Bytes);
         // (name, help, unit, value); the encoder appends the unit and, for counters, `_total`.
-        let counters: [(&str, &str, Option<Unit>, u64); 22] = [
+        let counters: [(&str, &str, Option<Unit>, u64); 25] = [
             ("client_requests", "Requests received from clients.", None, s.client_requests),
             ("publications_in", "Publications received from clients.", None, s.publications_in),
             (
@@ -108,6 +109,24 @@ impl Collector for Snapshot {
             ),
             ("links_refused", "Brokers refused at the hello.", None, s.links_refused),
             ("links_cut", "Neighbour links cut because they did not keep up.", None, s.links_cut),
+            (
+                "client_sessions_resumed",
+                "Client sessions that went on over a new connection after theirs was lost.",
+                None,
+                s.client_sessions_resumed,
+            ),
+            (
+                "client_frames_resent",
+                "Frames sent again to clients whose sessions resumed.",
+                None,
+                s.client_frames_resent,
+            ),
+            (
+                "client_sessions_expired",
+                "Client sessions ended because the client did not return within the window.",
+                None,
+                s.client_sessions_expired,
+            ),
             (
                 "link_sessions_resumed",
                 "Link sessions that went on over a new link after theirs dropped.",

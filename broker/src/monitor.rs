@@ -211,7 +211,8 @@ mod tests {
             "partials_expired": 0, "partials_ended": 0, "pairs_dropped": 0, "history_stored": 0,
             "history_dropped": 0, "history_failed": 0, "history_removed": 0, "history_queued": 0,
             "history_rows": 10, "link_sessions_resumed": 0, "link_messages_resent": 0,
-            "link_duplicates_dropped": 0, "link_sessions_expired": 0
+            "link_duplicates_dropped": 0, "link_sessions_expired": 0, "client_sessions_resumed": 0,
+            "client_frames_resent": 0, "client_sessions_expired": 0
         }))
         .expect("stats");
         stats.neighbours = neighbours.iter().map(|n| Name::new(n).expect("name")).collect();

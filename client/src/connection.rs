@@ -5,10 +5,28 @@
 //! none given, a broker on a loopback address is trusted through the certificate it left
 //! in the local registry, see [`padres_transport::local`]), the client's name, and whether
 //! to reconnect. A reconnecting client that loses its broker dials again with backoff
-//! (0.1 s doubling to 5 s) and re-issues its advertisements and subscriptions in the order
-//! they were first made. Ids stay those of the first issue: the client maps them to the
-//! new ones, so `unsub` takes the id the caller was given and notifications name it too.
-//! Requests made while the link is down fail at once with [`ClientError::Closed`].
+//! (0.1 s doubling to 5 s).
+//!
+//! **Sessions.** A client asks its broker for a session when it connects (`Resume` after
+//! the hello). Both sides count the frames that carry something (the client's requests,
+//! publications and queries; the broker's answers and notifications) and keep what they
+//! sent until the other acknowledges it. A client that reconnects within the broker's
+//! window (`client_sessions.window_ms`, 10 s by default) resumes its session: the broker
+//! sends what the client had not received, the client sends again what the broker had not
+//! passed on, and requests waiting for answers get them. Nothing is lost or doubled, and
+//! subscriptions stay as they were. The client keeps at most [`MAX_KEPT_BYTES`] of
+//! unacknowledged frames; past that (a broker that stopped acknowledging) it no longer
+//! counts on resuming.
+//!
+//! **Starting over.** When the session cannot resume (the broker restarted, the window
+//! passed), requests waiting for answers fail with [`ClientError::Closed`], what was sent
+//! and not acknowledged may be lost ([`Client::last_error`] says so), and the client
+//! re-issues its advertisements and subscriptions in the order they were first made. Ids
+//! stay those of the first issue: the client maps them to the new ones, so `unsub` takes
+//! the id the caller was given and notifications name it too.
+//!
+//! Requests and publications made while the link is down fail at once with
+//! [`ClientError::Closed`].
 //!
 //! State: everything the client knows of its connection (the connection, requests waiting
 //! for answers, what to re-issue and how ids map, the last error) lives in one `State`
@@ -16,7 +34,7 @@
 //! state; the stream callers write to has its own async lock, and one driver task reads
 //! frames, answers waiting requests, and reconnects.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -84,6 +102,103 @@ pub enum ProtocolError {
     /// The answer to a pending request never came (the client's state was lost).
     #[error("no answer")]
     NoAnswer,
+}
+
+/// Bytes of frames a client keeps until its broker acknowledges them (see the module
+/// docs).
+pub const MAX_KEPT_BYTES: usize = 64 << 20;
+/// Frames received between two acknowledgements to the broker, at most.
+const ACK_EVERY: u64 = 256;
+/// How often waiting acknowledgements go to the broker.
+const ACK_AFTER: Duration = Duration::from_millis(100);
+
+/// Whether a client's frame counts in its session (requests, publications, queries).
+fn sent_counts(frame: &Frame) -> bool {
+    matches!(frame, Frame::Request { .. } | Frame::Publish { .. } | Frame::Query { .. })
+}
+
+/// Whether a broker's frame counts in the client's session (answers and notifications).
+fn received_counts(frame: &Frame) -> bool {
+    matches!(
+        frame,
+        Frame::Ok { .. }
+            | Frame::Error { .. }
+            | Frame::Report { .. }
+            | Frame::Notification { .. }
+            | Frame::CompositeNotification { .. }
+            | Frame::EndOfHistory { .. }
+    )
+}
+
+/// This client's session with its broker (see the module docs).
+#[derive(Debug, Default)]
+struct Numbering {
+    /// The session's id; 0: none (the broker keeps no client sessions).
+    session: u64,
+    /// Frames sent in the session.
+    sent: u64,
+    /// The encoded frames the broker has not acknowledged: numbers
+    /// `sent - kept.len() + 1 ..= sent`.
+    kept: VecDeque<Arc<Vec<u8>>>,
+    kept_bytes: usize,
+    /// The session cannot resume without loss: more than [`MAX_KEPT_BYTES`] waited, or
+    /// re-issuing on it broke off, or the broker's count did not fit.
+    unresumable: bool,
+    /// The broker's frames received in the session.
+    received: u64,
+    /// `received` as last acknowledged to the broker.
+    acked: u64,
+}
+
+impl Numbering {
+    /// Numbers a frame about to be written; true if it is kept to be sent again.
+    fn keep(&mut self, bytes: &Arc<Vec<u8>>) -> bool {
+        if self.session == 0 || self.unresumable {
+            return false;
+        }
+        self.sent += 1;
+        if self.kept_bytes + bytes.len() > MAX_KEPT_BYTES {
+            self.unresumable = true;
+            self.kept.clear();
+            self.kept_bytes = 0;
+            return false;
+        }
+        self.kept.push_back(bytes.clone());
+        self.kept_bytes += bytes.len();
+        true
+    }
+
+    /// The broker has passed on `received` of this session's frames.
+    fn acked_by_broker(&mut self, received: u64) {
+        while self.sent - (self.kept.len() as u64) < received.min(self.sent) {
+            if let Some(bytes) = self.kept.pop_front() {
+                self.kept_bytes -= bytes.len();
+            }
+        }
+    }
+
+    /// Whether the session can resume.
+    fn resumable(&self) -> bool {
+        self.session != 0 && !self.unresumable
+    }
+
+    /// What to send again after the broker said it had passed on `received`; `None` if that
+    /// is not a count this client can go on from.
+    fn resend_after(&mut self, received: u64) -> Option<Vec<Arc<Vec<u8>>>> {
+        let first_kept = self.sent - self.kept.len() as u64;
+        if !(first_kept..=self.sent).contains(&received) {
+            return None;
+        }
+        self.acked_by_broker(received);
+        Some(self.kept.iter().cloned().collect())
+    }
+
+    /// A new session (0: none): returns how many frames sent were never acknowledged.
+    fn restart(&mut self, session: u64) -> u64 {
+        let lost = if self.unresumable { self.sent } else { self.kept.len() as u64 };
+        *self = Self { session, ..Self::default() };
+        lost
+    }
 }
 
 /// What a reply carries.
@@ -173,7 +288,8 @@ impl Connect {
         let mut endpoint = quinn::Endpoint::client(local)
             .map_err(|e| ClientError::Connect { addr: self.addr, message: e.to_string() })?;
         endpoint.set_default_client_config(config);
-        let link = establish(&endpoint, &self).await?;
+        let mut link = establish(&endpoint, &self).await?;
+        let (session, _, _) = resume(&mut link, 0, 0).await?;
         let state = State {
             connection: Some(link.connection),
             pending: HashMap::new(),
@@ -181,6 +297,7 @@ impl Connect {
             next_req: 1,
             closed: false,
             last_error: None,
+            numbering: Numbering { session, ..Numbering::default() },
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
@@ -217,6 +334,37 @@ async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, Cli
         Ok(_) => Ok(Link { connection, send, recv, reader }),
         Err(HandshakeError::Refused { code, message }) => Err(ClientError::Refused { code, message }),
         Err(other) => Err(connect_error(other.to_string())),
+    }
+}
+
+/// Asks the broker for `session` (0: a new one), having received `received` of its frames
+/// in it; returns its answer: the session, how many of this client's frames it passed on,
+/// and whether the session is new.
+async fn resume(link: &mut Link, session: u64, received: u64) -> Result<(u64, u64, bool), ClientError> {
+    let failed = |message: String| ClientError::Closed(format!("resuming the session: {message}"));
+    let ask = Frame::Resume { session, received, fresh: session == 0 };
+    write_frame(&mut link.send, &ask, DEFAULT_MAX_FRAME).await.map_err(|e| failed(e.to_string()))?;
+    match read_frame(&mut link.recv, &mut link.reader).await.map_err(|e| failed(e.to_string()))? {
+        Some(Frame::Resume { session, received, fresh }) => Ok((session, received, fresh)),
+        Some(Frame::Error { code, message, .. }) => Err(ClientError::Refused { code, message }),
+        Some(other) => Err(ClientError::Protocol(ProtocolError::WrongAnswer {
+            asked: "a session",
+            got: frame_kind(&other),
+        })),
+        None => Err(failed("the broker closed the connection".to_owned())),
+    }
+}
+
+/// A frame's kind, for messages.
+fn frame_kind(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::Ok { .. } => "ok",
+        Frame::Error { .. } => "an error",
+        Frame::Report { .. } => "a report",
+        Frame::Notification { .. } | Frame::CompositeNotification { .. } | Frame::EndOfHistory { .. } => {
+            "a notification"
+        }
+        _ => "another frame",
     }
 }
 
@@ -299,6 +447,8 @@ struct State {
     closed: bool,
     /// The last connection-level error the broker sent or the connection ended with.
     last_error: Option<String>,
+    /// The session: what was sent and received in it.
+    numbering: Numbering,
 }
 
 impl Shared {
@@ -393,21 +543,45 @@ impl Client {
         rx.await.map_err(|_| ClientError::Protocol(ProtocolError::NoAnswer))?
     }
 
-    /// Writes one frame on the current connection. A write abandoned half way (its caller
-    /// timed out) resets the stream rather than leave half a frame on it; the client then
-    /// reconnects.
+    /// Writes one frame on the current connection, numbered and kept in the session if it
+    /// counts there. A write abandoned half way (its caller timed out) resets the stream
+    /// rather than leave half a frame on it; the client then reconnects. A frame kept in
+    /// the session whose write failed is sent again when the session resumes: that is a
+    /// success here.
     async fn write(&self, frame: &Frame) -> Result<(), ClientError> {
         let mut bytes = Vec::new();
         padres_lang::wire::encode(frame, DEFAULT_MAX_FRAME, &mut bytes)
             .map_err(|e| ClientError::Closed(e.to_string()))?;
+        let bytes = Arc::new(bytes);
         let mut send = self.shared.send.lock().await;
         let Some(stream) = send.as_mut() else {
             return Err(ClientError::Closed("not connected (reconnecting)".to_owned()));
         };
+        // Numbered under the stream's lock: in the order written.
+        let kept = sent_counts(frame) && self.shared.with(|s| s.numbering.keep(&bytes));
         let mut guard = WholeWrite { stream, done: false };
         let written = guard.stream.write_all(&bytes).await;
         guard.done = true;
-        written.map_err(|e| ClientError::Closed(e.to_string()))
+        match written {
+            Ok(()) => Ok(()),
+            Err(_) if kept => Ok(()),
+            Err(e) => Err(ClientError::Closed(e.to_string())),
+        }
+    }
+
+    /// Closes the connection at once, as a network fault would, for fault-injection
+    /// harnesses and tests: the broker keeps this client's session for its window, and a
+    /// reconnecting client dials again and resumes it (nothing lost, nothing doubled).
+    pub fn drop_connection(&self) {
+        if let Some(connection) = self.shared.with(|s| s.connection.clone()) {
+            connection.close(CloseCode::Fault.to_quic().into(), b"fault injected by the client");
+        }
+    }
+
+    /// This client's session with its broker (0: none), and how many frames it has sent
+    /// and received in it.
+    pub fn session(&self) -> (u64, u64, u64) {
+        self.shared.with(|s| (s.numbering.session, s.numbering.sent, s.numbering.received))
     }
 
     /// Sends `message` and waits for the broker's answer: the id it assigned (for
@@ -574,7 +748,8 @@ fn expect_id(id: Option<MessageId>) -> Result<MessageId, ClientError> {
     id.ok_or(ClientError::Protocol(ProtocolError::NoId))
 }
 
-/// Reads frames until the connection ends; then, if asked, reconnects and re-issues.
+/// Reads frames until the connection ends; then, if asked, reconnects and resumes the
+/// session (or re-issues, if it cannot resume).
 async fn drive(
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
@@ -583,10 +758,16 @@ async fn drive(
     mut reader: FrameReader,
     notify: mpsc::Sender<Notification>,
 ) {
+    let mut ack_timer = tokio::time::interval(ACK_AFTER);
+    ack_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         loop {
             let frame = tokio::select! {
                 frame = read_frame(&mut recv, &mut reader) => frame,
+                _ = ack_timer.tick() => {
+                    send_ack(&shared, 1, true).await;
+                    continue;
+                }
                 // The client was dropped (a publisher may never receive anything to notice).
                 () = shared.dropped.notified() => return,
             };
@@ -602,7 +783,10 @@ async fn drive(
             }
         }
         *shared.send.lock().await = None;
-        shared.fail_pending("connection lost");
+        // Requests waiting for answers get them after a resumed session; otherwise never.
+        if !to.reconnect || shared.is_closed() || !shared.with(|s| s.numbering.resumable()) {
+            shared.fail_pending("connection lost");
+        }
         if !to.reconnect || shared.is_closed() {
             return;
         }
@@ -613,7 +797,7 @@ async fn drive(
                 return;
             }
             match establish(&endpoint, &to).await {
-                Ok(mut link) => match reissue(&shared, &mut link, &notify).await {
+                Ok(mut link) => match carry_on(&shared, &mut link, &notify).await {
                     Ok(()) => break link,
                     Err(why) => shared.set_last_error(why),
                 },
@@ -636,8 +820,86 @@ async fn drive(
     }
 }
 
+/// On a new connection: resumes the session, sending again what the broker had not passed
+/// on; or, if the broker starts a new one, fails the requests still waiting and re-issues.
+async fn carry_on(
+    shared: &Shared,
+    link: &mut Link,
+    notify: &mpsc::Sender<Notification>,
+) -> Result<(), String> {
+    let (asked, received) = shared.with(|s| {
+        let n = &s.numbering;
+        (if n.resumable() { n.session } else { 0 }, n.received)
+    });
+    let (session, passed, fresh) = resume(link, asked, received).await.map_err(|e| e.to_string())?;
+    if !fresh && asked != 0 && session == asked {
+        let Some(again) = shared.with(|s| s.numbering.resend_after(passed)) else {
+            // Not a count this client can go on from: start over on the next connection.
+            shared.with(|s| s.numbering.unresumable = true);
+            return Err(format!(
+                "the broker's count of this client's frames ({passed}) does not fit; starting over"
+            ));
+        };
+        for bytes in again {
+            link.send.write_all(&bytes).await.map_err(|e| e.to_string())?;
+        }
+        shared.with(|s| s.numbering.acked = s.numbering.received);
+        return Ok(());
+    }
+    shared.fail_pending("connection lost (the broker started a new session)");
+    let lost = shared.with(|s| s.numbering.restart(session));
+    if lost > 0 {
+        shared.set_last_error(format!(
+            "{lost} requests or publications sent before the connection was lost may not have reached the broker \
+             (it started a new session)"
+        ));
+    }
+    // Broken off half way, this session is not one to resume: the next connection starts
+    // over and re-issues everything.
+    reissue(shared, link, notify).await.inspect_err(|_| shared.with(|s| s.numbering.unresumable = true))
+}
+
+/// Sends the broker an acknowledgement of what was received, if at least `due` frames
+/// wait for one; with `wait`, after whoever is writing, else only if nobody is (then it
+/// goes later).
+async fn send_ack(shared: &Shared, due: u64, wait: bool) {
+    let Some(received) = shared.with(|s| {
+        let n = &s.numbering;
+        (n.session != 0 && n.received.saturating_sub(n.acked) >= due).then_some(n.received)
+    }) else {
+        return;
+    };
+    let mut send = match shared.send.try_lock() {
+        Ok(send) => send,
+        Err(_) if wait => shared.send.lock().await,
+        Err(_) => return,
+    };
+    let Some(stream) = send.as_mut() else { return };
+    let mut bytes = Vec::new();
+    if padres_lang::wire::encode(&Frame::Ack { received }, DEFAULT_MAX_FRAME, &mut bytes).is_err() {
+        return;
+    }
+    let mut guard = WholeWrite { stream, done: false };
+    let written = guard.stream.write_all(&bytes).await;
+    guard.done = true;
+    if written.is_ok() {
+        shared.with(|s| s.numbering.acked = s.numbering.acked.max(received));
+    }
+}
+
+/// Counts a frame received in the session, and takes an acknowledgement of the client's.
+fn count_received(shared: &Shared, frame: &Frame) {
+    if received_counts(frame) {
+        shared.with(|s| s.numbering.received += 1);
+    } else if let Frame::Ack { received } = frame {
+        shared.with(|s| s.numbering.acked_by_broker(*received));
+    }
+}
+
 /// Handles one frame from the broker.
 async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<Notification>) {
+    count_received(shared, &frame);
+    send_ack(shared, ACK_EVERY, false).await;
     let answer = |req: u64, result: Result<Answer, ClientError>| {
         let tx = shared.with(|s| {
             let (tx, remember) = s.pending.remove(&req)?;
@@ -722,11 +984,18 @@ async fn reissue(
     for (req, (first, message)) in (1_u64..).zip(live) {
         // Numbers from the top of the range, apart from the client's own.
         let req = u64::MAX - req;
-        write_frame(&mut link.send, &Frame::Request { req, message }, DEFAULT_MAX_FRAME)
-            .await
+        let mut bytes = Vec::new();
+        padres_lang::wire::encode(&Frame::Request { req, message }, DEFAULT_MAX_FRAME, &mut bytes)
             .map_err(|e| e.to_string())?;
+        let bytes = Arc::new(bytes);
+        shared.with(|s| s.numbering.keep(&bytes));
+        link.send.write_all(&bytes).await.map_err(|e| e.to_string())?;
         loop {
-            match read_frame(&mut link.recv, &mut link.reader).await.map_err(|e| e.to_string())? {
+            let frame = read_frame(&mut link.recv, &mut link.reader).await.map_err(|e| e.to_string())?;
+            if let Some(frame) = &frame {
+                count_received(shared, frame);
+            }
+            match frame {
                 Some(Frame::Ok { req: r, id }) if r == req => {
                     if let Some(id) = id {
                         shared.with(|s| s.issued.remap(&first, id));

@@ -277,6 +277,9 @@ fn any_frame() -> BoxedStrategy<Frame> {
                     link_messages_resent: n / 103,
                     link_duplicates_dropped: n / 107,
                     link_sessions_expired: n / 109,
+                    client_sessions_resumed: n / 113,
+                    client_frames_resent: n / 127,
+                    client_sessions_expired: n / 131,
                 })),
             }
         ),

@@ -164,6 +164,9 @@ fn samples() -> Vec<Frame> {
                 link_messages_resent: 31,
                 link_duplicates_dropped: 32,
                 link_sessions_expired: 33,
+                client_sessions_resumed: 34,
+                client_frames_resent: 35,
+                client_sessions_expired: 36,
             })),
         },
         Frame::Report {
@@ -276,7 +279,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Query/Routes", "0000000b0902010a140573746f636b"),
     (
         "Report/Stats",
-        "0000002b0a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021",
+        "0000002e0a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324",
     ),
     (
         "Report/Routes",

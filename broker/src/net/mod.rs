@@ -7,8 +7,9 @@
 //! - `router_task.rs`: the one task that owns the [`Router`](crate::router::Router) and the
 //!   [`LinkPolicy`](crate::links::LinkPolicy), fed events over a bounded channel; it hands
 //!   outputs to client and link queues, runs the policy's timers, and answers queries.
-//! - `session.rs`: a client session: frames in, requests to the router task, notifications
-//!   and replies out.
+//! - `session.rs`: a client connection: frames in, requests to the router task,
+//!   notifications and replies out; `client_sessions.rs`: what outlives a client's lost
+//!   connection (numbered frames, an outbox, resuming), kept by the router task.
 //! - `link.rs`: a neighbour link: dialling one target once, and serving a link either
 //!   side opened.
 //! - `write.rs`: batched writes shared by sessions and links.
@@ -28,7 +29,10 @@
 //! what was routed to the neighbour meanwhile, is sent again from its session's outbox,
 //! and what arrives twice is dropped. Past the window the router forgets the routes the
 //! neighbour brought ([`Input::NeighbourDown`](crate::router::Input::NeighbourDown)), and
-//! when it returns the two brokers re-synchronise.
+//! when it returns the two brokers re-synchronise. Clients hold sessions the same way
+//! (`client_sessions.rs`): a client whose connection is lost keeps its client id, routes
+//! and what is routed to it for `client_sessions.window_ms`, and resumes with nothing lost
+//! or doubled.
 //!
 //! Slow clients: what waits for a client is counted in (estimated) bytes; a client whose
 //! backlog passes `limits.max_queued_bytes_per_client` is disconnected with that reason,
@@ -43,6 +47,7 @@
 
 mod accept;
 pub mod cert;
+mod client_sessions;
 mod gateway;
 mod http;
 mod link;
@@ -258,6 +263,7 @@ pub async fn serve_until(
         history,
         reports,
         sessions: settings.sessions,
+        client_window_ms: settings.client_window_ms,
         allow_drop_link: config.allow_drop_link,
     };
     let router_task = tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, setup));

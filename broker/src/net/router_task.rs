@@ -18,6 +18,7 @@ use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::client_sessions::{ACK_AFTER_MS, ClientSessions, Left, Queued, Resumed};
 use super::http::{BoundsView, DetectorView, DetectorsView, HistoryView, PartView, SubscriberView};
 use super::link::Dialer;
 use super::{DRAIN_TIMEOUT, Limits};
@@ -79,11 +80,35 @@ impl LinkHandle {
 /// What connection tasks tell the router task.
 #[derive(Debug)]
 pub(super) enum Event {
+    /// A client connection without a session (the ids of these client events are the
+    /// connection's; see [`super::client_sessions`]).
     Connected(ClientId, ClientHandle),
+    /// A client connection whose first frame asks for a session.
+    ClientResume {
+        conn: ClientId,
+        handle: ClientHandle,
+        session: u64,
+        received: u64,
+    },
     /// A client's request; `None` for a streamed publication.
     Request(ClientId, Option<u64>, Message),
     Query(ClientId, u64, Query),
+    /// A client's request refused by its connection task (too large to forward, or a
+    /// frame a client may not send); `counted` if it was one the client numbers.
+    Refused {
+        conn: ClientId,
+        req: Option<u64>,
+        code: ErrorCode,
+        message: String,
+        counted: bool,
+    },
+    /// A client acknowledged this many of the frames queued for it.
+    ClientAck(ClientId, u64),
+    /// A client is done: it finished its stream or closed its connection, or the broker
+    /// closed it.
     Gone(ClientId),
+    /// A client's connection was lost otherwise: its session, if any, waits for it.
+    Lost(ClientId),
     LinkUp(LinkHandle),
     FromBroker {
         link: LinkId,
@@ -141,6 +166,8 @@ pub(super) struct Setup {
     pub(super) reports: Reports,
     /// The link sessions' window and outbox limit.
     pub(super) sessions: resume::Settings,
+    /// How long a client's session outlives a lost connection (milliseconds; 0: not at all).
+    pub(super) client_window_ms: u64,
     /// Whether clients may drop links ([`Query::DropLink`], fault injection).
     pub(super) allow_drop_link: bool,
 }
@@ -221,6 +248,13 @@ struct RouterTask {
     /// When a dropped publication was last logged, and how many went since.
     history_drops_logged: Option<Instant>,
     history_drops_unlogged: u64,
+    /// Clients' sessions, and which connection serves which client.
+    client_sessions: ClientSessions,
+    /// Where the history writer sends answers for publishers waiting on `full` durability,
+    /// to be queued for them here (numbered, if they have sessions).
+    store_acks: mpsc::UnboundedSender<(ClientId, Frame)>,
+    /// Clients found too slow, cut off at the end of [`RouterTask::dispatch`].
+    slow: Vec<ClientId>,
 }
 
 /// Runs the router task until [`Event::Shutdown`]. Events are taken in batches (as many as
@@ -232,8 +266,11 @@ pub(super) async fn run(
     dialer: Dialer,
     setup: Setup,
 ) {
-    let Setup { limits, open, history, reports, sessions, allow_drop_link } = setup;
+    let Setup { limits, open, history, reports, sessions, client_window_ms, allow_drop_link } = setup;
     let (answers, mut answered) = mpsc::unbounded_channel::<HistoryAnswer>();
+    let (store_acks, mut stored) = mpsc::unbounded_channel::<(ClientId, Frame)>();
+    let mut client_tick = tokio::time::interval(std::time::Duration::from_millis(ACK_AFTER_MS));
+    client_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (history, filters) = match history {
         Some((history, filters)) => (Some(history), filters),
         None => (None, Vec::new()),
@@ -275,6 +312,9 @@ pub(super) async fn run(
         answers,
         history_drops_logged: None,
         history_drops_unlogged: 0,
+        client_sessions: ClientSessions::new(client_window_ms, random_seed()),
+        store_acks,
+        slow: Vec::new(),
     };
     for filter in filters {
         let now = task.now();
@@ -342,6 +382,24 @@ pub(super) async fn run(
                 let now = task.now();
                 let wall = task.wall(now);
                 task.router.handle(wall, Input::HistoryAnswer { query, result }, &mut task.out);
+                task.dispatch(now);
+            }
+            Some((client, frame)) = stored.recv() => {
+                let now = task.now();
+                task.send_client(now, client, frame, 0);
+                task.dispatch(now);
+            }
+            _ = client_tick.tick(), if task.client_sessions.any() => {
+                let now = task.now();
+                let (acks, expired) = task.client_sessions.tick(now);
+                for (client, ack) in acks {
+                    if let Some(handle) = task.clients.get(&client) {
+                        let _ = handle.queue.send((ack, 0));
+                    }
+                }
+                for client in expired {
+                    task.forget_client(now, client);
+                }
                 task.dispatch(now);
             }
             Some(_) = task.tasks.join_next(), if !task.tasks.is_empty() => {}
@@ -430,9 +488,59 @@ impl RouterTask {
     fn handle(&mut self, now: u64, event: Event) {
         match event {
             Event::Connected(id, handle) => {
+                self.client_sessions.connected(id);
                 self.clients.insert(id, handle);
             }
-            Event::Request(client, req, message) => {
+            Event::ClientResume { conn, handle, session, received } => {
+                match self.client_sessions.resume(now, conn, session, received) {
+                    Resumed::Resumed { client, old, frames } => {
+                        tracing::info!(client, session, resent = frames.len() - 1, "client session resumed");
+                        if let Some(old) = old.and_then(|_| self.clients.remove(&client))
+                            && let Some(connection) = &old.connection
+                        {
+                            connection.close(CloseCode::Done.to_quic().into(), b"the client connected again");
+                        }
+                        for frame in frames {
+                            let _ = handle.queue.send((frame, 0));
+                        }
+                        self.clients.insert(client, handle);
+                    }
+                    Resumed::Fresh { frame, ended } => {
+                        if let Some(ended) = ended {
+                            self.forget_client(now, ended);
+                        }
+                        let _ = handle.queue.send((frame, 0));
+                        self.clients.insert(conn, handle);
+                    }
+                }
+            }
+            Event::Refused { conn, req, code, message, counted } => {
+                let Some(client) = self.client_sessions.client_of(conn) else { return };
+                if counted {
+                    self.passed(client);
+                }
+                self.send_client(now, client, Frame::Error { req, code, message }, 0);
+            }
+            Event::ClientAck(conn, received) => {
+                if let Some(client) = self.client_sessions.client_of(conn) {
+                    self.client_sessions.acked(client, received);
+                }
+            }
+            Event::Lost(conn) => match self.client_sessions.lost(now, conn) {
+                Left::Stale => {}
+                Left::Detached(client) => {
+                    tracing::info!(client, "client connection lost; its session waits for it");
+                    self.clients.remove(&client);
+                }
+                Left::Gone(client) => {
+                    self.clients.remove(&client);
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::ClientGone(client), &mut self.out);
+                }
+            },
+            Event::Request(conn, req, message) => {
+                let Some(client) = self.client_sessions.client_of(conn) else { return };
+                self.passed(client);
                 self.counters.client_requests += 1;
                 if matches!(message, Message::Publish(_)) {
                     self.counters.publications_in += 1;
@@ -440,7 +548,9 @@ impl RouterTask {
                 let wall = self.wall(now);
                 self.router.handle(wall, Input::Client { client, req, message }, &mut self.out);
             }
-            Event::Query(client, req, query) => {
+            Event::Query(conn, req, query) => {
+                let Some(client) = self.client_sessions.client_of(conn) else { return };
+                self.passed(client);
                 let frame = match query {
                     Query::Stats => Frame::Report { req, report: Report::Stats(Box::new(self.stats(now))) },
                     Query::Routes { limit, offset, filter } => Frame::Report {
@@ -460,9 +570,7 @@ impl RouterTask {
                         report: Report::LinkDropped(self.drop_link(now, &peer, down_ms)),
                     },
                 };
-                if let Some(handle) = self.clients.get(&client) {
-                    let _ = handle.queue.send((frame, 0));
-                }
+                self.send_client(now, client, frame, 0);
             }
             // The asker may have gone (a closed HTTP connection): the answer is dropped.
             Event::Inspect(Inspect::Snapshot(reply)) => {
@@ -481,10 +589,12 @@ impl RouterTask {
                 let wall = self.wall(now);
                 let _ = reply.send(self.federation.view(wall));
             }
-            Event::Gone(id) => {
-                self.clients.remove(&id);
-                let wall = self.wall(now);
-                self.router.handle(wall, Input::ClientGone(id), &mut self.out);
+            Event::Gone(conn) => {
+                if let Left::Gone(client) = self.client_sessions.finished(conn) {
+                    self.clients.remove(&client);
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::ClientGone(client), &mut self.out);
+                }
             }
             Event::LinkUp(handle) => {
                 // What earlier events produced goes out on the links as they were.
@@ -702,6 +812,9 @@ impl RouterTask {
             link_messages_resent: sessions.resent,
             link_duplicates_dropped: sessions.duplicates,
             link_sessions_expired: sessions.expired,
+            client_sessions_resumed: self.client_sessions.resumed,
+            client_frames_resent: self.client_sessions.resent,
+            client_sessions_expired: self.client_sessions.expired,
         }
     }
 
@@ -771,8 +884,7 @@ impl RouterTask {
     /// behind and links the policy finds stuck (which may produce more outputs:
     /// withdrawals for the neighbours).
     fn dispatch(&mut self, now: u64) {
-        while !self.out.is_empty() {
-            let mut slow = Vec::new();
+        while !self.out.is_empty() || !self.slow.is_empty() {
             for output in std::mem::take(&mut self.out) {
                 let (client, frame, size) = match output {
                     Output::Notify { client: BROKER_CLIENT, publication, .. } => {
@@ -836,15 +948,11 @@ impl RouterTask {
                         continue;
                     }
                 };
-                if let Some(handle) = self.clients.get(&client) {
-                    let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
-                    if queued > self.limits.max_queued || handle.queue.send((frame, size)).is_err() {
-                        slow.push(client);
-                    }
-                }
+                self.send_client(now, client, frame, size);
             }
-            for client in slow {
+            for client in std::mem::take(&mut self.slow) {
                 // A client that does not keep up is cut off rather than slowing everyone.
+                self.client_sessions.end(client);
                 let Some(handle) = self.clients.remove(&client) else { continue };
                 self.counters.slow_clients_dropped += 1;
                 tracing::warn!(client, "client too slow, disconnecting");
@@ -865,6 +973,47 @@ impl RouterTask {
         }
     }
 
+    /// Queues `frame` for `client` (numbered and kept if it has a session; written now if
+    /// it is connected). A client over its queue limit is noted as too slow, cut off at the
+    /// end of [`RouterTask::dispatch`].
+    fn send_client(&mut self, now: u64, client: ClientId, frame: Frame, size: usize) {
+        match self.client_sessions.queue(client, &frame, size, self.limits.max_queued) {
+            Queued::Write => {}
+            Queued::Wait => return,
+            Queued::Slow => {
+                self.slow.push(client);
+                return;
+            }
+            Queued::Ended => {
+                self.forget_client(now, client);
+                return;
+            }
+        }
+        if let Some(handle) = self.clients.get(&client) {
+            let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
+            if queued > self.limits.max_queued || handle.queue.send((frame, size)).is_err() {
+                self.slow.push(client);
+            }
+        }
+    }
+
+    /// A frame from `client` was passed on: its acknowledgement goes now if one is due.
+    fn passed(&mut self, client: ClientId) {
+        if let Some(ack) = self.client_sessions.passed(client)
+            && let Some(handle) = self.clients.get(&client)
+        {
+            let _ = handle.queue.send((ack, 0));
+        }
+    }
+
+    /// Forgets `client`, whose session ended while it was away.
+    fn forget_client(&mut self, now: u64, client: ClientId) {
+        self.client_sessions.end(client);
+        self.clients.remove(&client);
+        let wall = self.wall(now);
+        self.router.handle(wall, Input::ClientGone(client), &mut self.out);
+    }
+
     /// Hands `record` to the history writer. With `full` durability a waiting publisher
     /// (`ack`) is answered by the writer once the record is on disk; otherwise the answer
     /// is returned, to be sent now (queued: success). A record the writer's queue has no
@@ -875,20 +1024,18 @@ impl RouterTask {
         let Some(history) = &self.history else { return ack.map(ok) };
         let (waiting, answer_now) = match (history.durability(), ack) {
             (Durability::Full, Some((client, req))) => {
-                let queue = self.clients.get(&client).map(|c| c.queue.clone());
-                let ack: Option<Ack> = queue.map(|queue| -> Ack {
-                    Box::new(move |result: Result<(), String>| {
-                        let frame = match result {
-                            Ok(()) => Frame::Ok { req, id: None },
-                            Err(why) => Frame::Error {
-                                req: Some(req),
-                                code: ErrorCode::Internal,
-                                message: format!("routed, but the history store could not keep it: {why}"),
-                            },
-                        };
-                        let _ = queue.send((frame, 0));
-                    })
-                });
+                let queue = self.store_acks.clone();
+                let ack: Option<Ack> = Some(Box::new(move |result: Result<(), String>| {
+                    let frame = match result {
+                        Ok(()) => Frame::Ok { req, id: None },
+                        Err(why) => Frame::Error {
+                            req: Some(req),
+                            code: ErrorCode::Internal,
+                            message: format!("routed, but the history store could not keep it: {why}"),
+                        },
+                    };
+                    let _ = queue.send((client, frame));
+                }));
                 (ack, None)
             }
             (_, ack) => (None, ack),

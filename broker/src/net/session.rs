@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use padres_lang::wire::codec::{FrameReader, MAX_FRAME_CEILING};
-use padres_lang::wire::{self, ErrorCode, Frame};
+use padres_lang::wire::{self, CloseCode, ErrorCode, Frame};
 use padres_lang::{Message, Name};
-use padres_transport::{finish, read_frame, write_frame};
+use padres_transport::{FrameError, finish, read_frame, write_frame};
 use tokio::sync::mpsc;
 
 use super::router_task::{ClientHandle, Event};
@@ -37,7 +37,8 @@ pub(super) fn forwardable(message: &Message, max_frame: usize) -> bool {
         && bytes.len() + FORWARDING_OVERHEAD <= max_frame
 }
 
-/// Serves client `id` until the session ends.
+/// Serves client connection `id` until it ends. Its first frame may ask for a client
+/// session ([`Frame::Resume`], see [`super::client_sessions`]).
 pub(super) async fn serve(
     id: ClientId,
     connection: quinn::Connection,
@@ -50,70 +51,110 @@ pub(super) async fn serve(
     let max_frame = limits.max_frame;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection: Some(connection) };
-    events.send(Event::Connected(id, handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
+    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection: Some(connection.clone()) };
+    // The first frame says whether the client wants a session; a client that sends nothing
+    // is sent nothing either.
+    let first = read_frame(&mut recv, &mut reader).await;
+    let mut pending = match first {
+        Ok(Some(Frame::Resume { session, received, .. })) => {
+            let event = Event::ClientResume { conn: id, handle, session, received };
+            events.send(event).await.map_err(|_| ConnectionError::ShuttingDown)?;
+            None
+        }
+        other => {
+            events.send(Event::Connected(id, handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
+            Some(other)
+        }
+    };
     let mut out = Vec::new();
     let mut reading = true;
     let result = loop {
-        tokio::select! {
-            frame = read_frame(&mut recv, &mut reader), if reading => {
-                let event = match frame {
-                    Ok(Some(Frame::Request { req, message })) if !forwardable(&message, max_frame) => {
-                        let message = format!(
-                            "this {} would not fit in a {max_frame}-byte frame between brokers once given its \
-                             ids (limits.max_frame_bytes): make it smaller",
-                            message.command()
-                        );
-                        let error = Frame::Error { req: Some(req), code: ErrorCode::LimitExceeded, message };
-                        let _ = write_frame(&mut send, &error, max_frame).await;
-                        continue;
-                    }
-                    Ok(Some(Frame::Request { req, message })) => Event::Request(id, Some(req), message),
-                    Ok(Some(Frame::Publish { publication })) => {
-                        Event::Request(id, None, Message::Publish(Arc::unwrap_or_clone(publication)))
-                    }
-                    Ok(Some(Frame::Query { req, query })) => Event::Query(id, req, query),
-                    Ok(Some(Frame::Bye { .. }) | None) => {
-                        // The client is done sending; what is queued for it still goes.
-                        reading = false;
-                        let _ = events.send(Event::Gone(id)).await;
-                        continue;
-                    }
-                    Ok(Some(other)) => {
-                        let message = format!("unexpected frame from a client: {other:?}");
-                        let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message };
-                        let _ = write_frame(&mut send, &error, max_frame).await;
-                        continue;
-                    }
-                    Err(why) => {
-                        // Undecodable input: say why, then close; other clients are unaffected.
-                        let message = format!("invalid input, closing: {why}");
-                        let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message };
-                        let _ = write_frame(&mut send, &error, max_frame).await;
-                        break Err(why.into());
-                    }
-                };
-                if events.send(event).await.is_err() {
-                    // The router task is gone (shutting down): write what it queued.
-                    reading = false;
-                }
-            },
-            frame = rx.recv() => match frame {
-                Some(first) => {
-                    let more = || rx.try_recv().ok();
-                    match write_batch(&mut send, &mut out, first, more, max_frame).await {
-                        Ok((size, _)) => {
-                            queued.fetch_sub(size, Ordering::Relaxed);
+        let frame = match pending.take() {
+            Some(frame) => frame,
+            None => tokio::select! {
+                frame = read_frame(&mut recv, &mut reader), if reading => frame,
+                frame = rx.recv() => {
+                    match frame {
+                        Some(first) => {
+                            let more = || rx.try_recv().ok();
+                            match write_batch(&mut send, &mut out, first, more, max_frame).await {
+                                Ok((size, _)) => {
+                                    queued.fetch_sub(size, Ordering::Relaxed);
+                                }
+                                Err(why) => break Err(why.into()),
+                            }
                         }
-                        Err(why) => break Err(why.into()),
+                        None => break Ok(()),
                     }
+                    continue;
                 }
-                None => break Ok(()),
             },
+        };
+        let refused = |req, code, message, counted| Event::Refused { conn: id, req, code, message, counted };
+        let event = match frame {
+            Ok(Some(Frame::Request { req, message })) if !forwardable(&message, max_frame) => {
+                let message = format!(
+                    "this {} would not fit in a {max_frame}-byte frame between brokers once given its \
+                             ids (limits.max_frame_bytes): make it smaller",
+                    message.command()
+                );
+                refused(Some(req), ErrorCode::LimitExceeded, message, true)
+            }
+            Ok(Some(Frame::Request { req, message })) => Event::Request(id, Some(req), message),
+            Ok(Some(Frame::Publish { publication })) => {
+                Event::Request(id, None, Message::Publish(Arc::unwrap_or_clone(publication)))
+            }
+            Ok(Some(Frame::Query { req, query })) => Event::Query(id, req, query),
+            Ok(Some(Frame::Ack { received })) => Event::ClientAck(id, received),
+            Ok(Some(Frame::Bye { .. }) | None) => {
+                // The client is done sending; what is queued for it still goes.
+                reading = false;
+                let _ = events.send(Event::Gone(id)).await;
+                continue;
+            }
+            Ok(Some(other)) => {
+                let message = format!("unexpected frame from a client: {other:?}");
+                refused(None, ErrorCode::BadRequest, message, false)
+            }
+            Err(FrameError::Invalid(why)) => {
+                // Undecodable input: say why, then close; other clients are unaffected.
+                reading = false;
+                let _ = events.send(Event::Gone(id)).await;
+                let message = format!("invalid input, closing: {why}");
+                let error = Frame::Error { req: None, code: ErrorCode::BadRequest, message };
+                let _ = write_frame(&mut send, &error, max_frame).await;
+                break Err(FrameError::Invalid(why).into());
+            }
+            Err(why) => {
+                // The connection is gone: lost, unless the client closed it as done
+                // (or this broker did: it has already forgotten the client).
+                reading = false;
+                let event = match connection.close_reason() {
+                    Some(quinn::ConnectionError::ApplicationClosed(closed))
+                        if CloseCode::from_quic(closed.error_code.into_inner()) != CloseCode::Fault =>
+                    {
+                        Event::Gone(id)
+                    }
+                    Some(quinn::ConnectionError::LocallyClosed) => Event::Gone(id),
+                    _ => Event::Lost(id),
+                };
+                let _ = events.send(event).await;
+                break Err(why.into());
+            }
+        };
+        if events.send(event).await.is_err() {
+            // The router task is gone (shutting down): write what it queued.
+            reading = false;
         }
     };
     if reading {
-        let _ = events.send(Event::Gone(id)).await;
+        // Writing failed, or the router task dropped the queue (it forgot the client, or
+        // the client connected again): a connection that failed under a write is lost.
+        let event = match &result {
+            Err(_) => Event::Lost(id),
+            Ok(()) => Event::Gone(id),
+        };
+        let _ = events.send(event).await;
     }
     finish(send).await;
     result

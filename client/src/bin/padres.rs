@@ -556,6 +556,12 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     stats.link_duplicates_dropped,
                     stats.link_sessions_expired
                 );
+                out!(
+                    "client sessions: resumed {}, frames sent on return {}, expired {}",
+                    stats.client_sessions_resumed,
+                    stats.client_frames_resent,
+                    stats.client_sessions_expired
+                );
                 out!("composite subscriptions {}", stats.composites);
                 out!("composite detectors  {}", stats.detectors);
                 out!(

@@ -54,7 +54,7 @@ pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +102,9 @@ pub enum CloseCode {
     ShuttingDown,
     /// The peer sent something it must not.
     ProtocolViolation,
+    /// Closed on purpose to inject a fault: the other side treats the connection as lost
+    /// (a client session waits for the client to return), not as ended.
+    Fault,
 }
 
 impl CloseCode {
@@ -113,6 +116,7 @@ impl CloseCode {
             Self::TooSlow => 2,
             Self::ShuttingDown => 3,
             Self::ProtocolViolation => 4,
+            Self::Fault => 5,
         }
     }
 
@@ -123,6 +127,7 @@ impl CloseCode {
             1 => Self::DuplicateLink,
             2 => Self::TooSlow,
             3 => Self::ShuttingDown,
+            5 => Self::Fault,
             _ => Self::ProtocolViolation,
         }
     }
@@ -416,6 +421,12 @@ pub enum Frame {
     /// passed on; the other answers with the same session and its own count, or with
     /// `fresh` if it does not hold that session and may not start it (see
     /// `padres_broker::resume`).
+    ///
+    /// From a client, first after the welcome: the client session it held (0 for none) and
+    /// how many of the broker's frames it has received in it. The broker answers with the
+    /// session and how many of the client's frames (requests, publications, queries) it
+    /// has passed on, the client then sends again those after; or with `fresh` and a new
+    /// session (0: the broker keeps no client sessions), and the client starts over.
     Resume {
         /// The session's id (the leading broker's choice, never reused).
         session: u64,
@@ -425,8 +436,8 @@ pub enum Frame {
         /// From the other side: it does not hold the session (the leader starts a new one).
         fresh: bool,
     },
-    /// Between neighbour brokers: every message of the session up to `received` has been
-    /// passed on (the sender may forget them).
+    /// Between neighbour brokers, or a client and its broker: every message or frame of the
+    /// session up to `received` has been passed on (the sender may forget them).
     Ack {
         /// Messages of the session received and passed on.
         received: u64,
@@ -550,6 +561,14 @@ pub struct BrokerStats {
     /// Link sessions ended because their link did not return within the window, or too
     /// much waited unacknowledged.
     pub link_sessions_expired: u64,
+    /// Client sessions that went on over a new connection after theirs was lost.
+    pub client_sessions_resumed: u64,
+    /// Frames sent again to clients whose sessions resumed: in flight when the connection
+    /// was lost, or queued for the client while it was gone.
+    pub client_frames_resent: u64,
+    /// Client sessions ended because their client did not return within the window, or
+    /// too much waited for it.
+    pub client_sessions_expired: u64,
 }
 
 /// One row of a routing table, as text.
