@@ -67,6 +67,11 @@ fn reference(all: &[Record], sub: &Subscription) -> Vec<String> {
     selected.into_iter().map(|(_, _, text)| text).collect()
 }
 
+/// What a query returned, as text.
+fn texts(stored: &[padres_lang::Stamped]) -> Vec<String> {
+    stored.iter().map(|s| s.publication.to_string()).collect()
+}
+
 #[test]
 fn queries_return_what_the_reference_selects_in_time_order() {
     let dir = dir("query");
@@ -499,16 +504,10 @@ fn out_of_order_times_and_limits_select_what_the_reference_selects() {
         };
         let sub: Subscription = text.parse().expect("valid");
         let expected = reference(&all, &sub);
-        let got: Vec<String> = reader
-            .query(&sub, usize::MAX)
-            .expect("query")
-            .iter()
-            .map(|s| s.publication.to_string())
-            .collect();
+        let got = texts(&reader.query(&sub, usize::MAX).expect("query"));
         assert_eq!(got, expected, "{text}");
         let limit = rng.usize(1..40);
-        let got: Vec<String> =
-            reader.query(&sub, limit).expect("query").iter().map(|s| s.publication.to_string()).collect();
+        let got = texts(&reader.query(&sub, limit).expect("query"));
         assert_eq!(got, expected[..expected.len().min(limit)], "{text}, limit {limit}");
     }
 }
@@ -596,12 +595,7 @@ fn a_store_of_one_row_per_publication_is_moved_into_blocks_when_a_broker_opens_i
         "[class,eq,'trigger'],[appl,eq,'app3'],[gid,eq,'g0']",
     ] {
         let sub: Subscription = text.parse().expect("valid");
-        let got: Vec<String> = reader
-            .query(&sub, usize::MAX)
-            .expect("query")
-            .iter()
-            .map(|s| s.publication.to_string())
-            .collect();
+        let got = texts(&reader.query(&sub, usize::MAX).expect("query"));
         assert_eq!(got, reference(&all, &sub), "{text}");
     }
     assert_eq!(Store::open(&dir, options(&["appl"])).expect("reopens").rows().expect("rows"), 2_500);
