@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use padres_client::{Client, ClientError, Connect, Notification, Trust};
+use padres_client::{Client, ClientError, Notification};
 use padres_lang::Value;
 use padres_tests::broker::{Broker, client, start_broker, start_with, until_routes};
 
@@ -113,15 +113,12 @@ async fn connections_that_drop_lose_nothing_and_double_nothing() {
 async fn a_client_that_does_not_return_is_forgotten_when_the_window_passes() {
     let broker = start_with("B1", "client-window", &["--client-window-ms".to_owned(), "1000".to_owned()]);
     let observer = client(&broker, "observer").await;
-    let gone = Connect::new(broker.addr)
-        .trust(Trust::Certificates(vec![broker.dir.join("cert.pem")]))
-        .name("gone")
-        .reconnect(false)
-        .connect()
-        .await
-        .expect("connects");
+    let gone = client(&broker, "gone").await;
     gone.send("s [class,eq,'tick']").await.expect("subscribed");
+    // Its connection is lost, and the client never dials again (its program went away
+    // before it could).
     gone.drop_connection();
+    drop(gone);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let routes = observer.routes(100).await.expect("routes");
     assert_eq!(routes.prt.len(), 1, "kept within the window: {routes:?}");
@@ -163,4 +160,85 @@ async fn without_sessions_a_client_starts_over_and_re_issues() {
         }
     }
     panic!("the subscriber never got a publication after reconnecting");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_reconnect_has_no_session() {
+    let broker = start_broker("B1", "client-no-reconnect");
+    let once = padres_client::Connect::new(broker.addr)
+        .trust(padres_client::Trust::Certificates(vec![broker.dir.join("cert.pem")]))
+        .reconnect(false)
+        .connect()
+        .await
+        .expect("connects");
+    assert_eq!(once.session().0, 0);
+}
+
+/// Streams `n` publications of `class` from `client` while reading what it subscribed to,
+/// dropping its connection every `drop_every`; returns the `m`s received, and the client
+/// (dropped only when the other client has read everything: a client closed at once
+/// discards what it has not yet sent).
+async fn publish_and_read(
+    mut client: Client,
+    class: &'static str,
+    n: u64,
+    drop_every: u64,
+) -> (Vec<i64>, std::sync::Arc<Client>) {
+    let mut notifications = client.take_notifications();
+    let client = std::sync::Arc::new(client);
+    let reader = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while got.len() < n as usize {
+            let Ok(Some(note)) = tokio::time::timeout(Duration::from_secs(20), notifications.next()).await
+            else {
+                break;
+            };
+            if let Some(m) = m_of(&note) {
+                got.push(m);
+            }
+        }
+        got
+    });
+    for m in 1..=n {
+        let publication: padres_lang::Publication =
+            format!("[class,'{class}'],[m,{m}]").parse().expect("valid");
+        loop {
+            match client.publish(publication.clone()).await {
+                Ok(()) => break,
+                Err(ClientError::Closed(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(e) => panic!("publishing {m}: {e}"),
+            }
+        }
+        if m.is_multiple_of(drop_every) {
+            client.drop_connection();
+        }
+    }
+    (reader.await.expect("read"), client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_publish_and_subscribe_at_once_resume_both_ways() {
+    let broker = start_broker("B1", "client-both-ways");
+    let a = client(&broker, "a").await;
+    let b = client(&broker, "b").await;
+    a.send("a [class,eq,'ping'],[m,isPresent,0]").await.expect("advertised");
+    b.send("a [class,eq,'pong'],[m,isPresent,0]").await.expect("advertised");
+    a.send("s [class,eq,'pong']").await.expect("subscribed");
+    b.send("s [class,eq,'ping']").await.expect("subscribed");
+    const N: u64 = 10_000;
+    let ((from_b, _a), (from_a, _b)) =
+        tokio::join!(publish_and_read(a, "ping", N, 3_000), publish_and_read(b, "pong", N, 3_500));
+    let expected: Vec<i64> = (1..=N as i64).collect();
+    assert!(
+        from_b == expected,
+        "a received {} of b's, in order: {}",
+        from_b.len(),
+        from_b.windows(2).all(|w| w[0] < w[1])
+    );
+    assert!(
+        from_a == expected,
+        "b received {} of a's, in order: {}",
+        from_a.len(),
+        from_a.windows(2).all(|w| w[0] < w[1])
+    );
 }

@@ -13,7 +13,8 @@
 //! sent until the other acknowledges it. A client that reconnects within the broker's
 //! window (`client_sessions.window_ms`, 10 s by default) resumes its session: the broker
 //! sends what the client had not received, the client sends again what the broker had not
-//! passed on, and requests waiting for answers get them. Nothing is lost or doubled, and
+//! passed on, and requests waiting for answers get them (if the broker is back within 10 s;
+//! else they fail). Nothing is lost or doubled, and
 //! subscriptions stay as they were. The client keeps at most [`MAX_KEPT_BYTES`] of
 //! unacknowledged frames; past that (a broker that stopped acknowledging) it no longer
 //! counts on resuming.
@@ -111,6 +112,9 @@ pub const MAX_KEPT_BYTES: usize = 64 << 20;
 const ACK_EVERY: u64 = 256;
 /// How often waiting acknowledgements go to the broker.
 const ACK_AFTER: Duration = Duration::from_millis(100);
+/// How long requests wait for their answers while the client is away from its broker
+/// (the broker's default session window): then they fail.
+const PENDING_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether a client's frame counts in its session (requests, publications, queries).
 fn sent_counts(frame: &Frame) -> bool {
@@ -148,6 +152,8 @@ struct Numbering {
     received: u64,
     /// `received` as last acknowledged to the broker.
     acked: u64,
+    /// Frames the broker has said it passed on.
+    passed: u64,
 }
 
 impl Numbering {
@@ -170,6 +176,7 @@ impl Numbering {
 
     /// The broker has passed on `received` of this session's frames.
     fn acked_by_broker(&mut self, received: u64) {
+        self.passed = self.passed.max(received.min(self.sent));
         while self.sent - (self.kept.len() as u64) < received.min(self.sent) {
             if let Some(bytes) = self.kept.pop_front() {
                 self.kept_bytes -= bytes.len();
@@ -195,7 +202,7 @@ impl Numbering {
 
     /// A new session (0: none): returns how many frames sent were never acknowledged.
     fn restart(&mut self, session: u64) -> u64 {
-        let lost = if self.unresumable { self.sent } else { self.kept.len() as u64 };
+        let lost = self.sent - self.passed;
         *self = Self { session, ..Self::default() };
         lost
     }
@@ -289,7 +296,8 @@ impl Connect {
             .map_err(|e| ClientError::Connect { addr: self.addr, message: e.to_string() })?;
         endpoint.set_default_client_config(config);
         let mut link = establish(&endpoint, &self).await?;
-        let (session, _, _) = resume(&mut link, 0, 0).await?;
+        // A client that will not reconnect has no use for a session.
+        let session = if self.reconnect { resume(&mut link, 0, 0).await?.0 } else { 0 };
         let state = State {
             connection: Some(link.connection),
             pending: HashMap::new(),
@@ -303,6 +311,7 @@ impl Connect {
             state: Mutex::new(state),
             send: tokio::sync::Mutex::new(Some(link.send)),
             dropped: tokio::sync::Notify::new(),
+            acking: std::sync::atomic::AtomicBool::new(false),
         });
         let (notify, notifications) = mpsc::channel(4096);
         tokio::spawn(drive(shared.clone(), endpoint, self, link.recv, link.reader, notify));
@@ -433,6 +442,9 @@ struct Shared {
     send: tokio::sync::Mutex<Option<quinn::SendStream>>,
     /// Woken when the client is dropped.
     dropped: tokio::sync::Notify,
+    /// An acknowledgement is being written (by a task of its own: the task that reads
+    /// must never wait on the write side).
+    acking: std::sync::atomic::AtomicBool,
 }
 
 /// The client's connection state.
@@ -765,7 +777,7 @@ async fn drive(
             let frame = tokio::select! {
                 frame = read_frame(&mut recv, &mut reader) => frame,
                 _ = ack_timer.tick() => {
-                    send_ack(&shared, 1, true).await;
+                    spawn_ack(&shared, 1);
                     continue;
                 }
                 // The client was dropped (a publisher may never receive anything to notice).
@@ -784,21 +796,28 @@ async fn drive(
         }
         *shared.send.lock().await = None;
         // Requests waiting for answers get them after a resumed session; otherwise never.
+        let mut failed = false;
         if !to.reconnect || shared.is_closed() || !shared.with(|s| s.numbering.resumable()) {
             shared.fail_pending("connection lost");
+            failed = true;
         }
         if !to.reconnect || shared.is_closed() {
             return;
         }
+        let lost_at = std::time::Instant::now();
         let mut backoff = Duration::from_millis(100);
-        let link = loop {
+        let (link, again) = loop {
             tokio::time::sleep(backoff).await;
+            if !failed && lost_at.elapsed() >= PENDING_WAIT {
+                shared.fail_pending("connection lost, and the broker did not come back in time");
+                failed = true;
+            }
             if shared.is_closed() {
                 return;
             }
             match establish(&endpoint, &to).await {
                 Ok(mut link) => match carry_on(&shared, &mut link, &notify).await {
-                    Ok(()) => break link,
+                    Ok(again) => break (link, again),
                     Err(why) => shared.set_last_error(why),
                 },
                 Err(e) => shared.set_last_error(e.to_string()),
@@ -814,19 +833,40 @@ async fn drive(
             link.connection.close(CloseCode::Done.to_quic().into(), b"client closed");
             return;
         }
-        *shared.send.lock().await = Some(link.send);
+        if again.is_empty() {
+            *shared.send.lock().await = Some(link.send);
+        } else {
+            // What the broker had not passed on goes first, from a task of its own while
+            // this one reads: the broker may be sending at the same time what this client
+            // missed, and neither side must wait for the other to read. Callers meanwhile
+            // find no stream, as while reconnecting.
+            let (shared, connection, mut send) = (shared.clone(), link.connection.clone(), link.send);
+            tokio::spawn(async move {
+                for bytes in again {
+                    if send.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+                let mut stream = shared.send.lock().await;
+                let current = shared.with(|s| s.connection.as_ref().map(quinn::Connection::stable_id));
+                if current == Some(connection.stable_id()) {
+                    *stream = Some(send);
+                }
+            });
+        }
         recv = link.recv;
         reader = link.reader;
     }
 }
 
-/// On a new connection: resumes the session, sending again what the broker had not passed
-/// on; or, if the broker starts a new one, fails the requests still waiting and re-issues.
+/// On a new connection: resumes the session, returning what to send again (what the broker
+/// had not passed on); or, if the broker starts a new one, fails the requests still waiting
+/// and re-issues.
 async fn carry_on(
     shared: &Shared,
     link: &mut Link,
     notify: &mpsc::Sender<Notification>,
-) -> Result<(), String> {
+) -> Result<Vec<Arc<Vec<u8>>>, String> {
     let (asked, received) = shared.with(|s| {
         let n = &s.numbering;
         (if n.resumable() { n.session } else { 0 }, n.received)
@@ -840,11 +880,8 @@ async fn carry_on(
                 "the broker's count of this client's frames ({passed}) does not fit; starting over"
             ));
         };
-        for bytes in again {
-            link.send.write_all(&bytes).await.map_err(|e| e.to_string())?;
-        }
         shared.with(|s| s.numbering.acked = s.numbering.received);
-        return Ok(());
+        return Ok(again);
     }
     shared.fail_pending("connection lost (the broker started a new session)");
     let lost = shared.with(|s| s.numbering.restart(session));
@@ -856,24 +893,34 @@ async fn carry_on(
     }
     // Broken off half way, this session is not one to resume: the next connection starts
     // over and re-issues everything.
-    reissue(shared, link, notify).await.inspect_err(|_| shared.with(|s| s.numbering.unresumable = true))
+    reissue(shared, link, notify).await.inspect_err(|_| shared.with(|s| s.numbering.unresumable = true))?;
+    Ok(Vec::new())
 }
 
 /// Sends the broker an acknowledgement of what was received, if at least `due` frames
-/// wait for one; with `wait`, after whoever is writing, else only if nobody is (then it
-/// goes later).
-async fn send_ack(shared: &Shared, due: u64, wait: bool) {
+/// wait for one, from a task of its own (after whoever is writing): the task that reads
+/// must never wait on the write side, or a client that writes while the broker writes to
+/// it could stop both. One at a time.
+fn spawn_ack(shared: &Arc<Shared>, due: u64) {
     let Some(received) = shared.with(|s| {
         let n = &s.numbering;
         (n.session != 0 && n.received.saturating_sub(n.acked) >= due).then_some(n.received)
     }) else {
         return;
     };
-    let mut send = match shared.send.try_lock() {
-        Ok(send) => send,
-        Err(_) if wait => shared.send.lock().await,
-        Err(_) => return,
-    };
+    if shared.acking.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        send_ack(&shared, received).await;
+        shared.acking.store(false, std::sync::atomic::Ordering::Release);
+    });
+}
+
+/// Writes an acknowledgement of `received` frames on the current stream, if there is one.
+async fn send_ack(shared: &Shared, received: u64) {
+    let mut send = shared.send.lock().await;
     let Some(stream) = send.as_mut() else { return };
     let mut bytes = Vec::new();
     if padres_lang::wire::encode(&Frame::Ack { received }, DEFAULT_MAX_FRAME, &mut bytes).is_err() {
@@ -897,9 +944,9 @@ fn count_received(shared: &Shared, frame: &Frame) {
 }
 
 /// Handles one frame from the broker.
-async fn dispatch(shared: &Shared, frame: Frame, notify: &mpsc::Sender<Notification>) {
+async fn dispatch(shared: &Arc<Shared>, frame: Frame, notify: &mpsc::Sender<Notification>) {
     count_received(shared, &frame);
-    send_ack(shared, ACK_EVERY, false).await;
+    spawn_ack(shared, ACK_EVERY);
     let answer = |req: u64, result: Result<Answer, ClientError>| {
         let tx = shared.with(|s| {
             let (tx, remember) = s.pending.remove(&req)?;

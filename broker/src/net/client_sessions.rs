@@ -42,6 +42,9 @@ pub(super) const ACK_EVERY: u64 = 256;
 /// Milliseconds from a frame passed on to its acknowledgement, at most (the router task's
 /// tick).
 pub(super) const ACK_AFTER_MS: u64 = 100;
+/// Frames a connected client may leave unacknowledged, whatever their size (answers count
+/// no bytes): past it, it is cut off as too slow.
+const MAX_UNACKED: usize = 1 << 20;
 
 /// One client's session.
 #[derive(Debug)]
@@ -106,7 +109,8 @@ pub(super) enum Left {
 #[derive(Debug)]
 pub(super) struct ClientSessions {
     window: u64,
-    next_id: u64,
+    /// Ids minted so far (the input to the next id's hash).
+    minted: u64,
     sessions: HashMap<ClientId, Session>,
     by_id: HashMap<u64, ClientId>,
     /// The current connection of each client (a client without a session is its own).
@@ -118,12 +122,11 @@ pub(super) struct ClientSessions {
 }
 
 impl ClientSessions {
-    /// Sessions kept `window` milliseconds after a connection is lost (0: none kept); ids
-    /// start from `seed` (a restarted broker's differ from its last run's).
-    pub(super) fn new(window: u64, seed: u64) -> Self {
+    /// Sessions kept `window` milliseconds after a connection is lost (0: none kept).
+    pub(super) fn new(window: u64) -> Self {
         Self {
             window,
-            next_id: (seed >> 16).max(1),
+            minted: 0,
             sessions: HashMap::default(),
             by_id: HashMap::default(),
             conns: HashMap::default(),
@@ -174,17 +177,19 @@ impl ClientSessions {
                 return Resumed::Resumed { client, old, frames };
             }
             // The client says it received what was never sent, or what the outbox no
-            // longer holds: the session cannot go on without a gap.
+            // longer holds: the session cannot go on without a gap. One still attached
+            // goes on where it is; this connection gets a session of its own.
             tracing::warn!(session, received, sent = s.sent, "client session cannot resume: counts disagree");
-            self.end(client);
-            ended = Some(client);
+            if s.conn.is_none() {
+                self.end(client);
+                ended = Some(client);
+            }
         }
         self.conns.insert(conn, conn);
         if self.window == 0 {
             return Resumed::Fresh { frame: Frame::Resume { session: 0, received: 0, fresh: true }, ended };
         }
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.mint();
         self.by_id.insert(id, conn);
         self.sessions.insert(
             conn,
@@ -200,6 +205,20 @@ impl ClientSessions {
             },
         );
         Resumed::Fresh { frame: Frame::Resume { session: id, received: 0, fresh: true }, ended }
+    }
+
+    /// A new session id: 64 bits no other client can guess (a session's id is what lets a
+    /// connection take the session over), never 0, not in use.
+    fn mint(&mut self) -> u64 {
+        use std::hash::BuildHasher;
+        loop {
+            self.minted += 1;
+            // SipHash under keys the OS made random for this process.
+            let id = std::collections::hash_map::RandomState::new().hash_one(self.minted);
+            if id != 0 && !self.by_id.contains_key(&id) {
+                return id;
+            }
+        }
     }
 
     /// A frame from `client` was passed on; an acknowledgement to send now, if one is due.
@@ -229,7 +248,9 @@ impl ClientSessions {
             // A client that does not acknowledge is as slow as one that does not read; what
             // it has not acknowledged includes what is written and on its way, so it may
             // be twice what the queue alone may hold.
-            Some(_) if s.outbox_bytes > max_bytes.saturating_mul(2) => Queued::Slow,
+            Some(_) if s.outbox_bytes > max_bytes.saturating_mul(2) || s.outbox.len() > MAX_UNACKED => {
+                Queued::Slow
+            }
             Some(_) => Queued::Write,
             None if s.outbox_bytes <= max_bytes => Queued::Wait,
             None => {
@@ -335,7 +356,7 @@ mod tests {
 
     #[test]
     fn a_lost_client_gets_what_it_missed_once_and_keeps_its_client_id() {
-        let mut s = ClientSessions::new(1_000, 7);
+        let mut s = ClientSessions::new(1_000);
         let session = opened(&mut s, 1);
         for n in 1..=5 {
             assert_eq!(s.queue(1, &error(n), 0, 1 << 20), Queued::Write);
@@ -360,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_session_ends_when_the_window_passes_or_too_much_waits() {
-        let mut s = ClientSessions::new(1_000, 7);
+        let mut s = ClientSessions::new(1_000);
         opened(&mut s, 1);
         opened(&mut s, 2);
         opened(&mut s, 3);
@@ -379,10 +400,15 @@ mod tests {
 
     #[test]
     fn an_unknown_or_inconsistent_session_starts_over() {
-        let mut s = ClientSessions::new(1_000, 7);
+        let mut s = ClientSessions::new(1_000);
         assert!(matches!(s.resume(0, 1, 99, 5), Resumed::Fresh { ended: None, .. }), "unknown");
         let session = opened(&mut s, 2);
         s.queue(2, &error(1), 0, 1 << 20);
+        assert!(
+            matches!(s.resume(0, 4, session, 5), Resumed::Fresh { ended: None, .. }),
+            "an attached session is not ended by a count that does not fit"
+        );
+        assert_eq!(s.client_of(2), Some(2));
         assert_eq!(s.lost(0, 2), Left::Detached(2));
         assert!(
             matches!(s.resume(0, 3, session, 5), Resumed::Fresh { ended: Some(2), .. }),
@@ -393,7 +419,7 @@ mod tests {
 
     #[test]
     fn acknowledgements_go_every_so_many_frames_or_on_the_tick() {
-        let mut s = ClientSessions::new(1_000, 7);
+        let mut s = ClientSessions::new(1_000);
         opened(&mut s, 1);
         for _ in 1..ACK_EVERY {
             assert_eq!(s.passed(1), None);

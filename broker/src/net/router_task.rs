@@ -312,7 +312,7 @@ pub(super) async fn run(
         answers,
         history_drops_logged: None,
         history_drops_unlogged: 0,
-        client_sessions: ClientSessions::new(client_window_ms, random_seed()),
+        client_sessions: ClientSessions::new(client_window_ms),
         store_acks,
         slow: Vec::new(),
     };
@@ -950,10 +950,15 @@ impl RouterTask {
                 };
                 self.send_client(now, client, frame, size);
             }
-            for client in std::mem::take(&mut self.slow) {
-                // A client that does not keep up is cut off rather than slowing everyone.
-                self.client_sessions.end(client);
+            let mut slow = std::mem::take(&mut self.slow);
+            slow.sort_unstable();
+            slow.dedup();
+            for client in slow {
+                // A client that does not keep up is cut off rather than slowing everyone. One
+                // whose connection went meanwhile is not here to cut: its session (if any)
+                // waits for it, or it is gone already.
                 let Some(handle) = self.clients.remove(&client) else { continue };
+                self.client_sessions.end(client);
                 self.counters.slow_clients_dropped += 1;
                 tracing::warn!(client, "client too slow, disconnecting");
                 let reason = format!(
@@ -991,8 +996,12 @@ impl RouterTask {
         }
         if let Some(handle) = self.clients.get(&client) {
             let queued = handle.queued.fetch_add(size, Ordering::Relaxed) + size;
-            if queued > self.limits.max_queued || handle.queue.send((frame, size)).is_err() {
+            if queued > self.limits.max_queued {
                 self.slow.push(client);
+            } else {
+                // A connection task that is gone has sent, or is sending, `Lost` or `Gone`,
+                // which settles the client; a session client's copy waits in its outbox.
+                let _ = handle.queue.send((frame, size));
             }
         }
     }

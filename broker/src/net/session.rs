@@ -1,9 +1,12 @@
-//! A client session: frames from the client become requests for the router task; what the
-//! router task queues for the client is written in batches. The session ends when the
-//! client leaves, sends something undecodable, or the router task drops its queue (the
-//! client was too slow, or the broker is shutting down: what was queued is written first).
-//! A client that finishes its stream is gone for the router at once: replies to its
-//! advertisements or subscriptions still settling are not sent.
+//! A client connection: frames from the client become requests for the router task; what
+//! the router task queues for the client is written in batches. Its first frame may ask for
+//! a client session (`client_sessions.rs`), which outlives a lost connection. The
+//! connection task ends when the client leaves, sends something undecodable, the
+//! connection is lost, or the router task drops its queue (the client was too slow, its
+//! session was taken over by a newer connection, or the broker is shutting down: what was
+//! queued is written first). A client that finishes its stream or closes its connection is
+//! gone for the router at once: replies to its advertisements or subscriptions still
+//! settling are not sent.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -113,7 +116,8 @@ pub(super) async fn serve(
                 continue;
             }
             Ok(Some(other)) => {
-                let message = format!("unexpected frame from a client: {other:?}");
+                let shown: String = format!("{other:?}").chars().take(200).collect();
+                let message = format!("unexpected frame from a client: {shown}");
                 refused(None, ErrorCode::BadRequest, message, false)
             }
             Err(FrameError::Invalid(why)) => {
@@ -126,19 +130,8 @@ pub(super) async fn serve(
                 break Err(FrameError::Invalid(why).into());
             }
             Err(why) => {
-                // The connection is gone: lost, unless the client closed it as done
-                // (or this broker did: it has already forgotten the client).
                 reading = false;
-                let event = match connection.close_reason() {
-                    Some(quinn::ConnectionError::ApplicationClosed(closed))
-                        if CloseCode::from_quic(closed.error_code.into_inner()) != CloseCode::Fault =>
-                    {
-                        Event::Gone(id)
-                    }
-                    Some(quinn::ConnectionError::LocallyClosed) => Event::Gone(id),
-                    _ => Event::Lost(id),
-                };
-                let _ = events.send(event).await;
+                let _ = events.send(ended(&connection, id)).await;
                 break Err(why.into());
             }
         };
@@ -151,11 +144,26 @@ pub(super) async fn serve(
         // Writing failed, or the router task dropped the queue (it forgot the client, or
         // the client connected again): a connection that failed under a write is lost.
         let event = match &result {
-            Err(_) => Event::Lost(id),
+            Err(_) => ended(&connection, id),
             Ok(()) => Event::Gone(id),
         };
         let _ = events.send(event).await;
     }
     finish(send).await;
     result
+}
+
+/// What connection `id` ending means: the client is gone if it closed the connection as
+/// done (or this broker closed it: it has forgotten the client already); otherwise the
+/// connection was lost, and the client's session, if any, waits for it.
+fn ended(connection: &quinn::Connection, id: ClientId) -> Event {
+    match connection.close_reason() {
+        Some(quinn::ConnectionError::ApplicationClosed(closed))
+            if CloseCode::from_quic(closed.error_code.into_inner()) != CloseCode::Fault =>
+        {
+            Event::Gone(id)
+        }
+        Some(quinn::ConnectionError::LocallyClosed) => Event::Gone(id),
+        _ => Event::Lost(id),
+    }
 }

@@ -41,6 +41,13 @@ pub(super) async fn write_batch(
                 Frame::Report { req, .. } | Frame::Ok { req, .. } => {
                     Some(Frame::Error { req: Some(req), code: ErrorCode::LimitExceeded, message })
                 }
+                // An error whose explanation is too long keeps its place, shortened: a
+                // client in a session counts every answer.
+                Frame::Error { req, code, .. } => Some(Frame::Error {
+                    req,
+                    code,
+                    message: "(the explanation did not fit in a frame)".to_owned(),
+                }),
                 _ => None,
             };
             if let Some(stand_in) = stand_in {
