@@ -242,3 +242,25 @@ async fn clients_that_publish_and_subscribe_at_once_resume_both_ways() {
         from_a.windows(2).all(|w| w[0] < w[1])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closed_after_streaming_loses_none_of_it() {
+    let broker = start_broker("B1", "client-close");
+    let (publisher, mut subscriber) = publisher_and_subscriber(&broker).await;
+    const N: u64 = 5_000;
+    for m in 1..=N {
+        stream(&publisher, m).await;
+    }
+    publisher.close().await.expect("closed");
+    let mut got = Vec::new();
+    while got.len() < N as usize {
+        let Ok(Some(n)) = tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await
+        else {
+            break;
+        };
+        if let Some(m) = m_of(&n) {
+            got.push(m);
+        }
+    }
+    assert_eq!(got, (1..=N as i64).collect::<Vec<i64>>());
+}

@@ -581,6 +581,14 @@ impl Client {
         }
     }
 
+    /// Closes the client once the broker has taken everything sent before: a round trip
+    /// (the broker handles a client's frames in order, so its answer comes after every
+    /// publication sent before it), then a normal close, which ends the session at once.
+    /// Dropping a client instead closes at once and discards what was not yet sent.
+    pub async fn close(self) -> Result<(), ClientError> {
+        self.stats().await.map(drop)
+    }
+
     /// Closes the connection at once, as a network fault would, for fault-injection
     /// harnesses and tests: the broker keeps this client's session for its window, and a
     /// reconnecting client dials again and resumes it (nothing lost, nothing doubled).
