@@ -11,8 +11,8 @@
 //!   the first declared indexed attribute, and by `time`, and written as blocks of up to
 //!   128 of one class whose times lie within 60 s, one SQLite
 //!   row each (class, first and last `time`, count, the publications' wire bytes, `time`s
-//!   and stamps): SQLite's cost is per row and per index entry, so a block costs about what
-//!   one publication's row did. `blocks` is indexed on (class, first time); `block_keys`
+//!   and stamps): SQLite's cost is per row and per index entry, so a block costs far less
+//!   per publication than a row each (BENCHMARKS.md). `blocks` is indexed on (class, first time); `block_keys`
 //!   holds, for each attribute the configuration declares as indexed (`index = ["appl",
 //!   "gid"]`), each distinct string value a block holds (class, attribute, value, first time,
 //!   block), and the block's row keeps the same list so that its entries can be removed
@@ -56,7 +56,6 @@ use padres_lang::time::TIME;
 use padres_lang::wire::Frame;
 use padres_lang::wire::codec;
 use padres_lang::{Name, Number, Publication, Stamp, Stamped, Subscription, Value, matches};
-use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
@@ -697,7 +696,7 @@ const DELETE_KEY: &str =
 struct Pending<'a> {
     publication: &'a Publication,
     /// Its value of the first declared attribute, which groups it with others in blocks.
-    group: Option<Key<'a>>,
+    group: Option<&'a str>,
     time: i64,
     stamp_time: u64,
     seq: u64,
@@ -705,21 +704,12 @@ struct Pending<'a> {
     frame: &'a [u8],
 }
 
-/// A key as SQLite holds it.
-fn key_sql(key: Key<'_>) -> ToSqlOutput<'_> {
-    ToSqlOutput::Borrowed(match key {
-        Key::Text(s) => ValueRef::Text(s.as_bytes()),
-        Key::Int(i) => ValueRef::Integer(i),
-        Key::Real(bits) => ValueRef::Real(f64::from_bits(bits)),
-    })
-}
-
 /// A declared attribute's value as a key: strings only, since a query narrows only on an
 /// `eq` with a string (numbers would also compare equal across kinds in SQLite, 3 = 3.0,
 /// where the keys of a block must be distinct).
-fn key_of(value: Option<&Value>) -> Option<Key<'_>> {
+fn key_of(value: Option<&Value>) -> Option<&str> {
     match value? {
-        Value::Str(s) => Some(Key::Text(s.as_str())),
+        Value::Str(s) => Some(s.as_str()),
         _ => None,
     }
 }
@@ -727,8 +717,8 @@ fn key_of(value: Option<&Value>) -> Option<Key<'_>> {
 /// The distinct declared-attribute values of one block, in the order first met.
 #[derive(Default)]
 struct Keys<'a> {
-    list: Vec<(usize, Key<'a>)>,
-    seen: std::collections::HashSet<(usize, Key<'a>)>,
+    list: Vec<Key<'a>>,
+    seen: std::collections::HashSet<Key<'a>>,
 }
 
 impl<'a> Keys<'a> {
@@ -752,14 +742,14 @@ impl<'a> Keys<'a> {
 /// Adds block `row`'s index entries for `keys`.
 fn insert_keys(
     tx: &rusqlite::Transaction<'_>,
-    keys: &[(usize, Key<'_>)],
+    keys: &[Key<'_>],
     row: i64,
     class: &str,
     first: i64,
 ) -> rusqlite::Result<()> {
     let mut stmt = tx.prepare_cached(INSERT_KEY)?;
     for &(col, key) in keys {
-        stmt.execute(rusqlite::params![class, col, key_sql(key), first, row])?;
+        stmt.execute(rusqlite::params![class, col, key, first, row])?;
     }
     Ok(())
 }
@@ -846,7 +836,7 @@ fn delete_keys(tx: &rusqlite::Transaction<'_>, row: i64) -> rusqlite::Result<()>
         Ok(keys) => {
             let mut stmt = tx.prepare_cached(DELETE_KEY)?;
             for (col, key) in keys {
-                stmt.execute(rusqlite::params![class, col, key_sql(key), first, row])?;
+                stmt.execute(rusqlite::params![class, col, key, first, row])?;
             }
         }
         // The block's list is damaged: its entries are found the slow way.
