@@ -149,8 +149,7 @@ impl ClientSessions {
 
     /// The client on connection `conn` asks for `session` (0: a new one), having received
     /// `received` of its frames.
-    pub(super) fn resume(&mut self, now: u64, conn: ClientId, session: u64, received: u64) -> Resumed {
-        let _ = now;
+    pub(super) fn resume(&mut self, conn: ClientId, session: u64, received: u64) -> Resumed {
         let mut ended = None;
         if session != 0
             && let Some(&client) = self.by_id.get(&session)
@@ -348,7 +347,7 @@ mod tests {
     }
 
     fn opened(s: &mut ClientSessions, conn: ClientId) -> u64 {
-        match s.resume(0, conn, 0, 0) {
+        match s.resume(conn, 0, 0) {
             Resumed::Fresh { frame: Frame::Resume { session, fresh: true, .. }, ended: None } => session,
             other => panic!("{other:?}"),
         }
@@ -366,7 +365,7 @@ mod tests {
         assert_eq!(s.client_of(1), None, "the lost connection's frames are dropped");
         assert_eq!(s.queue(1, &error(6), 0, 1 << 20), Queued::Wait, "waits");
         // The client had received 4 of them.
-        match s.resume(20, 2, session, 4) {
+        match s.resume(2, session, 4) {
             Resumed::Resumed { client: 1, old: None, frames } => {
                 assert_eq!(
                     frames,
@@ -401,17 +400,17 @@ mod tests {
     #[test]
     fn an_unknown_or_inconsistent_session_starts_over() {
         let mut s = ClientSessions::new(1_000);
-        assert!(matches!(s.resume(0, 1, 99, 5), Resumed::Fresh { ended: None, .. }), "unknown");
+        assert!(matches!(s.resume(1, 99, 5), Resumed::Fresh { ended: None, .. }), "unknown");
         let session = opened(&mut s, 2);
         s.queue(2, &error(1), 0, 1 << 20);
         assert!(
-            matches!(s.resume(0, 4, session, 5), Resumed::Fresh { ended: None, .. }),
+            matches!(s.resume(4, session, 5), Resumed::Fresh { ended: None, .. }),
             "an attached session is not ended by a count that does not fit"
         );
         assert_eq!(s.client_of(2), Some(2));
         assert_eq!(s.lost(0, 2), Left::Detached(2));
         assert!(
-            matches!(s.resume(0, 3, session, 5), Resumed::Fresh { ended: Some(2), .. }),
+            matches!(s.resume(3, session, 5), Resumed::Fresh { ended: Some(2), .. }),
             "received too many"
         );
         assert_eq!(s.client_of(3), Some(3));

@@ -492,7 +492,7 @@ impl RouterTask {
                 self.clients.insert(id, handle);
             }
             Event::ClientResume { conn, handle, session, received } => {
-                match self.client_sessions.resume(now, conn, session, received) {
+                match self.client_sessions.resume(conn, session, received) {
                     Resumed::Resumed { client, old, frames } => {
                         tracing::info!(client, session, resent = frames.len() - 1, "client session resumed");
                         if let Some(old) = old.and_then(|_| self.clients.remove(&client))
