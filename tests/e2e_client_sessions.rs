@@ -22,9 +22,9 @@ async fn publish(publisher: &Client, m: u64) {
     }
 }
 
-/// Streams `p [class,'tick'],[m,M]` without waiting, retrying likewise.
-async fn stream(publisher: &Client, m: u64) {
-    let publication: padres_lang::Publication = format!("[class,'tick'],[m,{m}]").parse().expect("valid");
+/// Streams `p [class,'CLASS'],[m,M]` without waiting, retrying likewise.
+async fn stream(publisher: &Client, class: &str, m: u64) {
+    let publication: padres_lang::Publication = format!("[class,'{class}'],[m,{m}]").parse().expect("valid");
     loop {
         match publisher.publish(publication.clone()).await {
             Ok(()) => return,
@@ -42,6 +42,18 @@ fn m_of(n: &Notification) -> Option<i64> {
         },
         _ => None,
     }
+}
+
+/// The `m`s of the next `n` publications, fewer if `wait` passes without one.
+async fn receive(notifications: &mut padres_client::Notifications, n: u64, wait: Duration) -> Vec<i64> {
+    let mut got = Vec::new();
+    while got.len() < n as usize {
+        let Ok(Some(note)) = tokio::time::timeout(wait, notifications.next()).await else { break };
+        if let Some(m) = m_of(&note) {
+            got.push(m);
+        }
+    }
+    got
 }
 
 /// A publisher and a subscriber of `[class,eq,'tick']` at `broker`.
@@ -66,7 +78,7 @@ async fn connections_that_drop_lose_nothing_and_double_nothing() {
             if m.is_multiple_of(100) {
                 publish(&publisher, m).await;
             } else {
-                stream(&publisher, m).await;
+                stream(&publisher, "tick", m).await;
             }
             if m.is_multiple_of(2_500) {
                 publisher.drop_connection();
@@ -198,29 +210,9 @@ async fn publish_and_read(
 ) -> (Vec<i64>, std::sync::Arc<Client>) {
     let mut notifications = client.take_notifications();
     let client = std::sync::Arc::new(client);
-    let reader = tokio::spawn(async move {
-        let mut got = Vec::new();
-        while got.len() < n as usize {
-            let Ok(Some(note)) = tokio::time::timeout(Duration::from_secs(20), notifications.next()).await
-            else {
-                break;
-            };
-            if let Some(m) = m_of(&note) {
-                got.push(m);
-            }
-        }
-        got
-    });
+    let reader = tokio::spawn(async move { receive(&mut notifications, n, Duration::from_secs(20)).await });
     for m in 1..=n {
-        let publication: padres_lang::Publication =
-            format!("[class,'{class}'],[m,{m}]").parse().expect("valid");
-        loop {
-            match client.publish(publication.clone()).await {
-                Ok(()) => break,
-                Err(ClientError::Closed(_)) => tokio::time::sleep(Duration::from_millis(20)).await,
-                Err(e) => panic!("publishing {m}: {e}"),
-            }
-        }
+        stream(&client, class, m).await;
         if m.is_multiple_of(drop_every) {
             client.drop_connection();
         }
@@ -261,18 +253,9 @@ async fn a_client_closed_after_streaming_loses_none_of_it() {
     let (publisher, mut subscriber) = publisher_and_subscriber(&broker).await;
     const N: u64 = 5_000;
     for m in 1..=N {
-        stream(&publisher, m).await;
+        stream(&publisher, "tick", m).await;
     }
     publisher.close().await.expect("closed");
-    let mut got = Vec::new();
-    while got.len() < N as usize {
-        let Ok(Some(n)) = tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await
-        else {
-            break;
-        };
-        if let Some(m) = m_of(&n) {
-            got.push(m);
-        }
-    }
+    let got = receive(&mut subscriber.take_notifications(), N, Duration::from_secs(10)).await;
     assert_eq!(got, (1..=N as i64).collect::<Vec<i64>>());
 }
