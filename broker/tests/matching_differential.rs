@@ -113,6 +113,14 @@ fn subscription(rng: &mut Rng, shape: Shape) -> Subscription {
     let mut text = format!("[class,eq,'{class}']");
     if shape.keys > 0 && rng.chance(85) {
         text.push_str(&format!(",[key,eq,'v{}']", rng.below(shape.keys)));
+        // Other predicates on the key, which a group by value must still check: only the
+        // `eq` it is filed by holds for every publication that visits it.
+        if rng.chance(20) {
+            let v = rng.below(shape.keys);
+            let op = rng.pick(&["eq", "neq", "str-prefix", "str-lt", "str-contains"]);
+            let operand = if *op == "str-prefix" { format!("v{}", v % 10) } else { format!("v{v}") };
+            text.push_str(&format!(",[key,{op},'{operand}']"));
+        }
     }
     for _ in 0..rng.below(5) {
         text.push(',');

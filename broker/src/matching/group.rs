@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use padres_lang::semantics::holds;
-use padres_lang::{Publication, Subscription};
+use padres_lang::value::SmolStr;
+use padres_lang::{Op, Publication, Subscription, Value};
 
 use super::bits::{self, Layout};
 use super::column::Column;
@@ -112,11 +113,14 @@ impl<K: Clone> Group<K> {
     }
 
     /// Files `sub` under `key` and returns its slot. `resolve` maps attribute names to ids
-    /// (every attribute of `sub` has one).
+    /// (every attribute of `sub` has one). `implied`: the group's value pivot, whose `eq`
+    /// predicate holds for every publication that visits the group (only its presence is
+    /// filed).
     pub(super) fn insert(
         &mut self,
         key: K,
         sub: Arc<Subscription>,
+        implied: Option<&(AttrId, SmolStr)>,
         resolve: impl Fn(&str) -> Option<AttrId>,
     ) -> u32 {
         let (slot, grown) = self.slots.allocate();
@@ -132,7 +136,16 @@ impl<K: Clone> Group<K> {
             columns.users += 1;
             bits::set(&mut columns.has, slot);
             for i in predicates {
-                match placement(&sub.predicates()[i]) {
+                let p = &sub.predicates()[i];
+                let is_implied = implied.is_some_and(|(attr, value)| {
+                    *attr == id
+                        && p.op() == Op::Eq
+                        && matches!(p.literal(), Some(Value::Str(s)) if s == value)
+                });
+                if is_implied {
+                    continue;
+                }
+                match placement(p) {
                     Placement::Presence => {}
                     Placement::Num(halves) => {
                         bits::set(&mut columns.num_has, slot);

@@ -75,6 +75,7 @@ use std::sync::Arc;
 use foldhash::HashMap as FastMap;
 use padres_lang::value::SmolStr;
 use padres_lang::{Advertisement, Name, Op, Publication, Subscription, Value};
+use smallvec::SmallVec;
 
 pub use advertisements::AdvertisementIndex;
 use group::Group;
@@ -321,9 +322,12 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
                 crossed.push(a);
             }
         }
+        // A value group is visited only by publications with its value: its subscriptions'
+        // `eq` predicate on that value holds there, and is not filed again.
+        let implied = partition.pivot_values.get(&pivot).cloned();
         let group = partition.groups.entry(pivot).or_insert_with(Group::new);
         let names = &self.names;
-        let slot = group.insert(key.clone(), sub, |name| names.get(name).copied());
+        let slot = group.insert(key.clone(), sub, implied.as_ref(), |name| names.get(name).copied());
         self.locations.insert(key, Location { class, pivot, slot });
         for a in crossed {
             self.refile(class, a);
@@ -420,17 +424,16 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             }
         }
         scratch.attrs.sort_unstable();
+        // The groups to visit, each found once (a publication visits a few).
         let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
-        let mut pivots: Vec<Pivot> = pivots.filter(|p| partition.groups.contains_key(p)).collect();
+        let mut groups: SmallVec<[&Group<K>; 4]> = pivots.filter_map(|p| partition.groups.get(&p)).collect();
         for (attr, by_value) in &partition.value_pivots {
             if let Some(s) = value_of(publication, &scratch.attrs, *attr).and_then(Value::as_str) {
-                pivots.extend(by_value.get(s));
+                groups.extend(by_value.get(s).and_then(|p| partition.groups.get(p)));
             }
         }
-        for pivot in pivots {
-            if let Some(group) = partition.groups.get(&pivot) {
-                group.candidates(publication, &scratch.attrs, &mut scratch.mismatch, &mut visit);
-            }
+        for group in groups {
+            group.candidates(publication, &scratch.attrs, &mut scratch.mismatch, &mut visit);
         }
     }
 
