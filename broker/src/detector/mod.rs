@@ -236,8 +236,9 @@ struct Detector {
     bytes: u64,
     /// Entries in the order stored (stale ones are skipped).
     order: VecDeque<(usize, u64)>,
-    /// `until` publications remembered: binding → stamps.
-    ends: foldhash::HashMap<Key, Vec<Stamp>>,
+    /// `until` publications remembered: binding → stamps (usually one: a generation ends
+    /// once).
+    ends: foldhash::HashMap<Key, SmallVec<[Stamp; 1]>>,
     /// When each remembered end is forgotten.
     ends_order: VecDeque<(u64, Key, Stamp)>,
     /// The first stamps of the stored partial matches that do not bind the `until`
@@ -731,11 +732,10 @@ impl Detector {
     /// partial matches evicted until none that does not bind the filter's variables began
     /// before it (ends kept for such a partial match would otherwise pile up).
     fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Stamped) -> Option<u64> {
-        let mut values = Vec::with_capacity(self.pattern.until_vars.len());
+        let mut key = Key::with_capacity(self.pattern.until_vars.len());
         for (attr, _) in &self.pattern.until_vars {
-            values.push(KeyPart::of(publication.publication.get(attr)?));
+            key.push(KeyPart::of(publication.publication.get(attr)?));
         }
-        let key: Key = values.into();
         // Remembered through `now + lateness_ms`: a publication arriving then is not late.
         let forget_at = now.saturating_add(ctx.bounds.lateness_ms).saturating_add(1);
         self.ends.entry(key.clone()).or_default().push(publication.stamp.clone());
@@ -1086,7 +1086,7 @@ mod tests {
         }
         let detector = &detectors.detectors[0];
         assert!(detector.ends_order.len() <= 10, "{} ends", detector.ends_order.len());
-        assert!(detector.ends.values().map(Vec::len).sum::<usize>() <= 10);
+        assert!(detector.ends.values().map(SmallVec::len).sum::<usize>() <= 10);
         let c = detectors.counters();
         assert_eq!((c.stored, c.evicted), (0, 1), "the a went with the first end over the cap: {c:?}");
     }
