@@ -116,9 +116,17 @@ pub fn matches(sub: &Subscription, publication: &Publication) -> bool {
 
 /// True if `publication` conforms to `adv` (see the module docs).
 pub fn conforms(publication: &Publication, adv: &Advertisement) -> bool {
+    // One pass over the advertisement per attribute (the broker checks every publication
+    // its clients send).
     publication.attrs().iter().all(|(name, value)| {
-        let mut on_attr = adv.predicates().iter().filter(|p| p.attr() == name).peekable();
-        (on_attr.peek().is_some() || name == TIME) && on_attr.all(|p| holds(p, value))
+        let mut advertised = false;
+        for p in adv.predicates().iter().filter(|p| p.attr() == name) {
+            if !holds(p, value) {
+                return false;
+            }
+            advertised = true;
+        }
+        advertised || name == TIME
     })
 }
 
