@@ -21,7 +21,7 @@ pub struct Publication {
 
 #[derive(Deserialize)]
 struct RawPublication {
-    #[serde(deserialize_with = "crate::wire::bounded::vec")]
+    #[serde(deserialize_with = "crate::wire::bounded::vec_with_room")]
     attrs: Vec<(Name, Value)>,
     payload: Option<Bytes>,
 }

@@ -143,3 +143,31 @@ fn filters_intersect_when_one_publication_could_match_both() {
     assert!(intersects(&sub("[class,eq,'log'],[level,eq,$S$l]"), &store), "a variable takes any string");
     assert!(!intersects(&sub("[class,eq,'log'],[level,>,3]"), &store), "a number is never a string");
 }
+
+#[test]
+fn a_publication_decoded_from_a_frame_has_room_for_its_time() {
+    use std::sync::Arc;
+
+    use padres_lang::wire::codec::DEFAULT_MAX_FRAME;
+    use padres_lang::wire::{self, Frame};
+
+    // Three attributes, and more than the decoder reserves ahead of reading (16).
+    for n in [2, 30] {
+        let attrs: Vec<String> = (0..n).map(|i| format!("[a{i},{i}]")).collect();
+        let publication: Publication = format!("[class,'a'],{}", attrs.join(",")).parse().expect("valid");
+        let mut bytes = Vec::new();
+        let frame = Frame::Publish { publication: Arc::new(publication.clone()) };
+        wire::encode(&frame, DEFAULT_MAX_FRAME, &mut bytes).expect("encodes");
+        let Ok((Frame::Publish { publication: decoded }, _)) = wire::decode(&bytes, DEFAULT_MAX_FRAME) else {
+            panic!("a publication frame");
+        };
+        let decoded = Arc::unwrap_or_clone(decoded);
+        assert_eq!(decoded, publication);
+        let before = decoded.attrs().as_ptr();
+        let stamped = decoded.with_time(at("2026-11-20T10:00:00Z"));
+        assert_eq!(stamped.attrs().len(), n + 2);
+        // The broker adds `time` to every publication it is sent: in place, not by
+        // copying the attributes to a larger allocation.
+        assert_eq!(stamped.attrs().as_ptr(), before, "{n} attributes: the time moved them");
+    }
+}

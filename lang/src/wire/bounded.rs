@@ -19,7 +19,26 @@ where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    struct BoundedVec<T>(PhantomData<T>);
+    vec_with_spare(deserializer, 0)
+}
+
+/// [`vec`] with room for one element more: a publication's attributes, to which its
+/// broker adds `time` (without the room, every publication a client sends would be
+/// copied to a larger allocation on arrival).
+pub(crate) fn vec_with_room<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    vec_with_spare(deserializer, 1)
+}
+
+fn vec_with_spare<'de, D, T>(deserializer: D, spare: usize) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct BoundedVec<T>(PhantomData<T>, usize);
 
     impl<'de, T: Deserialize<'de>> Visitor<'de> for BoundedVec<T> {
         type Value = Vec<T>;
@@ -29,13 +48,17 @@ where
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(MAX_PREALLOCATED));
+            let announced = seq.size_hint().unwrap_or(0);
+            let mut out = Vec::with_capacity(announced.min(MAX_PREALLOCATED) + self.1);
             while let Some(element) = seq.next_element()? {
                 out.push(element);
             }
+            // Usually nothing to do: the reservation above had the room, unless the
+            // sequence outgrew it.
+            out.reserve_exact(self.1);
             Ok(out)
         }
     }
 
-    deserializer.deserialize_seq(BoundedVec(PhantomData))
+    deserializer.deserialize_seq(BoundedVec(PhantomData, spare))
 }
