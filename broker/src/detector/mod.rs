@@ -62,7 +62,7 @@ use slab::Slab;
 use smallvec::SmallVec;
 
 use pattern::{Key, KeyPart, Op, Pattern};
-use stores::Stores;
+use stores::{Partners, Stores};
 
 /// A completed match: the publications used, with the leaf (numbered left to right from 0)
 /// each was used for, sorted by leaf, then stamp.
@@ -427,18 +427,18 @@ impl Detector {
         self.stores.push(node, side, key, stored);
     }
 
-    /// Stores `partial` on `node`'s `side` and takes out the other side's list for the
-    /// same key, to be put back with [`Stores::put_back`]: one lookup for both.
-    fn store_and_take(
+    /// Stores `partial` on `node`'s `side` and finds its partners on the other side under
+    /// the same key ([`Stores::push_and_partners`]): one lookup for both.
+    fn store_and_partners(
         &mut self,
         ctx: &mut Ctx<'_>,
         node: usize,
         side: usize,
         key: Key,
         partial: Arc<Partial>,
-    ) -> stores::List {
+    ) -> Partners {
         let stored = self.account(ctx, node, side, &key, partial);
-        self.stores.push_and_take(node, side, key, stored)
+        self.stores.push_and_partners(node, side, key, stored)
     }
 
     /// Counts `partial` in, to be stored on `node`'s `side` under `key`: its entry, bytes,
@@ -518,11 +518,11 @@ impl Detector {
             Op::Leaf | Op::Times { .. } => unreachable!("a leaf has no children"),
         };
         // Nothing stores into the other side's list while its partners are paired (only
-        // ancestors of `parent` store), so it can be taken out and put back.
-        let partners = self.store_and_take(ctx, parent, side, key.clone(), partial.clone());
-        for (_, stored) in partners.iter().rev() {
-            let (left, right) =
-                if side == 0 { (&partial, &stored.partial) } else { (&stored.partial, &partial) };
+        // ancestors of `parent` store), so many can be taken out and put back.
+        let partners = self.store_and_partners(ctx, parent, side, key.clone(), partial.clone());
+        for i in (0..partners.len()).rev() {
+            let stored = partners.get(i);
+            let (left, right) = if side == 0 { (&partial, stored) } else { (stored, &partial) };
             if seq && left.last() >= right.first() {
                 continue;
             }
@@ -552,7 +552,9 @@ impl Detector {
             self.formed[parent] += 1;
             self.propagate(ctx, parent, Arc::new(combined), out);
         }
-        self.stores.put_back(parent, 1 - side, &key, partners);
+        if let Partners::Taken(list) = partners {
+            self.stores.put_back(parent, 1 - side, &key, list);
+        }
     }
 
     fn leaf(&mut self, ctx: &mut Ctx<'_>, leaf: usize, publication: &Arc<Stamped>, out: &mut Vec<Match>) {

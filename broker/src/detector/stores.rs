@@ -13,13 +13,17 @@
 
 use std::collections::BTreeSet;
 
-use super::Stored;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
 use super::pattern::{Key, Pattern};
+use super::{Partial, Stored};
 
 /// One binding's stored matches for every list of the key class, each with its list's
 /// number (2 × the node's place + side); each list's matches in the order stored; the
 /// first inline.
-type Bucket = smallvec::SmallVec<[(u32, Stored); 1]>;
+type Bucket = SmallVec<[(u32, Stored); 1]>;
 
 /// One side's stored matches for one binding (each with its list's number), in the order
 /// stored: usually one (a generation's job status). The same type as a bucket, so a
@@ -93,13 +97,28 @@ impl Stores {
         self.classes[class].buckets.entry(key).or_default().push((list, stored));
     }
 
-    /// [`Self::push`] onto `node`'s `side`, then [`Self::take`] the other side's list for
-    /// the same key, with one lookup.
-    pub(super) fn push_and_take(&mut self, node: usize, side: usize, key: Key, stored: Stored) -> List {
+    /// [`Self::push`] onto `node`'s `side`, and the other side's matches for the same key,
+    /// with one lookup: copies of their handles when they are few (the bucket keeps them,
+    /// and nothing is put back), else the list taken out, to be put back with
+    /// [`Self::put_back`].
+    pub(super) fn push_and_partners(
+        &mut self,
+        node: usize,
+        side: usize,
+        key: Key,
+        stored: Stored,
+    ) -> Partners {
         let (class, list) = self.at(node, side);
         let bucket = self.classes[class].buckets.entry(key).or_default();
         bucket.push((list, stored));
-        take_list(bucket, list ^ 1)
+        let other = list ^ 1;
+        if bucket.iter().filter(|(l, _)| *l == other).count() <= SHARED_PARTNERS {
+            Partners::Shared(
+                bucket.iter().filter(|(l, _)| *l == other).map(|(_, s)| s.partial.clone()).collect(),
+            )
+        } else {
+            Partners::Taken(take_list(bucket, other))
+        }
     }
 
     /// Takes the list of `node`'s `side` for `key` out, to be put back with
@@ -185,3 +204,33 @@ fn take_list(bucket: &mut Bucket, list: u32) -> List {
 
 /// Up to this many matches, a bucket's list is taken out by shifting in place.
 const SMALL_BUCKET: usize = 16;
+
+/// Up to this many partners, [`Stores::push_and_partners`] copies their handles rather
+/// than taking their list out (a workflow generation's node has one at most; a join
+/// without variables can have thousands, which are cheaper moved than copied).
+const SHARED_PARTNERS: usize = 4;
+
+/// The stored matches a new match pairs with, in the order stored.
+pub(super) enum Partners {
+    /// Copies of their handles; the bucket keeps them.
+    Shared(SmallVec<[Arc<Partial>; 2]>),
+    /// Their list, taken out of the bucket, to be put back.
+    Taken(List),
+}
+
+impl Partners {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Self::Shared(partials) => partials.len(),
+            Self::Taken(list) => list.len(),
+        }
+    }
+
+    /// The `i`th, in the order stored.
+    pub(super) fn get(&self, i: usize) -> &Arc<Partial> {
+        match self {
+            Self::Shared(partials) => &partials[i],
+            Self::Taken(list) => &list[i].1.partial,
+        }
+    }
+}
