@@ -442,9 +442,10 @@ pub(crate) fn profile(what: &str, seed: u64) {
             }
             // Again, counting allocations (slower: every allocation counts atomically).
             let mut router = workflow_router(apps);
+            let messages = received(&stream);
             let before = ALLOCS.load(Ordering::Relaxed);
             COUNTING.store(true, Ordering::Relaxed);
-            publish_all(&mut router, &stream);
+            publish_messages(&mut router, messages);
             COUNTING.store(false, Ordering::Relaxed);
             let allocs = ALLOCS.load(Ordering::Relaxed) - before;
             println!("{:.1} allocations per publication", allocs as f64 / stream.len() as f64);
