@@ -123,6 +123,10 @@ struct Partition<K> {
     /// cannot choose colliding values); and back.
     value_pivots: Vec<(AttrId, FastMap<SmolStr, Pivot>)>,
     pivot_values: HashMap<Pivot, (AttrId, SmolStr)>,
+    /// The pivots other than value pivots that have a group (attribute ids, and
+    /// [`NO_PIVOT`]), sorted: a publication looks up only those of its attributes that
+    /// are here, usually none.
+    attr_pivots: Vec<Pivot>,
     /// Attributes whose subscriptions were filed again when they reached
     /// [`VALUE_PIVOT_AFTER`] values (once each).
     refiled: Vec<AttrId>,
@@ -140,6 +144,7 @@ impl<K> Partition<K> {
             uses: HashMap::new(),
             values: HashMap::new(),
             value_pivots: Vec::new(),
+            attr_pivots: Vec::new(),
             refiled: Vec::new(),
             pivot_values: HashMap::new(),
             free_pivots: Vec::new(),
@@ -187,6 +192,9 @@ impl<K> Partition<K> {
     /// Forgets the (now empty) group of `pivot`.
     fn drop_group(&mut self, pivot: Pivot) {
         self.groups.remove(&pivot);
+        if let Ok(at) = self.attr_pivots.binary_search(&pivot) {
+            self.attr_pivots.remove(at);
+        }
         if let Some((attr, value)) = self.pivot_values.remove(&pivot) {
             if let Ok(at) = self.value_attr(attr) {
                 self.value_pivots[at].1.remove(&value);
@@ -325,6 +333,11 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         // A value group is visited only by publications with its value: its subscriptions'
         // `eq` predicate on that value holds there, and is not filed again.
         let implied = partition.pivot_values.get(&pivot).cloned();
+        if (pivot < VALUE_PIVOTS || pivot == NO_PIVOT)
+            && let Err(at) = partition.attr_pivots.binary_search(&pivot)
+        {
+            partition.attr_pivots.insert(at, pivot);
+        }
         let group = partition.groups.entry(pivot).or_insert_with(Group::new);
         let names = &self.names;
         let slot = group.insert(key.clone(), sub, implied.as_ref(), |name| names.get(name).copied());
@@ -419,14 +432,20 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         let Some(partition) = self.partition(publication.class()) else { return };
         scratch.attrs.clear();
         for (i, (name, _)) in publication.attrs().iter().enumerate() {
+            // No subscription is indexed by its class (`insert`).
+            if name == "class" {
+                continue;
+            }
             if let Some(&id) = self.names.get(name.as_str()) {
                 scratch.attrs.push((id, i));
             }
         }
         scratch.attrs.sort_unstable();
         // The groups to visit, each found once (a publication visits a few).
+        let has_group = |p: &Pivot| partition.attr_pivots.binary_search(p).is_ok();
         let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
-        let mut groups: SmallVec<[&Group<K>; 4]> = pivots.filter_map(|p| partition.groups.get(&p)).collect();
+        let mut groups: SmallVec<[&Group<K>; 4]> =
+            pivots.filter(has_group).filter_map(|p| partition.groups.get(&p)).collect();
         for (attr, by_value) in &partition.value_pivots {
             if let Some(s) = value_of(publication, &scratch.attrs, *attr).and_then(Value::as_str) {
                 groups.extend(by_value.get(s).and_then(|p| partition.groups.get(p)));
