@@ -432,10 +432,6 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         let Some(partition) = self.partition(publication.class()) else { return };
         scratch.attrs.clear();
         for (i, (name, _)) in publication.attrs().iter().enumerate() {
-            // No subscription is indexed by its class (`insert`).
-            if name == "class" {
-                continue;
-            }
             if let Some(&id) = self.names.get(name.as_str()) {
                 scratch.attrs.push((id, i));
             }
