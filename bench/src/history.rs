@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use padres_broker::history::writer::History;
 use padres_broker::history::{Durability, Reader, Record, Store, StoreOptions};
 use padres_broker::router::{Input, Output, Router};
-use padres_lang::wire::{Frame, codec};
 use padres_lang::{Message, Name, Publication, Stamp, Subscription, Timestamp, matches};
 
 use crate::{fmt, percentiles};
@@ -88,12 +87,7 @@ fn raw_ingest(records: &[Record], durability: Durability) -> f64 {
         .iter()
         .map(|r| {
             let mut bytes = Vec::new();
-            codec::encode(
-                &Frame::Publish { publication: r.publication.clone() },
-                codec::MAX_FRAME_CEILING,
-                &mut bytes,
-            )
-            .expect("encodes");
+            padres_broker::history::encode(&r.publication, &mut bytes).expect("encodes");
             let p = &r.publication;
             let s = |a: &str| p.get(a).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
             let time = p.time().expect("timed").millis();
@@ -356,8 +350,7 @@ pub(crate) fn run(quick: bool) {
         for bytes in blocks {
             let bytes = bytes.expect("row");
             for entry in padres_broker::history::block::entries(&bytes).expect("a block") {
-                if let Ok((Frame::Publish { publication }, _)) =
-                    codec::decode(entry.frame, codec::MAX_FRAME_CEILING)
+                if let Ok(publication) = padres_broker::history::decode(entry.frame)
                     && matches(q, &publication)
                 {
                     n += 1;

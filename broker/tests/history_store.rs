@@ -515,7 +515,6 @@ fn out_of_order_times_and_limits_select_what_the_reference_selects() {
 /// Writes `records` as a store of schema 2 kept them, one row per publication, with the
 /// key columns `indexed` (what brokers before blocks left on disk).
 fn write_schema_2(dir: &std::path::Path, records: &[Record], indexed: &[&str]) {
-    use padres_lang::wire::{Frame, codec};
     std::fs::create_dir_all(dir).expect("dir");
     let conn = rusqlite::Connection::open(dir.join(padres_broker::history::FILE)).expect("opens");
     conn.execute_batch(
@@ -539,12 +538,7 @@ fn write_schema_2(dir: &std::path::Path, records: &[Record], indexed: &[&str]) {
     conn.execute_batch("BEGIN").expect("a transaction");
     for r in records {
         let mut bytes = Vec::new();
-        codec::encode(
-            &Frame::Publish { publication: r.publication.clone() },
-            codec::MAX_FRAME_CEILING,
-            &mut bytes,
-        )
-        .expect("encodes");
+        padres_broker::history::encode(&r.publication, &mut bytes).expect("encodes");
         let time = r.publication.time().expect("timed").millis();
         conn.execute(
             "INSERT INTO publications (time, class, stamp_time, origin, seq, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

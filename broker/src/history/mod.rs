@@ -497,10 +497,7 @@ impl Store {
         let mut spans = Vec::with_capacity(records.len());
         for (at, record) in records.iter().enumerate() {
             let start = frames.len();
-            let frame = Frame::Publish { publication: record.publication.clone() };
-            // What arrived here was decoded from a frame of at most the ceiling; the
-            // `time` its broker added can take it over.
-            if let Err(e) = codec::encode(&frame, codec::MAX_FRAME_CEILING, &mut frames) {
+            if let Err(e) = encode(&record.publication, &mut frames) {
                 tracing::error!(error = %e, stamp = ?record.stamp, "history store: a publication cannot be stored");
                 refused.push(at);
                 continue;
@@ -1195,7 +1192,15 @@ fn stamp_millis(stamp: &Stamp) -> i64 {
     i64::try_from(stamp.time).unwrap_or(i64::MAX)
 }
 
-fn decode(bytes: &[u8]) -> Result<Publication, String> {
+/// Appends `publication` to `out` as the store keeps it: a publication frame of at most
+/// the frame ceiling (what arrived was decoded from a frame of at most that; the `time`
+/// its broker added can take it over).
+pub fn encode(publication: &Arc<Publication>, out: &mut Vec<u8>) -> Result<(), codec::EncodeError> {
+    codec::encode(&Frame::Publish { publication: publication.clone() }, codec::MAX_FRAME_CEILING, out)
+}
+
+/// A publication kept by [`encode`].
+pub fn decode(bytes: &[u8]) -> Result<Publication, String> {
     match codec::decode(bytes, codec::MAX_FRAME_CEILING) {
         Ok((Frame::Publish { publication }, _)) => Ok(Arc::unwrap_or_clone(publication)),
         Ok(_) => Err("not a publication".to_owned()),
