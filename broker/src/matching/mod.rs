@@ -20,8 +20,9 @@
 //!   than cells can separate (512 or more: workflow leaves on `appl` or a job id), a
 //!   subscription may be filed under one of its `eq` values instead, when that value is
 //!   rarer than its rarest attribute: a publication visits the group of its own value
-//!   only, found by one hash lookup. Without this, 10,000 workflows' leaves of one class
-//!   shared one group whose `appl` cells each held hundreds of halves to compare.
+//!   only, found by one hash lookup, and that value's `eq` is not filed in the group's
+//!   columns (it holds for every visitor). Without this, 10,000 workflows' leaves of one
+//!   class shared one group whose `appl` cells each held hundreds of halves to compare.
 //! - **Interval columns with cells** (`column.rs`). Numeric comparisons and the string
 //!   operators that select an interval of the string order (`eq`, `str-lt/le/gt/ge`,
 //!   `str-prefix`) are split into lower and upper halves, bucketed into cells at quantiles of
