@@ -16,7 +16,6 @@
 //! the UTF-8 text), and its wire frame as [`codec::encode`](padres_lang::wire::codec::encode)
 //! writes it (a four-byte big-endian length, then the body). Nothing here does I/O.
 
-use padres_lang::Stamp;
 use padres_lang::wire::codec::PREFIX_LEN;
 
 /// Most publications in one block.
@@ -101,18 +100,8 @@ impl Builder {
         Self { bytes: vec![VERSION], fill: Fill::default() }
     }
 
-    /// Appends an entry. An origin name over 65,535 bytes (names are far shorter) is cut.
-    pub fn push(&mut self, time: i64, stamp: &Stamp, frame: &[u8]) {
-        self.push_entry(Entry {
-            time,
-            stamp_time: stamp.time,
-            seq: stamp.seq,
-            origin: stamp.origin.as_str(),
-            frame,
-        });
-    }
-
-    /// Appends an entry read from another block.
+    /// Appends an entry (made for a publication, or read from another block). An origin
+    /// name over 65,535 bytes (names are far shorter) is cut.
     pub fn push_entry(&mut self, entry: Entry<'_>) {
         let origin = entry.origin.as_bytes();
         let origin = &origin[..origin.len().min(usize::from(u16::MAX))];
@@ -123,16 +112,6 @@ impl Builder {
         self.bytes.extend_from_slice(&u16::try_from(origin.len()).unwrap_or(u16::MAX).to_le_bytes());
         self.bytes.extend_from_slice(origin);
         self.bytes.extend_from_slice(entry.frame);
-    }
-
-    /// Entries in the block.
-    pub fn len(&self) -> usize {
-        self.fill.count
-    }
-
-    /// Whether it has none.
-    pub fn is_empty(&self) -> bool {
-        self.fill.count == 0
     }
 
     /// Its earliest and latest `time`.
@@ -230,7 +209,6 @@ pub fn keys(bytes: &[u8]) -> Result<Vec<Key<'_>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use padres_lang::Name;
 
     fn frame(body: &[u8]) -> Vec<u8> {
         let mut f = u32::try_from(body.len()).expect("small").to_be_bytes().to_vec();
@@ -241,13 +219,13 @@ mod tests {
     #[test]
     fn entries_come_back_as_pushed() {
         let mut b = Builder::new();
-        let origin = Name::new("B1").expect("name");
         let frames = [frame(b"one"), frame(b""), frame(&[7; 300])];
         for (i, f) in frames.iter().enumerate() {
             let i = u64::try_from(i).expect("small");
-            b.push(100 + i64::try_from(i).expect("small"), &Stamp::new(50 + i, origin.clone(), i), f);
+            let time = 100 + i64::try_from(i).expect("small");
+            b.push_entry(Entry { time, stamp_time: 50 + i, seq: i, origin: "B1", frame: f });
         }
-        assert_eq!((b.len(), b.span()), (3, (100, 102)));
+        assert_eq!(b.span(), (100, 102));
         let got = entries(b.bytes()).expect("decodes");
         assert_eq!(got.len(), 3);
         for (i, (e, f)) in got.iter().zip(&frames).enumerate() {
@@ -255,13 +233,11 @@ mod tests {
             assert_eq!((e.stamp_time, e.seq, e.origin, e.frame), (50 + i, i, "B1", f.as_slice()));
         }
         b.clear();
-        assert!(b.is_empty());
         assert_eq!(entries(b.bytes()).expect("decodes"), []);
     }
 
     #[test]
     fn a_block_closes_at_its_count_bytes_or_span() {
-        let origin = Name::new("B1").expect("name");
         let mut fill = Fill::default();
         assert!(fill.fits(0, 2, MAX_BYTES * 2), "an empty block takes anything");
         fill.add(1_000, 2, 5);
@@ -271,7 +247,7 @@ mod tests {
         assert!(!fill.fits(1_000, 2, MAX_BYTES), "the byte bound");
         // The fill counts what the builder writes.
         let mut b = Builder::new();
-        b.push(1_000, &Stamp::new(0, origin, 0), &frame(b"x"));
+        b.push_entry(Entry { time: 1_000, stamp_time: 0, seq: 0, origin: "B1", frame: &frame(b"x") });
         assert_eq!(b.bytes().len(), fill.bytes);
         for _ in 1..MAX_RECORDS {
             fill.add(1_000, 2, 5);
@@ -295,7 +271,7 @@ mod tests {
     #[test]
     fn damaged_blocks_are_refused_not_misread() {
         let mut b = Builder::new();
-        b.push(1, &Stamp::new(1, Name::new("B1").expect("name"), 1), &frame(b"abc"));
+        b.push_entry(Entry { time: 1, stamp_time: 1, seq: 1, origin: "B1", frame: &frame(b"abc") });
         let bytes = b.bytes().to_vec();
         for cut in 2..bytes.len() {
             assert!(entries(&bytes[..cut]).is_err(), "cut at {cut}");
