@@ -39,11 +39,46 @@ enum Arrival {
     WithinLateness(u64),
 }
 
+/// Which patterns a run draws.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// [`patterns::pattern`]: any operator, up to four leaves.
+    Any,
+    /// An `&` of two to five leaves on `$S$k`, nested at random, sometimes beside an
+    /// operand that binds another variable or none (a workflow job's dependencies): the
+    /// detector compiles such a chain into one node.
+    Chain,
+}
+
+/// `&` of `leaves` leaves on `$S$k`, split at random.
+fn chain(rng: &mut Rng, leaves: u64) -> String {
+    if leaves == 1 {
+        return format!("{{[class,eq,'{}'],[k,eq,$S$k]}}", rng.pick(&patterns::CLASSES));
+    }
+    let left = 1 + rng.below(leaves - 1);
+    format!("{{{}&{}}}", chain(rng, left), chain(rng, leaves - left))
+}
+
 /// One run; returns an error message on a difference.
 fn run(seed: u64, mode: Arrival) -> Result<(), String> {
+    run_shape(seed, mode, Shape::Any)
+}
+
+fn run_shape(seed: u64, mode: Arrival, shape: Shape) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let mut leaves = 0;
-    let mut text = patterns::pattern(&mut rng, 3, &mut leaves);
+    let mut text = match shape {
+        Shape::Any => patterns::pattern(&mut rng, 3, &mut leaves),
+        Shape::Chain => {
+            let leaves = 2 + rng.below(4);
+            let chain = chain(&mut rng, leaves);
+            match rng.below(4) {
+                0 => format!("{{{chain}&{{[class,eq,'c'],[n,=,$I$n]}}}}"),
+                1 => format!("{{{{[class,eq,'a']}};{chain}}}"),
+                _ => chain,
+            }
+        }
+    };
     if rng.below(3) == 0 {
         text += &format!(" within {}ms", 10 + rng.below(60));
     }
@@ -172,6 +207,28 @@ fn the_detector_gives_the_reference_answer_in_any_arrival_order() {
     let failures: Vec<String> =
         seeds.into_iter().filter_map(|seed| run(seed, Arrival::AnyOrder).err()).take(3).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn chains_of_and_on_one_binding_give_the_reference_answer() {
+    let seeds = seeds::seeds("DETECT_SEED", "DETECT_SEEDS", 1_500);
+    let failures: Vec<String> = seeds
+        .into_iter()
+        .filter_map(|seed| {
+            let mode = if seed % 2 == 0 { Arrival::AnyOrder } else { Arrival::WithinLateness(1 + seed % 97) };
+            run_shape(seed, mode, Shape::Chain).err()
+        })
+        .take(3)
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{}",
+        failures.join(
+            "
+
+"
+        )
+    );
 }
 
 #[test]

@@ -18,9 +18,12 @@
 //! match looks up only the partners with its own key, never a scan of all state; the other
 //! shared variables are compared pair by pair. A `Times` node stores the publications of its
 //! subscription keyed by all their variables, and chains them by the stepping attribute
-//! (a scan of that one binding's publications). `||` and leaves store nothing. Nodes
-//! keyed by the same variables share one map, a binding's lists for all of them in one
-//! bucket (`stores.rs`).
+//! (a scan of that one binding's publications). A chain of `&`s over leaves that all bind
+//! the same variables (and no others) is compiled into one node (`Op::All`, a workflow
+//! job's dependencies): it stores each leaf's publications under their binding and forms
+//! a match once every leaf has one, storing nothing for a part of the chain. `||` and
+//! leaves store nothing. Nodes keyed by the same variables share one map, a binding's
+//! lists for all of them in one bucket (`stores.rs`).
 //!
 //! # Bounds ([`Bounds`])
 //! - `within`: a stored partial match is dropped once no publication can complete it inside
@@ -36,7 +39,9 @@
 //!   says. Partial matches that do not bind every variable of the filter are not ended,
 //!   and while one that began before an end is stored, the end is not forgotten.
 //! - One input forms at most `pairs_per_input` matches at each node: the partners stored
-//!   most recently are tried first; the rest are dropped ([`Counters::pairs_dropped`]).
+//!   most recently are tried first; the rest are dropped ([`Counters::pairs_dropped`]; an
+//!   `&` chain counts one for a search cut short, by this or by examining
+//!   [`TIMES_STEPS`] combinations).
 //!   This is the bound on the notifications one publication causes. A `Times` input also
 //!   examines at most [`TIMES_STEPS`] stored publications (chains nearest in stamp order
 //!   first); a search cut short counts one dropped pair.
@@ -62,7 +67,7 @@ use slab::Slab;
 use smallvec::SmallVec;
 
 use pattern::{Key, KeyPart, Op, Pattern};
-use stores::{Partners, Stores};
+use stores::{Partners, Sides, Stores};
 
 /// A completed match: the publications used, with the leaf (numbered left to right from 0)
 /// each was used for, sorted by leaf, then stamp.
@@ -253,8 +258,8 @@ struct Detector {
 }
 
 impl Detector {
-    fn new(cs: &CompositeSubscription) -> Self {
-        let pattern = Pattern::compile(cs);
+    fn new(cs: &CompositeSubscription, parts: &[usize]) -> Self {
+        let pattern = Pattern::compile(cs, parts);
         let n = pattern.nodes.len();
         Self {
             stores: Stores::new(&pattern),
@@ -508,6 +513,7 @@ impl Detector {
         };
         let (seq, key, shared) = match &self.pattern.nodes[parent].op {
             Op::Or => return self.propagate(ctx, parent, partial, out),
+            Op::All { .. } => return self.all(ctx, parent, side, partial, out),
             Op::Join { seq, key, shared } => {
                 // A child's match binds its parent's join variables (parts from elsewhere are
                 // checked by `well_formed` first); if one did not, it could pair with nothing.
@@ -516,6 +522,7 @@ impl Detector {
                 (*seq, key, shared.clone())
             }
             Op::Leaf | Op::Times { .. } => unreachable!("a leaf has no children"),
+            Op::Absorbed => unreachable!("an absorbed node's children are its `All`'s"),
         };
         // Nothing stores into the other side's list while its partners are paired (only
         // ancestors of `parent` store), so many can be taken out and put back.
@@ -557,6 +564,54 @@ impl Detector {
         }
     }
 
+    /// A publication of leaf side `side` of [`Op::All`] node `node` (`partial`): stored under
+    /// its binding; if every other leaf has publications of that binding stored, it forms
+    /// a match with each combination of them (most recently stored first, at most
+    /// `pairs_per_input`, and no more than [`TIMES_STEPS`] combinations examined: a search
+    /// cut short counts one dropped pair).
+    fn all(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        node: usize,
+        side: usize,
+        partial: Arc<Partial>,
+        out: &mut Vec<Match>,
+    ) {
+        let Op::All { key } = &self.pattern.nodes[node].op else { return };
+        let Some(key) = partial.key(key.iter().copied()) else { return };
+        let sides = self.pattern.sides(node);
+        let stored = self.account(ctx, node, side, &key, partial);
+        let Some(lists) = self.stores.push_and_complete(node, side, sides, key, stored) else { return };
+        let bindings = lists[side][0].bindings.clone();
+        // An odometer over the sides' lists, each from its most recently stored.
+        let mut at: SmallVec<[usize; 8]> = lists.iter().map(|list| list.len() - 1).collect();
+        let mut budget = TIMES_STEPS;
+        loop {
+            if self.formed[node] >= ctx.bounds.pairs_per_input || budget == 0 {
+                ctx.counters.pairs_dropped += 1;
+                return;
+            }
+            budget -= 1;
+            let combined = combine(&lists, &at, &bindings);
+            if self.admissible(&combined) {
+                self.formed[node] += 1;
+                self.propagate(ctx, node, Arc::new(combined), out);
+            }
+            let mut s = sides;
+            loop {
+                if s == 0 {
+                    return;
+                }
+                s -= 1;
+                if at[s] > 0 {
+                    at[s] -= 1;
+                    break;
+                }
+                at[s] = lists[s].len() - 1;
+            }
+        }
+    }
+
     fn leaf(&mut self, ctx: &mut Ctx<'_>, leaf: usize, publication: &Arc<Stamped>, out: &mut Vec<Match>) {
         let mut bindings: Bindings = smallvec::smallvec![None; self.pattern.slots];
         if self.bind(leaf, &publication.publication, &mut bindings).is_none() {
@@ -571,7 +626,9 @@ impl Detector {
                 let (count, attr, step) = (*count, attr.clone(), step.clone());
                 self.times(ctx, node, single, count, &attr, &step, out);
             }
-            Op::Or | Op::Join { .. } => unreachable!("leaf numbers name leaves"),
+            Op::Or | Op::Join { .. } | Op::All { .. } | Op::Absorbed => {
+                unreachable!("leaf numbers name leaves")
+            }
         }
     }
 
@@ -689,6 +746,12 @@ impl Detector {
         }
         match &n.op {
             Op::Leaf => pubs.len() == 1,
+            // One publication per leaf (sorted by leaf).
+            Op::All { .. } => {
+                pubs.len() == hi - lo
+                    && pubs.iter().enumerate().all(|(i, (leaf, _))| *leaf as usize == lo + i)
+            }
+            Op::Absorbed => false,
             Op::Times { count, attr, step } => {
                 pubs.len() == *count
                     && pubs.windows(2).all(|w| {
@@ -717,7 +780,9 @@ impl Detector {
                         };
                         self.well_formed(left, l) && self.well_formed(right, r) && (!seq || ordered())
                     }
-                    Op::Leaf | Op::Times { .. } => unreachable!("matched above"),
+                    Op::Leaf | Op::Times { .. } | Op::All { .. } | Op::Absorbed => {
+                        unreachable!("matched above")
+                    }
                 }
             }
         }
@@ -752,6 +817,21 @@ impl Detector {
         }
         Some(forget_at)
     }
+}
+
+/// The match of an [`Op::All`] made of the publication at `at[s]` in each side's list `s`.
+fn combine(lists: &[Sides], at: &[usize], bindings: &Bindings) -> Partial {
+    let pubs: Pubs = lists.iter().zip(at).map(|(list, &i)| list[i].pubs[0].clone()).collect();
+    let (mut first, mut last) = (0, 0);
+    for (i, (_, p)) in pubs.iter().enumerate() {
+        if p.stamp < pubs[first].1.stamp {
+            first = i;
+        }
+        if p.stamp > pubs[last].1.stamp {
+            last = i;
+        }
+    }
+    Partial { pubs, bindings: bindings.clone(), first, last }
 }
 
 /// How many stored publications one `Times` input may examine in all while it looks for
@@ -849,9 +929,17 @@ impl Detectors {
         Self { bounds, ..Self::default() }
     }
 
-    /// A detector for `cs`.
+    /// A detector for `cs`, whose leaves are fed publications (none of its nodes is fed
+    /// matches detected elsewhere).
     pub fn add(&mut self, cs: &CompositeSubscription) -> DetectorId {
-        self.detectors.insert(Detector::new(cs)) as DetectorId
+        self.add_with_parts(cs, &[])
+    }
+
+    /// A detector for `cs` whose nodes `parts` (indices into its nodes) are fed matches
+    /// detected elsewhere ([`Self::part`]). A match fed to another node may be dropped as
+    /// malformed: a chain of `&`s over leaves on one binding is compiled into one node.
+    pub fn add_with_parts(&mut self, cs: &CompositeSubscription, parts: &[usize]) -> DetectorId {
+        self.detectors.insert(Detector::new(cs, parts)) as DetectorId
     }
 
     /// Drops detector `id` and everything it stores; false if there was none.

@@ -17,6 +17,17 @@ pub(super) enum Op {
     Times { count: usize, attr: Name, step: Value },
     /// `||`: a child's match is this node's match.
     Or,
+    /// `&` of leaves that all bind exactly the variables `key` (none other): a chain of
+    /// `&`s compiled into one node, whose sides are its leaves in order (a workflow job's
+    /// dependencies within one generation). It stores each leaf's publications under their
+    /// binding and forms a match once every side has one: no partial match is stored for a
+    /// part of the chain. The `&` nodes it replaces are [`Op::Absorbed`].
+    All {
+        /// The variables every leaf binds: the key its publications are stored under.
+        key: Vec<usize>,
+    },
+    /// An `&` inside an [`Op::All`]: receives nothing.
+    Absorbed,
     /// `&` or `;`: stores both children's matches and pairs them.
     Join {
         seq: bool,
@@ -30,7 +41,8 @@ pub(super) enum Op {
 #[derive(Debug)]
 pub(super) struct Node {
     pub(super) op: Op,
-    /// The parent and which side of it this node is (0 left, 1 right).
+    /// The parent and which side of it this node is (0 left, 1 right; a leaf of an
+    /// [`Op::All`] is its side of that node).
     pub(super) parent: Option<(usize, usize)>,
     /// The left and right children of an operator.
     pub(super) children: Option<(usize, usize)>,
@@ -112,7 +124,9 @@ fn vars_of(sub: &Subscription, names: &mut Vec<Name>) -> Vec<(Name, usize)> {
 }
 
 impl Pattern {
-    pub(super) fn compile(cs: &CompositeSubscription) -> Self {
+    /// `cs` compiled; the nodes in `parts` receive matches detected elsewhere (they are
+    /// never absorbed into an [`Op::All`], which receives only its leaves' publications).
+    pub(super) fn compile(cs: &CompositeSubscription, parts: &[usize]) -> Self {
         let mut names = Vec::new();
         let mut nodes: Vec<Node> = Vec::with_capacity(cs.nodes().len());
         let mut leaf_node = Vec::new();
@@ -180,18 +194,79 @@ impl Pattern {
             Some(until) => (vars_of(until, &mut names), true),
             None => (Vec::new(), false),
         };
-        Self { nodes, leaf_node, leaf_vars, slots: names.len(), window: cs.window(), until_vars, has_until }
+        let mut pattern = Self {
+            nodes,
+            leaf_node,
+            leaf_vars,
+            slots: names.len(),
+            window: cs.window(),
+            until_vars,
+            has_until,
+        };
+        pattern.gather_all(parts);
+        pattern
+    }
+
+    /// Compiles each maximal chain of `&`s over leaves that bind the same variables (at
+    /// least one, and nothing else) into one [`Op::All`]. A chain member that receives
+    /// parts from elsewhere ends the chain there.
+    fn gather_all(&mut self, parts: &[usize]) {
+        // The variables of each node whose subtree is such a chain (or such a leaf).
+        let mut same: Vec<Option<BTreeSet<usize>>> = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            let vars = match (&node.op, node.children) {
+                (Op::Leaf, _) if !node.certain.is_empty() => Some(node.certain.clone()),
+                (Op::Join { seq: false, .. }, Some((left, right))) => {
+                    let member = |child: usize| {
+                        let leaf = matches!(self.nodes[child].op, Op::Leaf);
+                        same[child].as_ref().filter(|_| leaf || !parts.contains(&child))
+                    };
+                    member(left).zip(member(right)).filter(|(l, r)| l == r).map(|(l, _)| l.clone())
+                }
+                _ => None,
+            };
+            same.push(vars);
+        }
+        for index in 0..self.nodes.len() {
+            let Some(vars) = &same[index] else { continue };
+            if matches!(self.nodes[index].op, Op::Leaf) {
+                continue;
+            }
+            let absorbed = self.nodes[index]
+                .parent
+                .is_some_and(|(parent, _)| same[parent].is_some() && !parts.contains(&index));
+            if absorbed {
+                self.nodes[index].op = Op::Absorbed;
+                continue;
+            }
+            self.nodes[index].op = Op::All { key: vars.iter().copied().collect() };
+            let (lo, hi) = self.nodes[index].leaves;
+            for leaf in lo..hi {
+                self.nodes[self.leaf_node[leaf]].parent = Some((index, leaf - lo));
+            }
+        }
+    }
+
+    /// How many sides `node` stores matches for: a join's two, an [`Op::All`]'s leaves, a
+    /// `Times`'s one.
+    pub(super) fn sides(&self, node: usize) -> usize {
+        match &self.nodes[node].op {
+            Op::All { .. } => self.nodes[node].leaves.1 - self.nodes[node].leaves.0,
+            Op::Join { .. } => 2,
+            Op::Times { .. } => 1,
+            Op::Leaf | Op::Or | Op::Absorbed => 0,
+        }
     }
 
     /// The slots `node`'s stored partial matches are keyed by, if it stores any: a join's
     /// join variables, a `Times`'s variables.
     pub(super) fn key_slots(&self, node: usize) -> Option<Vec<usize>> {
         match &self.nodes[node].op {
-            Op::Join { key, .. } => Some(key.clone()),
+            Op::Join { key, .. } | Op::All { key } => Some(key.clone()),
             Op::Times { .. } => {
                 Some(self.leaf_vars[self.nodes[node].leaves.0].iter().map(|&(_, s)| s).collect())
             }
-            Op::Leaf | Op::Or => None,
+            Op::Leaf | Op::Or | Op::Absorbed => None,
         }
     }
 

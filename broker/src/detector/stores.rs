@@ -1,7 +1,7 @@
 //! Where one detector keeps its partial matches.
 //!
-//! Every node that stores (`&`, `;`, `Times`) keeps a list per side of its children's
-//! matches, by key (the values of its join variables). Nodes keyed by the same variables
+//! Every node that stores (`&`, `;`, `Times`, and an `&` of leaves on one binding) keeps a
+//! list per side of its children's matches, by key (the values of its join variables). Nodes keyed by the same variables
 //! share one map, a binding's lists for all of them in one bucket: in a workflow's
 //! dependency every join is on the generation id, so one lookup finds, stores, or drops
 //! everything a generation has at the detector, instead of one per node (the lookups are
@@ -45,16 +45,17 @@ struct KeyClass {
 #[derive(Debug)]
 pub(super) struct Stores {
     classes: Vec<KeyClass>,
-    /// Per node: (key class, place in it), for the nodes that store.
-    place: Vec<Option<(usize, usize)>>,
+    /// Per node: (key class, its first list's number in the class), for the nodes that
+    /// store.
+    place: Vec<Option<(usize, u32)>>,
 }
 
 impl Stores {
     pub(super) fn new(pattern: &Pattern) -> Self {
         let mut slots_of: Vec<Vec<usize>> = Vec::new();
         let mut classes: Vec<KeyClass> = Vec::new();
-        // How many nodes each class has so far: a node's place in its class.
-        let mut width: Vec<usize> = Vec::new();
+        // How many lists each class has so far: the next node's first list number.
+        let mut width: Vec<u32> = Vec::new();
         let place = (0..pattern.nodes.len())
             .map(|node| {
                 let slots = pattern.key_slots(node)?;
@@ -64,8 +65,12 @@ impl Stores {
                     width.push(0);
                     classes.len() - 1
                 });
-                width[class] += 1;
-                Some((class, width[class] - 1))
+                let base = width[class];
+                // A pattern has at most 4,096 nodes (`Limits`), so list numbers fit.
+                #[allow(clippy::cast_possible_truncation)]
+                let sides = pattern.sides(node) as u32;
+                width[class] += sides;
+                Some((class, base))
             })
             .collect();
         let until: Vec<usize> = pattern.until_vars.iter().map(|&(_, s)| s).collect();
@@ -86,10 +91,10 @@ impl Stores {
 
     /// The key class and list number of `node`'s `side`.
     fn at(&self, node: usize, side: usize) -> (usize, u32) {
-        let (class, place) = self.place[node].expect("only storing nodes store");
+        let (class, base) = self.place[node].expect("only storing nodes store");
         // A pattern has at most 4,096 nodes (`Limits`).
         #[allow(clippy::cast_possible_truncation)]
-        (class, (2 * place + side) as u32)
+        (class, base + side as u32)
     }
 
     pub(super) fn push(&mut self, node: usize, side: usize, key: Key, stored: Stored) {
@@ -109,9 +114,9 @@ impl Stores {
         stored: Stored,
     ) -> Partners {
         let (class, list) = self.at(node, side);
+        let other = self.at(node, 1 - side).1;
         let bucket = self.classes[class].buckets.entry(key).or_default();
         bucket.push((list, stored));
-        let other = list ^ 1;
         if bucket.iter().filter(|(l, _)| *l == other).count() <= SHARED_PARTNERS {
             Partners::Shared(
                 bucket.iter().filter(|(l, _)| *l == other).map(|(_, s)| s.partial.clone()).collect(),
@@ -119,6 +124,49 @@ impl Stores {
         } else {
             Partners::Taken(take_list(bucket, other))
         }
+    }
+
+    /// [`Self::push`] onto side `side` of `node`, which has `sides` sides; if every other
+    /// side has a stored match for `key`, returns every side's, in the order stored, with
+    /// `partial` alone on its own side (what it pairs with, not what its side already held).
+    pub(super) fn push_and_complete(
+        &mut self,
+        node: usize,
+        side: usize,
+        sides: usize,
+        key: Key,
+        stored: Stored,
+    ) -> Option<Vec<Sides>> {
+        let (class, list) = self.at(node, side);
+        let base = self.at(node, 0).1;
+        let bucket = self.classes[class].buckets.entry(key).or_default();
+        let own = stored.partial.clone();
+        if bucket.len() == bucket.capacity() {
+            // Room for a publication of every side at once, not grown one doubling at a
+            // time (a generation's bucket holds one per job it waits for).
+            bucket.reserve_exact(sides.saturating_sub(bucket.len()).max(1));
+        }
+        bucket.push((list, stored));
+        let side_of = |l: u32| (l >= base && l < base + sides as u32).then(|| (l - base) as usize);
+        let mut present: SmallVec<[bool; 8]> = smallvec::smallvec![false; sides];
+        let mut missing = sides;
+        for (l, _) in bucket.iter() {
+            if let Some(s) = side_of(*l).filter(|&s| !present[s]) {
+                present[s] = true;
+                missing -= 1;
+            }
+        }
+        if missing > 0 {
+            return None;
+        }
+        let mut lists: Vec<Sides> = vec![Sides::new(); sides];
+        for (l, s) in bucket.iter() {
+            if let Some(at) = side_of(*l).filter(|&at| at != side) {
+                lists[at].push(s.partial.clone());
+            }
+        }
+        lists[side].push(own);
+        Some(lists)
     }
 
     /// Takes the list of `node`'s `side` for `key` out, to be put back with
@@ -201,6 +249,9 @@ fn take_list(bucket: &mut Bucket, list: u32) -> List {
     *bucket = kept;
     taken
 }
+
+/// One side's stored matches, as [`Stores::push_and_complete`] hands them out.
+pub(super) type Sides = SmallVec<[Arc<Partial>; 1]>;
 
 /// Up to this many matches, a bucket's list is taken out by shifting in place.
 const SMALL_BUCKET: usize = 16;

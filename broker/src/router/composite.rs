@@ -452,13 +452,16 @@ impl Router {
                 let cs = detected.0.clone();
                 let dests =
                     self.destinations(&cs, self.composites.parts.get(key).and_then(|p| p.upstream.as_ref()));
-                let detector = self.composites.detectors.add(&cs);
                 let mut frontier = Vec::new();
                 if at_subscriber {
                     frontier.extend((0..cs.nodes().len()).filter(|&n| is_leaf(&cs, n)).map(|n| (n, None)));
                 } else {
                     split(&cs, &dests, root, &mut frontier, &self.neighbours);
                 }
+                // The nodes detected elsewhere, whose matches come back as parts.
+                let remote: Vec<usize> =
+                    frontier.iter().filter(|(_, to)| to.is_some()).map(|&(node, _)| node).collect();
+                let detector = self.composites.detectors.add_with_parts(&cs, &remote);
                 let leaves = cs.leaf_numbers();
                 let mut subs = Vec::new();
                 let mut parts = Vec::new();
