@@ -429,7 +429,7 @@ fn detectors_alone(apps: usize, stream: &[Publication], expected: Option<usize>)
 
 /// Profiling aid (`PROFILE_ONLY=router` or `=detectors`): one part of (b), larger.
 pub(crate) fn profile(what: &str, seed: u64) {
-    let apps = 10_000;
+    let apps: usize = std::env::var("PROFILE_APPS").ok().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     match what {
         "router" => {
             let generations = std::env::var("PROFILE_GENERATIONS").ok().and_then(|g| g.parse().ok());

@@ -207,7 +207,9 @@ struct Stored {
 struct Loc {
     node: u32,
     side: u32,
-    key: Key,
+    /// The partial match (its key is made from its bindings when it is removed by
+    /// reference: cheaper than keeping a copy of the key for every one stored).
+    partial: Arc<Partial>,
     generation: u64,
     /// What it counts toward [`Bounds::max_bytes`].
     bytes: u64,
@@ -282,8 +284,22 @@ impl Detector {
     fn remove_entry(&mut self, entry: usize) {
         let loc = self.entries.remove(entry);
         self.bytes -= loc.bytes;
-        if let Some(stored) = self.stores.remove(loc.node as usize, loc.side as usize, &loc.key, entry) {
+        let node = loc.node as usize;
+        let key = self.stored_key(node, &loc.partial).expect("a stored partial match binds its key");
+        if let Some(stored) = self.stores.remove(node, loc.side as usize, &key, entry) {
             self.forget_unbound(&stored.partial);
+        }
+    }
+
+    /// The key `partial` is stored under at `node`.
+    fn stored_key(&self, node: usize, partial: &Partial) -> Option<Key> {
+        match &self.pattern.nodes[node].op {
+            Op::Join { key, .. } | Op::All { key } => partial.key(key.iter().copied()),
+            Op::Times { .. } => {
+                let leaf = self.pattern.nodes[node].leaves.0;
+                partial.key(self.pattern.leaf_vars[leaf].iter().map(|&(_, s)| s))
+            }
+            Op::Leaf | Op::Or | Op::Absorbed => None,
         }
     }
 
@@ -319,13 +335,14 @@ impl Detector {
     }
 
     /// Removes end `e` of binding `key` from the remembered ones.
-    fn unremember(&mut self, key: &Key, e: &Stamp) {
-        if let Some(stamps) = self.ends.get_mut(key) {
-            if let Some(at) = stamps.iter().position(|s| s == e) {
-                stamps.remove(at);
+    fn unremember(&mut self, key: Key, e: &Stamp) {
+        // One lookup (the key is the queue's own copy).
+        if let std::collections::hash_map::Entry::Occupied(mut stamps) = self.ends.entry(key) {
+            if let Some(at) = stamps.get().iter().position(|s| s == e) {
+                stamps.get_mut().remove(at);
             }
-            if stamps.is_empty() {
-                self.ends.remove(key);
+            if stamps.get().is_empty() {
+                stamps.remove();
             }
         }
     }
@@ -348,7 +365,7 @@ impl Detector {
                 kept.push((key, e));
                 continue;
             }
-            self.unremember(&key, &e);
+            self.unremember(key, &e);
         }
         let again = (!kept.is_empty()).then(|| now.saturating_add(lateness.max(1)));
         for (key, e) in kept {
@@ -428,7 +445,7 @@ impl Detector {
     }
 
     fn store(&mut self, ctx: &mut Ctx<'_>, node: usize, side: usize, key: Key, partial: Arc<Partial>) {
-        let stored = self.account(ctx, node, side, &key, partial);
+        let stored = self.account(ctx, node, side, partial);
         self.stores.push(node, side, key, stored);
     }
 
@@ -442,20 +459,13 @@ impl Detector {
         key: Key,
         partial: Arc<Partial>,
     ) -> Partners {
-        let stored = self.account(ctx, node, side, &key, partial);
+        let stored = self.account(ctx, node, side, partial);
         self.stores.push_and_partners(node, side, key, stored)
     }
 
-    /// Counts `partial` in, to be stored on `node`'s `side` under `key`: its entry, bytes,
-    /// place in the eviction order and expiry.
-    fn account(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        node: usize,
-        side: usize,
-        key: &Key,
-        partial: Arc<Partial>,
-    ) -> Stored {
+    /// Counts `partial` in, to be stored on `node`'s `side`: its entry, bytes, place in the
+    /// eviction order and expiry.
+    fn account(&mut self, ctx: &mut Ctx<'_>, node: usize, side: usize, partial: Arc<Partial>) -> Stored {
         *ctx.next_generation += 1;
         let generation = *ctx.next_generation;
         let expiry = self
@@ -480,7 +490,8 @@ impl Detector {
         // Node and side numbers are small (a pattern has at most 4,096 nodes: `Limits`).
         #[allow(clippy::cast_possible_truncation)]
         let (n, s) = (node as u32, side as u32);
-        let entry = self.entries.insert(Loc { node: n, side: s, key: key.clone(), generation, bytes });
+        let entry =
+            self.entries.insert(Loc { node: n, side: s, partial: partial.clone(), generation, bytes });
         self.order.push_back((entry, generation));
         ctx.stored.push((entry, generation, expiry));
         Stored { entry, partial }
@@ -580,7 +591,7 @@ impl Detector {
         let Op::All { key } = &self.pattern.nodes[node].op else { return };
         let Some(key) = partial.key(key.iter().copied()) else { return };
         let sides = self.pattern.sides(node);
-        let stored = self.account(ctx, node, side, &key, partial);
+        let stored = self.account(ctx, node, side, partial);
         let Some(lists) = self.stores.push_and_complete(node, side, sides, key, stored) else { return };
         let bindings = lists[side][0].bindings.clone();
         // An odometer over the sides' lists, each from its most recently stored.
@@ -813,7 +824,7 @@ impl Detector {
             while self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) && self.evict_oldest() {
                 ctx.counters.evicted += 1;
             }
-            self.unremember(&key, &e);
+            self.unremember(key, &e);
         }
         Some(forget_at)
     }
