@@ -220,15 +220,7 @@ fn chains_of_and_on_one_binding_give_the_reference_answer() {
         })
         .take(3)
         .collect();
-    assert!(
-        failures.is_empty(),
-        "{}",
-        failures.join(
-            "
-
-"
-        )
-    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]

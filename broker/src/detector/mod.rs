@@ -116,7 +116,7 @@ impl Default for Bounds {
 
 /// What a stored partial match counts toward [`Bounds::max_bytes`] besides its
 /// publications: about what one takes, rounded up (`padres-bench composite` measures
-/// it: about 410 B).
+/// it: about 360 B).
 pub const PARTIAL_OVERHEAD: u64 = 512;
 
 /// What the detectors did, since the broker started (`stored`: now).
@@ -236,7 +236,8 @@ struct Ctx<'a> {
 #[derive(Debug)]
 struct Detector {
     pattern: Pattern,
-    /// Per storing node, the stored matches of its left (0) and right (1) child, by key.
+    /// Per storing node, the stored matches of each side (a join's left (0) and right (1)
+    /// child, an `&` chain's leaves, a `Times`'s one), by key.
     stores: Stores,
     entries: Slab<Loc>,
     /// What its entries count toward [`Bounds::max_bytes`].

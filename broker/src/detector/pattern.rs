@@ -259,7 +259,7 @@ impl Pattern {
     }
 
     /// The slots `node`'s stored partial matches are keyed by, if it stores any: a join's
-    /// join variables, a `Times`'s variables.
+    /// join variables, an `&` chain's leaves' variables, a `Times`'s variables.
     pub(super) fn key_slots(&self, node: usize) -> Option<Vec<usize>> {
         match &self.nodes[node].op {
             Op::Join { key, .. } | Op::All { key } => Some(key.clone()),

@@ -21,8 +21,8 @@ use super::pattern::{Key, Pattern};
 use super::{Partial, Stored};
 
 /// One binding's stored matches for every list of the key class, each with its list's
-/// number (2 × the node's place + side); each list's matches in the order stored; the
-/// first inline.
+/// number (the node's first list number + side: a node has a block of list numbers, one
+/// per side); each list's matches in the order stored; the first inline.
 type Bucket = SmallVec<[(u32, Stored); 1]>;
 
 /// One side's stored matches for one binding (each with its list's number), in the order
