@@ -428,6 +428,8 @@ fn detectors_alone(apps: usize, stream: &[Publication], expected: Option<usize>)
 }
 
 /// Profiling aid (`PROFILE_ONLY=router` or `=detectors`): one part of (b), larger.
+/// `PROFILE_APPS` sets the number of patterns (10,000), `PROFILE_GENERATIONS` the router
+/// run's generations (100,000), `PROFILE_ALLOCS=1` counts the router's allocations too.
 pub(crate) fn profile(what: &str, seed: u64) {
     let apps: usize = std::env::var("PROFILE_APPS").ok().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     match what {
