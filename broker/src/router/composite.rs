@@ -50,6 +50,9 @@ pub(super) type PartKey = Arc<(String, Option<Name>)>;
 /// subscription's role in it, and the pattern's detector here.
 pub(super) type DetectorInput = (PartKey, Role, DetectorId);
 
+/// The detector inputs one publication feeds: usually one (a leaf or an end), inline.
+pub(super) type DetectorInputs = smallvec::SmallVec<[DetectorInput; 2]>;
+
 /// A leaf reaching into the past: its number and subscription.
 pub(super) type HistoricLeaf = (u32, Arc<Subscription>);
 
@@ -139,6 +142,8 @@ pub(super) struct Composites {
     /// The id of the part forwarded with this text to this neighbour.
     outgoing: HashMap<(String, Name), MessageId>,
     pub(super) detectors: Detectors,
+    /// The matches one input completed, reused from input to input.
+    completed: Vec<Match>,
 }
 
 impl Composites {
@@ -606,7 +611,7 @@ impl Router {
     /// them known by id only): feed the detectors, send the matches they complete.
     pub(super) fn detect(
         &mut self,
-        mut inputs: Vec<DetectorInput>,
+        mut inputs: DetectorInputs,
         ids: &[MessageId],
         stamped: &Arc<Stamped>,
         out: &mut Vec<Output>,
@@ -618,7 +623,7 @@ impl Router {
         // does both, in that order.
         inputs.sort_unstable_by_key(|&(_, role, detector)| (role, detector));
         let now = self.now;
-        let mut matches = Vec::new();
+        let mut matches = std::mem::take(&mut self.composites.completed);
         for (key, role, detector) in inputs {
             match role {
                 Role::Leaf(leaf) => {
@@ -631,6 +636,7 @@ impl Router {
                 self.deliver(&key, m, out);
             }
         }
+        self.composites.completed = matches;
     }
 
     /// Neighbour `from` sent a match of part `id` this broker forwarded.

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use padres_lang::wire::{BrokerMessage, Forwarded};
 use padres_lang::{MessageId, Name, Publication, Stamp, Subscription, covers};
 
-use super::composite::DetectorInput;
+use super::composite::DetectorInputs;
 use super::covering::Covering;
 use super::{ClientId, Hop, Output};
 use crate::matching::{Scratch, SubscriptionIndex};
@@ -88,7 +88,7 @@ pub(super) struct Next {
     /// Subscriptions of this broker's composite detectors, by id...
     pub(super) detected: Vec<MessageId>,
     /// ...or by what they feed.
-    pub(super) inputs: Vec<DetectorInput>,
+    pub(super) inputs: DetectorInputs,
     /// This broker's history store keeps it.
     pub(super) stored: bool,
 }
