@@ -516,12 +516,10 @@ impl Detector {
     /// A match of `node` was formed: hand it to the parent, or out if `node` is the root.
     fn propagate(&mut self, ctx: &mut Ctx<'_>, node: usize, partial: Arc<Partial>, out: &mut Vec<Match>) {
         let Some((parent, side)) = self.pattern.nodes[node].parent else {
-            ctx.counters.matches += 1;
-            self.matches += 1;
-            let mut pubs = partial.pubs.to_vec();
-            pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
-            out.push(Match { pubs });
-            return;
+            // Usually the match's only handle: its publications are taken, not copied.
+            let pubs =
+                Arc::try_unwrap(partial).map_or_else(|shared| shared.pubs.to_vec(), |p| p.pubs.into_vec());
+            return self.complete(ctx, pubs, out);
         };
         let (seq, key, shared) = match &self.pattern.nodes[parent].op {
             Op::Or => return self.propagate(ctx, parent, partial, out),
@@ -607,7 +605,11 @@ impl Detector {
             let combined = combine(&lists, &at, &bindings);
             if self.admissible(&combined) {
                 self.formed[node] += 1;
-                self.propagate(ctx, node, Arc::new(combined), out);
+                if self.pattern.nodes[node].parent.is_none() {
+                    self.complete(ctx, combined.pubs.into_vec(), out);
+                } else {
+                    self.propagate(ctx, node, Arc::new(combined), out);
+                }
             }
             let mut s = sides;
             loop {
@@ -622,6 +624,14 @@ impl Detector {
                 at[s] = lists[s].len() - 1;
             }
         }
+    }
+
+    /// A match of the whole pattern, with publications `pubs`.
+    fn complete(&mut self, ctx: &mut Ctx<'_>, mut pubs: Vec<(u32, Arc<Stamped>)>, out: &mut Vec<Match>) {
+        ctx.counters.matches += 1;
+        self.matches += 1;
+        pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
+        out.push(Match { pubs });
     }
 
     fn leaf(&mut self, ctx: &mut Ctx<'_>, leaf: usize, publication: &Arc<Stamped>, out: &mut Vec<Match>) {
