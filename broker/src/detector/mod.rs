@@ -292,16 +292,10 @@ impl Detector {
         }
     }
 
-    /// The key `partial` is stored under at `node`.
+    /// The key `partial` is stored under at `node` (removals by reference only: the
+    /// slots are looked up anew).
     fn stored_key(&self, node: usize, partial: &Partial) -> Option<Key> {
-        match &self.pattern.nodes[node].op {
-            Op::Join { key, .. } | Op::All { key } => partial.key(key.iter().copied()),
-            Op::Times { .. } => {
-                let leaf = self.pattern.nodes[node].leaves.0;
-                partial.key(self.pattern.leaf_vars[leaf].iter().map(|&(_, s)| s))
-            }
-            Op::Leaf | Op::Or | Op::Absorbed => None,
-        }
+        partial.key(self.pattern.key_slots(node)?)
     }
 
     /// True if `partial` binds every variable of the `until` filter (so an end can be

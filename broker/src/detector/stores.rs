@@ -1,11 +1,12 @@
 //! Where one detector keeps its partial matches.
 //!
 //! Every node that stores (`&`, `;`, `Times`, and an `&` of leaves on one binding) keeps a
-//! list per side of its children's matches, by key (the values of its join variables). Nodes keyed by the same variables
-//! share one map, a binding's lists for all of them in one bucket: in a workflow's
-//! dependency every join is on the generation id, so one lookup finds, stores, or drops
-//! everything a generation has at the detector, instead of one per node (the lookups are
-//! cache misses once a generation is a few thousand publications old).
+//! list per side of its children's matches, by key (the values of its join variables).
+//! Nodes keyed by the same variables share one map, a binding's lists for all of them in
+//! one bucket: in a workflow's dependency every join is on the generation id, so one lookup
+//! finds, stores, or drops everything a generation has at the detector, instead of one per
+//! node (the lookups are cache misses once a generation is a few thousand publications
+//! old).
 //!
 //! A bucket holds its matches each tagged with its list (node and side), not a list per
 //! node and side: a binding usually has a few matches among many lists (one per side of
