@@ -206,7 +206,7 @@ impl<'a> Cursor<'a> {
             return Err(self.expected(what));
         }
         let text = self.take_while(is_ident_char);
-        Name::new(text).map_err(|e| self.invalid(start, e))
+        Name::interned(text).map_err(|e| self.invalid(start, e))
     }
 
     /// `predicate { "," predicate }`, stopping before anything that is not a `,`.
@@ -303,7 +303,7 @@ impl<'a> Cursor<'a> {
         }
         let start = self.pos;
         let text = self.take_while(is_ident_char);
-        let name = Name::new(text).map_err(|e| self.invalid(start, e))?;
+        let name = Name::interned(text).map_err(|e| self.invalid(start, e))?;
         Ok(Variable { kind, name })
     }
 
