@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
-use padres_lang::{Advertisement, Publication, Subscription, matches, overlaps};
+use padres_lang::{Advertisement, Name, Publication, Subscription, matches, overlaps};
 
 /// Seeded, so every failure replays from its seed.
 struct Rng(fastrand::Rng);
@@ -165,7 +165,21 @@ fn publication(rng: &mut Rng, shape: Shape) -> Publication {
             text.push_str(&format!(",[{attr},{value}]"));
         }
     }
-    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+    if rng.chance(20) {
+        // Attributes no subscription names, enough that the index resolves every name to
+        // its id instead of scanning for the few its groups ask about.
+        for i in 0..1 + rng.below(8) {
+            text.push_str(&format!(",[f{i},{i}]"));
+        }
+    }
+    let p: Publication = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+    if rng.chance(30) {
+        // Names that share no text with the subscriptions' (as decoded on another
+        // thread): told equal by their text.
+        let attrs = p.attrs().iter().map(|(n, v)| (Name::new(n).expect("a name"), v.clone())).collect();
+        return Publication::new(attrs).expect("the same publication");
+    }
+    p
 }
 
 /// The live subscriptions, as the reference sees them.

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use padres_lang::semantics::holds;
 use padres_lang::value::SmolStr;
-use padres_lang::{Op, Publication, Subscription, Value};
+use padres_lang::{Op, Subscription, Value};
 
 use super::bits::{self, Layout};
 use super::column::Column;
 use super::keys::{FloatProbe, Num, Placement, Text, TextProbe, exact_float, placement};
 use super::slots::{Slots, clear_dead};
-use super::{AttrId, value_of};
+use super::{AttrId, Values};
 
 /// Everything one group knows about one attribute.
 #[derive(Debug)]
@@ -213,8 +213,7 @@ impl<K: Clone> Group<K> {
     /// with the subscription when it still needs confirming.
     pub(super) fn candidates(
         &self,
-        publication: &Publication,
-        attrs: &[(AttrId, usize)],
+        values: Values<'_>,
         mismatch: &mut Vec<u64>,
         visit: &mut impl FnMut(&K, Option<&Subscription>),
     ) {
@@ -222,7 +221,7 @@ impl<K: Clone> Group<K> {
         mismatch.clear();
         mismatch.extend(self.slots.alive().iter().map(|w| !w));
         for (id, columns) in &self.columns {
-            let Some(value) = value_of(publication, attrs, *id) else {
+            let Some(value) = values.get(*id) else {
                 bits::or_into(mismatch, &columns.has);
                 continue;
             };

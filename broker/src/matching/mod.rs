@@ -234,6 +234,8 @@ pub struct Scratch {
 pub struct SubscriptionIndex<K> {
     /// Attribute names and classes, looked up for every publication (foldhash, as below).
     names: FastMap<Name, AttrId>,
+    /// The names by id.
+    attr_names: Vec<Name>,
     class_ids: FastMap<Arc<str>, u32>,
     /// Indexed by class id; a class keeps its (possibly empty) partition once seen.
     partitions: Vec<Partition<K>>,
@@ -244,6 +246,7 @@ impl<K> Default for SubscriptionIndex<K> {
     fn default() -> Self {
         Self {
             names: FastMap::default(),
+            attr_names: Vec::new(),
             class_ids: FastMap::default(),
             partitions: Vec::new(),
             locations: HashMap::new(),
@@ -272,8 +275,15 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         self.remove(&key);
         let mut attrs: Vec<AttrId> = Vec::new();
         for p in sub.predicates().iter().filter(|p| p.attr() != "class") {
-            let next = AttrId::try_from(self.names.len()).unwrap_or(AttrId::MAX);
-            let id = *self.names.entry(p.attr().clone()).or_insert(next);
+            let id = match self.names.get(p.attr().as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = AttrId::try_from(self.attr_names.len()).unwrap_or(AttrId::MAX);
+                    self.names.insert(p.attr().clone(), id);
+                    self.attr_names.push(p.attr().clone());
+                    id
+                }
+            };
             if !attrs.contains(&id) {
                 attrs.push(id);
             }
@@ -431,25 +441,41 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         mut visit: impl FnMut(&K, Option<&Subscription>),
     ) {
         let Some(partition) = self.partition(publication.class()) else { return };
-        scratch.attrs.clear();
-        for (i, (name, _)) in publication.attrs().iter().enumerate() {
-            if let Some(&id) = self.names.get(name.as_str()) {
-                scratch.attrs.push((id, i));
+        let Scratch { mismatch, attrs } = scratch;
+        // The groups to visit, each found once (a publication visits a few): the shared
+        // group first, then those of the attributes it carries, by id.
+        let mut groups: SmallVec<[&Group<K>; 4]> = SmallVec::new();
+        let pivots = &partition.attr_pivots;
+        let values = if publication.attrs().len() <= SCAN_ATTRS && pivots.len() <= SCAN_ATTRS {
+            let values = Values::Scan { publication, names: &self.attr_names };
+            let carried = |p: &&Pivot| **p == NO_PIVOT || values.get(**p).is_some();
+            let (shared, by_attr) = match pivots.split_last() {
+                Some((&NO_PIVOT, rest)) => (Some(NO_PIVOT), rest),
+                _ => (None, &pivots[..]),
+            };
+            let visited = shared.iter().chain(by_attr.iter().filter(carried));
+            groups.extend(visited.filter_map(|p| partition.groups.get(p)));
+            values
+        } else {
+            attrs.clear();
+            for (i, (name, _)) in publication.attrs().iter().enumerate() {
+                if let Some(&id) = self.names.get(name.as_str()) {
+                    attrs.push((id, i));
+                }
             }
-        }
-        scratch.attrs.sort_unstable();
-        // The groups to visit, each found once (a publication visits a few).
-        let has_group = |p: &Pivot| partition.attr_pivots.binary_search(p).is_ok();
-        let pivots = std::iter::once(NO_PIVOT).chain(scratch.attrs.iter().map(|&(id, _)| id));
-        let mut groups: SmallVec<[&Group<K>; 4]> =
-            pivots.filter(has_group).filter_map(|p| partition.groups.get(&p)).collect();
+            attrs.sort_unstable();
+            let has_group = |p: &Pivot| pivots.binary_search(p).is_ok();
+            let visited = std::iter::once(NO_PIVOT).chain(attrs.iter().map(|&(id, _)| id));
+            groups.extend(visited.filter(has_group).filter_map(|p| partition.groups.get(&p)));
+            Values::Sorted { publication, attrs }
+        };
         for (attr, by_value) in &partition.value_pivots {
-            if let Some(s) = value_of(publication, &scratch.attrs, *attr).and_then(Value::as_str) {
+            if let Some(s) = values.get(*attr).and_then(Value::as_str) {
                 groups.extend(by_value.get(s).and_then(|p| partition.groups.get(p)));
             }
         }
         for group in groups {
-            group.candidates(publication, &scratch.attrs, &mut scratch.mismatch, &mut visit);
+            group.candidates(values, mismatch, &mut visit);
         }
     }
 
@@ -525,10 +551,36 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
     }
 }
 
-/// The value of attribute `id` in `publication`, given the sorted `(id, index)` pairs.
-fn value_of<'p>(publication: &'p Publication, attrs: &[(AttrId, usize)], id: AttrId) -> Option<&'p Value> {
-    let i = attrs.binary_search_by_key(&id, |&(a, _)| a).ok()?;
-    publication.attrs().get(attrs[i].1).map(|(_, v)| v)
+/// Up to this many attributes in a publication (and attribute groups in its class), its
+/// values are found by scanning for each name the groups ask about, not by resolving every
+/// name to its id first: names decoded on one thread share their text, so a scan is mostly
+/// pointer comparisons, where resolving hashed each name (7 lookups, about 650
+/// instructions, of a workflow leaf publication's match).
+const SCAN_ATTRS: usize = 8;
+
+/// A publication's values by attribute id, for one match.
+#[derive(Clone, Copy)]
+enum Values<'p> {
+    /// Found by name (`names` by id).
+    Scan { publication: &'p Publication, names: &'p [Name] },
+    /// Every name resolved to its id once: sorted `(id, index)` pairs.
+    Sorted { publication: &'p Publication, attrs: &'p [(AttrId, usize)] },
+}
+
+impl<'p> Values<'p> {
+    /// The value of attribute `id`.
+    fn get(self, id: AttrId) -> Option<&'p Value> {
+        match self {
+            Self::Scan { publication, names } => {
+                let name = names.get(id as usize)?;
+                publication.attrs().iter().find(|(n, _)| n == name).map(|(_, v)| v)
+            }
+            Self::Sorted { publication, attrs } => {
+                let i = attrs.binary_search_by_key(&id, |&(a, _)| a).ok()?;
+                publication.attrs().get(attrs[i].1).map(|(_, v)| v)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
