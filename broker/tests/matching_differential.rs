@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
-use padres_lang::{Advertisement, Name, Publication, Subscription, matches, overlaps};
+use padres_lang::{Advertisement, Name, Publication, Subscription, Timestamp, matches, overlaps};
 
 /// Seeded, so every failure replays from its seed.
 struct Rng(fastrand::Rng);
@@ -326,4 +326,40 @@ fn advertisement_overlaps_agree_with_reference_semantics() {
         assert!(overlaps_agree(seed, INTERVALS, 1500) > 1000);
     }
     assert!(overlaps_agree(7, KEYED, 3000) > 1000);
+}
+
+/// The broker's conformance check against the reference: random publications, some
+/// carrying `time`, and random advertisements, half of them of the publication's class and
+/// saying `isPresent` for each of its attributes (in a random order, so the publication's
+/// order and the advertisement's agree only sometimes) besides their random predicates.
+#[test]
+fn conformance_agrees_with_reference_semantics() {
+    let mut outcomes = [0; 2];
+    for seed in 0..20_000 {
+        let mut rng = Rng(fastrand::Rng::with_seed(seed));
+        let shape = if seed % 2 == 0 { MIXED } else { KEYED };
+        let mut p = publication(&mut rng, shape);
+        if rng.chance(30) {
+            p = p.with_time(Timestamp::from_millis(1_767_225_600_000).expect("a time"));
+        }
+        let mut adv = advertisement(&mut rng, shape).to_string();
+        if rng.chance(50) {
+            adv = format!("[class,eq,'{}']", p.class());
+            for _ in 0..rng.below(4) {
+                adv.push(',');
+                adv.push_str(&predicate(&mut rng, false, shape));
+            }
+            let mut names: Vec<&str> =
+                p.attrs().iter().map(|(n, _)| n.as_str()).filter(|n| *n != "class").collect();
+            rng.0.shuffle(&mut names);
+            for name in names {
+                adv.push_str(&format!(",[{name},isPresent,'']"));
+            }
+        }
+        let adv: Advertisement = adv.parse().unwrap_or_else(|e| panic!("{adv}: {e}"));
+        let expected = padres_lang::conforms(&p, &adv);
+        assert_eq!(padres_broker::matching::conforms(&p, &adv), expected, "seed {seed}: {p} to {adv}");
+        outcomes[usize::from(expected)] += 1;
+    }
+    assert!(outcomes.iter().all(|&n| n > 3000), "both answers, often: {outcomes:?}");
 }

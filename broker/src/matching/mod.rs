@@ -65,6 +65,7 @@
 mod advertisements;
 mod bits;
 mod column;
+mod conformance;
 mod group;
 mod keys;
 mod slots;
@@ -79,6 +80,7 @@ use padres_lang::{Advertisement, Name, Op, Publication, Subscription, Value};
 use smallvec::SmallVec;
 
 pub use advertisements::AdvertisementIndex;
+pub use conformance::conforms;
 use group::Group;
 
 /// An attribute name, interned.

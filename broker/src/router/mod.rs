@@ -86,7 +86,7 @@ use std::sync::Arc;
 
 use padres_lang::wire::{ErrorCode, Forwarded};
 use padres_lang::{
-    Advertisement, Message, MessageId, Name, Publication, Stamp, Stamped, Subscription, Timestamp, conforms,
+    Advertisement, Message, MessageId, Name, Publication, Stamp, Stamped, Subscription, Timestamp,
 };
 
 use crate::detector::{Bounds, Counters};
@@ -901,7 +901,9 @@ impl Router {
         let tree = self.clients.get(&client).and_then(|c| {
             c.advs
                 .iter()
-                .find(|id| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.item)))
+                .find(|id| {
+                    self.advs.get(id).is_some_and(|e| crate::matching::conforms(&publication, &e.item))
+                })
                 .cloned()
         });
         let Some(tree) = tree else {
