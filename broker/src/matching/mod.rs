@@ -36,6 +36,10 @@
 //!   `$I$` variables (as type checks) and integers beyond 2^53 are checked one by one with
 //!   the reference semantics. A `$S$` variable only needs a string there: it is the string
 //!   kind bit below, nothing else (composite leaves joined on `$S$` are common).
+//! - **Values by name.** A publication of a few attributes is not resolved to attribute
+//!   ids up front: each group scans it for the names of the columns it has, mostly
+//!   pointer comparisons, since names decoded on one thread share their text
+//!   (`SCAN_ATTRS`). Larger publications resolve every name once and binary-search.
 //! - **Presence and kind.** Per attribute, bitsets of the slots that constrain it at all,
 //!   numerically, or as a string: a publication without the attribute, or with a value of
 //!   another kind, crosses those out wholesale.
