@@ -42,7 +42,8 @@ thread_local! {
 impl Name {
     /// [`Name::new`], sharing the text of an equal name decoded before on this thread.
     pub fn interned(text: &str) -> Result<Self, InvalidMessage> {
-        RECENT.with(|recent| {
+        // Not shared when the thread's set is gone (text parsed while the thread ends).
+        let shared = RECENT.try_with(|recent| {
             let mut recent = recent.borrow_mut();
             if let Some(name) = recent.get(text) {
                 return Ok(name.clone());
@@ -53,7 +54,8 @@ impl Name {
             }
             recent.insert(name.clone());
             Ok(name)
-        })
+        });
+        shared.unwrap_or_else(|_| Self::new(text))
     }
 }
 
