@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use padres_broker::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
-use padres_lang::{Advertisement, Name, Publication, Subscription, Timestamp, matches, overlaps};
+use padres_lang::{Advertisement, Name, Publication, Subscription, Timestamp, Value, matches, overlaps};
 
 /// Seeded, so every failure replays from its seed.
 struct Rng(fastrand::Rng);
@@ -57,15 +57,20 @@ struct Shape {
     /// If not 0: most subscriptions also say `[key,eq,'vN']` with N below this, and most
     /// publications carry such a key (many distinct values: groups by value).
     keys: usize,
+    /// Percent of subscriptions that also constrain one of 12 rare attributes (each used
+    /// by too few of its class to share a group with the others: groups by attribute).
+    rare: usize,
 }
 
-const MIXED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 0 };
+const MIXED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 0, rare: 0 };
 /// Everything on one attribute and mostly intervals: one big group whose columns split
 /// into many cells and whose slots span several blocks.
-const DENSE: Shape = Shape { attrs: &["x"], intervals: 90, inserts: 90, keys: 0 };
+const DENSE: Shape = Shape { attrs: &["x"], intervals: 90, inserts: 90, keys: 0, rare: 0 };
 /// A key with many values on most subscriptions, as workflow leaves have (enough for the
 /// index to file them by value).
-const KEYED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 1500 };
+const KEYED: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 1500, rare: 0 };
+/// Some subscriptions on rare attributes, filed in groups of their own.
+const RARE: Shape = Shape { attrs: &ATTRS, intervals: 0, inserts: 60, keys: 0, rare: 8 };
 
 fn predicate(rng: &mut Rng, allow_vars: bool, shape: Shape) -> String {
     let attr = rng.pick(shape.attrs);
@@ -122,6 +127,9 @@ fn subscription(rng: &mut Rng, shape: Shape) -> Subscription {
             text.push_str(&format!(",[key,{op},'{operand}']"));
         }
     }
+    if shape.rare > 0 && rng.chance(shape.rare) {
+        text.push_str(&format!(",[r{},>=,{}]", rng.below(12), rng.below(100)));
+    }
     for _ in 0..rng.below(5) {
         text.push(',');
         text.push_str(&predicate(rng, true, shape));
@@ -165,8 +173,11 @@ fn publication(rng: &mut Rng, shape: Shape) -> Publication {
             text.push_str(&format!(",[{attr},{value}]"));
         }
     }
+    if shape.rare > 0 && rng.chance(40) {
+        text.push_str(&format!(",[r{},{}]", rng.below(12), rng.below(110)));
+    }
     if rng.chance(20) {
-        // Attributes no subscription names, enough that the index resolves every name to
+        // Attributes no subscription names, often enough that the index resolves every name to
         // its id instead of scanning for the few its groups ask about.
         for i in 0..1 + rng.below(8) {
             text.push_str(&format!(",[f{i},{i}]"));
@@ -188,6 +199,17 @@ type Live = Vec<(u32, Arc<Subscription>)>;
 fn check(seed: u64, index: &SubscriptionIndex<u32>, live: &Live, p: &Publication, scratch: &mut Scratch) {
     let mut got = Vec::new();
     index.matches_into(p, scratch, &mut got);
+    if p.attrs().len() <= 8 {
+        // The same publication made larger by attributes no subscription names (its values
+        // then found by resolved ids instead of by scanning for names): the same matches,
+        // in the same order.
+        let mut attrs = p.attrs().to_vec();
+        attrs.extend((0..9).map(|i| (Name::new(&format!("pad{i}")).expect("a name"), Value::Int(i))));
+        let larger = Publication::new(attrs).expect("a publication");
+        let mut again = Vec::new();
+        index.matches_into(&larger, scratch, &mut again);
+        assert_eq!(again, got, "seed {seed}: {p} and {larger}");
+    }
     let got: BTreeSet<u32> = got.into_iter().collect();
     let expected: BTreeSet<u32> = live.iter().filter(|(_, s)| matches(s, p)).map(|(k, _)| *k).collect();
     if got != expected {
@@ -263,16 +285,20 @@ fn index_agrees_with_reference_semantics() {
     for seed in 2000..2002 {
         checked += run(seed, DENSE, 5, 20_000, 1000);
     }
-    // ...and keyed ones, filed by the value of their key, grown and shrunk.
+    // ...and keyed ones, filed by the value of their key, grown and shrunk...
     for seed in 3000..3003 {
         checked += run(seed, KEYED, 12, 6000, 1000);
+    }
+    // ...and some on rare attributes, filed by attribute.
+    for seed in 4000..4003 {
+        checked += run(seed, RARE, 8, 4000, 1000);
     }
     assert!(checked >= 100_000, "{checked}");
 }
 
 /// Mostly intervals on four attributes: the advertisement index answers these from its
 /// bitsets alone, without confirming with the reference.
-const INTERVALS: Shape = Shape { attrs: &ATTRS, intervals: 90, inserts: 60, keys: 0 };
+const INTERVALS: Shape = Shape { attrs: &ATTRS, intervals: 90, inserts: 60, keys: 0, rare: 0 };
 
 fn overlaps_agree(seed: u64, shape: Shape, n: usize) -> usize {
     let mut rng = Rng(fastrand::Rng::with_seed(seed));
@@ -355,6 +381,11 @@ fn conformance_agrees_with_reference_semantics() {
             for name in names {
                 adv.push_str(&format!(",[{name},isPresent,'']"));
             }
+            if rng.chance(30) {
+                // Holds on the time `p` may carry, or fails on it.
+                let op = if rng.chance(50) { "<" } else { ">" };
+                adv.push_str(&format!(",[time,{op},2026-06-01T00:00:00Z]"));
+            }
         }
         let adv: Advertisement = adv.parse().unwrap_or_else(|e| panic!("{adv}: {e}"));
         let expected = padres_lang::conforms(&p, &adv);
@@ -362,4 +393,20 @@ fn conformance_agrees_with_reference_semantics() {
         outcomes[usize::from(expected)] += 1;
     }
     assert!(outcomes.iter().all(|&n| n > 3000), "both answers, often: {outcomes:?}");
+    // Past 64 attributes (the reference answers there).
+    let wide: Publication = std::iter::once("[class,'a']".to_owned())
+        .chain((0..70).map(|i| format!("[w{i},{i}]")))
+        .collect::<Vec<_>>()
+        .join(",")
+        .parse()
+        .expect("a publication");
+    for advertised in [69, 70] {
+        let adv: Advertisement = std::iter::once("[class,eq,'a']".to_owned())
+            .chain((0..advertised).map(|i| format!("[w{i},<,100]")))
+            .collect::<Vec<_>>()
+            .join(",")
+            .parse()
+            .expect("an advertisement");
+        assert_eq!(padres_broker::matching::conforms(&wide, &adv), advertised == 70);
+    }
 }

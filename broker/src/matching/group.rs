@@ -97,6 +97,11 @@ impl<K: Clone> Group<K> {
         self.slots.is_empty()
     }
 
+    /// How many attributes have columns.
+    pub(super) fn columns(&self) -> usize {
+        self.columns.len()
+    }
+
     pub(super) fn subscription(&self, slot: u32) -> Option<&Arc<Subscription>> {
         self.slots.get(slot)
     }

@@ -36,10 +36,10 @@
 //!   `$I$` variables (as type checks) and integers beyond 2^53 are checked one by one with
 //!   the reference semantics. A `$S$` variable only needs a string there: it is the string
 //!   kind bit below, nothing else (composite leaves joined on `$S$` are common).
-//! - **Values by name.** A publication of a few attributes is not resolved to attribute
-//!   ids up front: each group scans it for the names of the columns it has, mostly
-//!   pointer comparisons, since names decoded on one thread share their text
-//!   (`SCAN_ATTRS`). Larger publications resolve every name once and binary-search.
+//! - **Values by name.** A publication of a few attributes, visiting groups of a few
+//!   columns, is not resolved to attribute ids up front: each column scans it for its
+//!   name, often a pointer comparison, since names decoded on one thread share their text
+//!   (`SCAN_ATTRS`). Otherwise every name is resolved once and binary-searched.
 //! - **Presence and kind.** Per attribute, bitsets of the slots that constrain it at all,
 //!   numerically, or as a string: a publication without the attribute, or with a value of
 //!   another kind, crosses those out wholesale.
@@ -452,7 +452,16 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
         // group first, then those of the attributes it carries, by id.
         let mut groups: SmallVec<[&Group<K>; 4]> = SmallVec::new();
         let pivots = &partition.attr_pivots;
-        let values = if publication.attrs().len() <= SCAN_ATTRS && pivots.len() <= SCAN_ATTRS {
+        let resolve = |attrs: &mut Vec<(AttrId, usize)>| {
+            attrs.clear();
+            for (i, (name, _)) in publication.attrs().iter().enumerate() {
+                if let Some(&id) = self.names.get(name.as_str()) {
+                    attrs.push((id, i));
+                }
+            }
+            attrs.sort_unstable();
+        };
+        let mut values = if publication.attrs().len() <= SCAN_ATTRS && pivots.len() <= SCAN_ATTRS {
             let values = Values::Scan { publication, names: &self.attr_names };
             let carried = |p: &&Pivot| **p == NO_PIVOT || values.get(**p).is_some();
             let (shared, by_attr) = match pivots.split_last() {
@@ -463,13 +472,7 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             groups.extend(visited.filter_map(|p| partition.groups.get(p)));
             values
         } else {
-            attrs.clear();
-            for (i, (name, _)) in publication.attrs().iter().enumerate() {
-                if let Some(&id) = self.names.get(name.as_str()) {
-                    attrs.push((id, i));
-                }
-            }
-            attrs.sort_unstable();
+            resolve(attrs);
             let has_group = |p: &Pivot| pivots.binary_search(p).is_ok();
             let visited = std::iter::once(NO_PIVOT).chain(attrs.iter().map(|&(id, _)| id));
             groups.extend(visited.filter(has_group).filter_map(|p| partition.groups.get(&p)));
@@ -479,6 +482,14 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
             if let Some(s) = values.get(*attr).and_then(Value::as_str) {
                 groups.extend(by_value.get(s).and_then(|p| partition.groups.get(p)));
             }
+        }
+        // Each column of the groups visited looks its name up: past a few, resolving every
+        // name once costs less.
+        if matches!(values, Values::Scan { .. })
+            && groups.iter().map(|g| g.columns()).sum::<usize>() > SCAN_COLUMNS
+        {
+            resolve(attrs);
+            values = Values::Sorted { publication, attrs };
         }
         for group in groups {
             group.candidates(values, mismatch, &mut visit);
@@ -557,12 +568,15 @@ impl<K: Clone + Eq + Hash> SubscriptionIndex<K> {
     }
 }
 
-/// Up to this many attributes in a publication (and attribute groups in its class), its
-/// values are found by scanning for each name the groups ask about, not by resolving every
-/// name to its id first: names decoded on one thread share their text, so a scan is mostly
-/// pointer comparisons, where resolving hashed each name (7 lookups, about 650
-/// instructions, of a workflow leaf publication's match).
+/// Up to this many attributes in a publication (and attribute groups in its class), and up
+/// to [`SCAN_COLUMNS`] columns in the groups it visits, its values are found by scanning it
+/// for each name a column asks about, not by resolving every name to its id first. A scan
+/// compares names, which is often a pointer comparison (names decoded on one thread share
+/// their text) and otherwise usually stops at the length, where resolving hashed each name
+/// (7 lookups, about 650 instructions, of a workflow leaf publication's match).
 const SCAN_ATTRS: usize = 8;
+/// See [`SCAN_ATTRS`].
+const SCAN_COLUMNS: usize = 16;
 
 /// A publication's values by attribute id, for one match.
 #[derive(Clone, Copy)]
