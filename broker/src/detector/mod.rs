@@ -838,16 +838,7 @@ impl Detector {
 /// The match of an [`Op::All`] made of the publication at `at[s]` in each side's list `s`.
 fn combine(lists: &[Sides], at: &[usize], bindings: &Bindings) -> Partial {
     let pubs: Pubs = lists.iter().zip(at).map(|(list, &i)| list[i].pubs[0].clone()).collect();
-    let (mut first, mut last) = (0, 0);
-    for (i, (_, p)) in pubs.iter().enumerate() {
-        if p.stamp < pubs[first].1.stamp {
-            first = i;
-        }
-        if p.stamp > pubs[last].1.stamp {
-            last = i;
-        }
-    }
-    Partial { pubs, bindings: bindings.clone(), first, last }
+    Partial::from_pubs(pubs, bindings.clone())
 }
 
 /// How many stored publications one `Times` input may examine in all while it looks for
