@@ -90,7 +90,7 @@ use padres_lang::{
 };
 
 use crate::detector::{Bounds, Counters};
-use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex};
+use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex, conforms};
 
 mod composite;
 mod covering;
@@ -901,9 +901,7 @@ impl Router {
         let tree = self.clients.get(&client).and_then(|c| {
             c.advs
                 .iter()
-                .find(|id| {
-                    self.advs.get(id).is_some_and(|e| crate::matching::conforms(&publication, &e.item))
-                })
+                .find(|id| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.item)))
                 .cloned()
         });
         let Some(tree) = tree else {
@@ -1498,40 +1496,22 @@ fn emit(
     out: &mut Vec<Output>,
 ) {
     // Usually one of the two is empty (and for a composite leaf, both): consuming an empty
-    // B-tree still costs a visit to its (absent) root and a drop, ~100 instructions a
+    // B-tree still costs a visit to its (absent) root and a drop, ~80 instructions a
     // publication.
     if !next.brokers.is_empty() {
-        emit_to_brokers(next.brokers, publication, stamp, tree, out);
+        for to in next.brokers {
+            let (publication, stamp) = (publication.clone(), stamp.clone());
+            let message = match tree {
+                Some(tree) => BrokerMessage::TreePublish { tree: tree.clone(), publication, stamp },
+                None => BrokerMessage::Publish { publication, stamp },
+            };
+            out.push(Output::ToBroker { to, message });
+        }
     }
     if !next.clients.is_empty() {
-        emit_to_clients(next.clients, publication, out);
-    }
-}
-
-fn emit_to_brokers(
-    brokers: BTreeSet<Name>,
-    publication: &Arc<Publication>,
-    stamp: &Stamp,
-    tree: Option<&MessageId>,
-    out: &mut Vec<Output>,
-) {
-    for to in brokers {
-        let (publication, stamp) = (publication.clone(), stamp.clone());
-        let message = match tree {
-            Some(tree) => BrokerMessage::TreePublish { tree: tree.clone(), publication, stamp },
-            None => BrokerMessage::Publish { publication, stamp },
-        };
-        out.push(Output::ToBroker { to, message });
-    }
-}
-
-fn emit_to_clients(
-    clients: BTreeMap<ClientId, Vec<MessageId>>,
-    publication: &Arc<Publication>,
-    out: &mut Vec<Output>,
-) {
-    for (client, mut subs) in clients {
-        subs.sort();
-        out.push(Output::Notify { client, subs, publication: publication.clone(), historic: false });
+        for (client, mut subs) in next.clients {
+            subs.sort();
+            out.push(Output::Notify { client, subs, publication: publication.clone(), historic: false });
+        }
     }
 }
