@@ -30,8 +30,9 @@ impl std::hash::Hash for Name {
     }
 }
 
-/// Names decoded recently on this thread. Publications repeat the same few attribute
-/// names, so a decoded name is usually a reference count away instead of an allocation.
+/// Names decoded or parsed recently on this thread. Publications repeat the same few
+/// attribute names, so such a name is usually a reference count away instead of an
+/// allocation, and equal names are usually told equal by their pointer.
 const RECENT_NAMES: usize = 1024;
 
 thread_local! {
@@ -40,7 +41,8 @@ thread_local! {
 }
 
 impl Name {
-    /// [`Name::new`], sharing the text of an equal name decoded before on this thread.
+    /// [`Name::new`], sharing the text of an equal name decoded or parsed before on this
+    /// thread.
     pub fn interned(text: &str) -> Result<Self, InvalidMessage> {
         // Not shared when the thread's set is gone (text parsed while the thread ends).
         let shared = RECENT.try_with(|recent| {
