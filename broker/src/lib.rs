@@ -8,6 +8,8 @@
 //! - [`links`]: the link policy, sans-IO too: redial backoff, duplicate links, stuck links.
 //! - [`resume`]: link sessions, sans-IO: numbered messages between neighbours, kept until
 //!   acknowledged, so that a link that drops and returns loses and doubles nothing.
+//! - [`outbox`]: how link and client sessions' queues of unacknowledged messages give
+//!   memory back after a burst.
 //! - [`matching`]: the indexed matching engine ([`matching::SubscriptionIndex`]) and the
 //!   advertisement overlap index ([`matching::AdvertisementIndex`]).
 //! - [`config`]: the broker's configuration ([`config::Config`]), read from TOML and
@@ -42,6 +44,7 @@ pub mod matching;
 pub mod metrics;
 pub mod monitor;
 pub mod net;
+pub mod outbox;
 pub mod resume;
 pub mod router;
 pub mod sim;

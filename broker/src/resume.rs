@@ -172,6 +172,7 @@ impl Session {
             self.bytes -= size;
             self.outbox.pop_front();
         }
+        crate::outbox::release_drained(&mut self.outbox);
     }
 }
 
@@ -534,5 +535,42 @@ fn estimated_size(message: &BrokerMessage) -> usize {
             OTHER + pubs.iter().map(|p| 64 + p.publication.estimated_size()).sum::<usize>()
         }
         _ => OTHER,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use padres_lang::MessageId;
+
+    #[test]
+    fn an_outbox_drained_after_a_burst_gives_its_memory_back() {
+        let peer = Name::new("B").expect("name");
+        let settings = Settings { window: 10_000, max_bytes: usize::MAX, ack_every: 256, ack_after: 100 };
+        let mut a = Sessions::new(Name::new("A").expect("name"), 1, settings);
+        a.attach(0, &peer, 1);
+        let Some(Step::Send { frame: Frame::Resume { session, .. }, .. }) = a.poll_step() else {
+            panic!("the leader proposes a session")
+        };
+        // B starts it and answers with its count.
+        a.resume(1, &peer, 1, session, 0, false);
+        // B stops reading: 40,000 messages wait for its acknowledgement.
+        let origin = Name::new("A").expect("name");
+        for n in 0..40_000 {
+            let message = BrokerMessage::Unsubscribe { id: MessageId::new(origin.clone(), n) };
+            assert!(a.send(&peer, message).is_some(), "the session is open");
+        }
+        fn outbox<'s>(a: &'s Sessions, peer: &Name) -> &'s VecDeque<(u64, BrokerMessage, usize)> {
+            &a.peers[peer].session.as_ref().expect("a session").outbox
+        }
+        let burst = outbox(&a, &peer).capacity();
+        a.acked(&peer, 1, 39_990);
+        assert_eq!(a.outbox_len(&peer), 10, "what B has not acknowledged is kept");
+        assert!(
+            outbox(&a, &peer).capacity() <= burst / 8,
+            "{} of {burst} kept",
+            outbox(&a, &peer).capacity()
+        );
+        assert_eq!(outbox(&a, &peer).front().map(|(seq, _, _)| *seq), Some(39_991));
     }
 }

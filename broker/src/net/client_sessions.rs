@@ -168,6 +168,7 @@ impl ClientSessions {
                         s.outbox_bytes -= size;
                     }
                 }
+                crate::outbox::release_drained(&mut s.outbox);
                 let mut frames = vec![Frame::Resume { session, received: s.received, fresh: false }];
                 frames.extend(s.outbox.iter().map(|(frame, _)| frame.clone()));
                 s.acked = s.received;
@@ -269,6 +270,7 @@ impl ClientSessions {
                 s.outbox_bytes -= size;
             }
         }
+        crate::outbox::release_drained(&mut s.outbox);
     }
 
     /// Connection `conn` was lost (not closed by its client): its client's session waits,
@@ -376,6 +378,32 @@ mod tests {
         }
         assert_eq!(s.client_of(2), Some(1));
         assert_eq!((s.resumed, s.resent), (1, 2));
+    }
+
+    #[test]
+    fn an_outbox_drained_after_a_burst_gives_its_memory_back_and_keeps_what_is_unacknowledged() {
+        let mut s = ClientSessions::new(1_000);
+        opened(&mut s, 1);
+        // A client that stopped reading: 40,000 frames wait for its acknowledgement.
+        for n in 1..=40_000 {
+            assert_eq!(s.queue(1, &error(n), 0, usize::MAX), Queued::Write);
+        }
+        let burst = s.sessions[&1].outbox.capacity();
+        s.acked(1, 39_990);
+        let outbox = &s.sessions[&1].outbox;
+        assert!(outbox.capacity() <= burst / 8, "{} of {burst} kept", outbox.capacity());
+        // The ten it has not acknowledged are still there, in order, for a resumption.
+        assert_eq!(s.lost(0, 1), Left::Detached(1));
+        let session = s.sessions[&1].id;
+        let Resumed::Resumed { frames, .. } = s.resume(2, session, 39_990) else { panic!("resumes") };
+        let reqs: Vec<Option<u64>> = frames[1..]
+            .iter()
+            .map(|f| match f {
+                Frame::Error { req, .. } => *req,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(reqs, (39_991..=40_000).map(Some).collect::<Vec<_>>());
     }
 
     #[test]
