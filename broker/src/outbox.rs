@@ -4,24 +4,27 @@
 //! acknowledged in a queue. A peer that stops reading for a few seconds (a stalled
 //! subscriber, a neighbour that is not scheduled) makes its queue hold tens of thousands of
 //! messages; once they are acknowledged the queue is short again, but a `VecDeque` keeps
-//! the capacity it grew to. Measured on a 3-broker chain at 10,000 publications/s, a
-//! subscriber stopped for 3 s left its broker ~15 MB larger for good, and each later stall
-//! that went further added a step: the soak's resident memory rose in steps, not a slope.
+//! the capacity it grew to. Measured on a 3-broker chain at 10,000 publications/s
+//! (`scripts/stall-memory`), a subscriber stopped for 3 s left its broker ~13 MB larger for
+//! good, and each later stall that went further added a step: the soak's resident memory
+//! rose in steps, not a slope. The same holds for the steps a link session queues when it
+//! resumes (one per message of its outbox).
 //!
-//! [`release_drained`] is called after an acknowledgement empties part of a queue: a queue
-//! down to a quarter of its capacity, and larger than [`KEEP`], is shrunk to twice what it
-//! holds. Growing back costs the doublings again, which a queue that shrinks only at a
-//! quarter pays at most once per shrink (amortized constant per message).
+//! [`release_drained`] is called after a queue is emptied in part (an acknowledgement, a
+//! step taken): a queue down to a quarter of its capacity or less, and with a capacity
+//! past [`KEEP`], is shrunk to twice what it holds. After a shrink the queue has room for
+//! as many again as it holds, and shrinks again only after losing half of them, so each
+//! copy is paid for by as many pushes or pops (amortized constant per message).
 
 use std::collections::VecDeque;
 
-/// Capacity (messages) an outbox keeps whatever it holds: at 10,000 messages/s with an
-/// acknowledgement every 100 ms, about what a peer that keeps up leaves unacknowledged,
-/// so a steady stream never shrinks and regrows.
+/// Capacity (messages) a queue keeps whatever it holds: a peer that keeps up acknowledges
+/// every 256 messages (or 100 ms), so at 10,000 messages/s it leaves a few hundred
+/// unacknowledged, and a steady stream never shrinks and regrows.
 pub const KEEP: usize = 1024;
 
-/// Shrinks `queue` if it holds less than a quarter of its capacity and that capacity is
-/// past [`KEEP`].
+/// Shrinks `queue` if it holds a quarter of its capacity or less and that capacity is past
+/// [`KEEP`].
 pub fn release_drained<T>(queue: &mut VecDeque<T>) {
     if queue.capacity() > KEEP && queue.len() <= queue.capacity() / 4 {
         queue.shrink_to((queue.len() * 2).max(KEEP));

@@ -212,7 +212,10 @@ impl Sessions {
 
     /// The next thing to do, if any.
     pub fn poll_step(&mut self) -> Option<Step> {
-        self.steps.pop_front()
+        let step = self.steps.pop_front();
+        // A resumed session queues a step for every message of its outbox.
+        crate::outbox::release_drained(&mut self.steps);
+        step
     }
 
     /// What the sessions did so far.
@@ -571,6 +574,46 @@ mod tests {
             "{} of {burst} kept",
             outbox(&a, &peer).capacity()
         );
-        assert_eq!(outbox(&a, &peer).front().map(|(seq, _, _)| *seq), Some(39_991));
+        // The link drops and returns: what B had not acknowledged is sent again, in order.
+        a.detach(2, &peer, false);
+        a.attach(3, &peer, 2);
+        while a.poll_step().is_some() {}
+        a.resume(4, &peer, 2, session, 39_990, false);
+        let mut resent = Vec::new();
+        while let Some(step) = a.poll_step() {
+            if let Step::Send { link: 2, frame: Frame::Broker { seq, .. } } = step {
+                resent.push(seq);
+            }
+        }
+        assert_eq!(resent, (39_991..=40_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn the_steps_of_a_large_resumption_give_their_memory_back() {
+        let peer = Name::new("B").expect("name");
+        let settings = Settings { window: 10_000, max_bytes: usize::MAX, ack_every: 256, ack_after: 100 };
+        let mut a = Sessions::new(Name::new("A").expect("name"), 1, settings);
+        a.attach(0, &peer, 1);
+        let Some(Step::Send { frame: Frame::Resume { session, .. }, .. }) = a.poll_step() else {
+            panic!("the leader proposes a session")
+        };
+        a.resume(1, &peer, 1, session, 0, false);
+        while a.poll_step().is_some() {}
+        // The link drops with 40,000 messages unacknowledged; when it returns, each is a
+        // step to send.
+        a.detach(2, &peer, false);
+        let origin = Name::new("A").expect("name");
+        for n in 0..40_000 {
+            a.send(&peer, BrokerMessage::Unsubscribe { id: MessageId::new(origin.clone(), n) });
+        }
+        a.attach(3, &peer, 2);
+        a.resume(4, &peer, 2, session, 0, false);
+        let burst = a.steps.capacity();
+        let mut taken = 0;
+        while a.poll_step().is_some() {
+            taken += 1;
+        }
+        assert!(taken > 40_000, "the resume exchange and every message: {taken}");
+        assert!(a.steps.capacity() <= burst / 8, "{} of {burst} kept", a.steps.capacity());
     }
 }
