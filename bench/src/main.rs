@@ -182,6 +182,10 @@ enum Command {
         /// Then ask for the same publications from history (a store must keep class probe).
         #[arg(long)]
         history: bool,
+        /// Close the publisher's or the subscriber's connection every 0-2 s (random) while
+        /// publishing, as a network fault would: both hold client sessions and resume them.
+        #[arg(long)]
+        drop_clients: bool,
     },
     /// Brokers over QUIC end to end: publications per second and latency through one broker
     /// and a 3-broker chain (10,000 other subscriptions installed), and selective fan-out;
@@ -232,9 +236,9 @@ fn main() {
             print_machine("brokers already running; churning clients in this process");
             churn::run(&churn::Churn { brokers, ca, rate, seconds });
         }
-        Command::Probe { publish, subscribe, ca, count, rate, history } => {
+        Command::Probe { publish, subscribe, ca, count, rate, history, drop_clients } => {
             print_machine("brokers already running; one publisher and one subscriber in this process");
-            probe::run(&probe::Probe { publish, subscribe, ca, count, rate, history });
+            probe::run(&probe::Probe { publish, subscribe, ca, count, rate, history, drop_clients });
         }
         Command::Quic { quick, no_peers, only } => {
             print_machine("one process: brokers on one tokio runtime, clients on another");

@@ -3,7 +3,10 @@
 //! namespaces). Every publication is counted at the subscriber: received, lost,
 //! duplicated, out of order; with throughput and latency (from the publisher's wall clock
 //! to the subscriber's, so both must share a clock: one machine), and optionally a
-//! historic query for the same publications afterwards.
+//! historic query for the same publications afterwards. With `--drop-clients`, the
+//! publisher's and the subscriber's connections are closed at random (every 0-2 s, as a
+//! network fault would) while it runs: both hold client sessions, so nothing may be lost
+//! or doubled.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +27,8 @@ pub(crate) struct Probe {
     pub(crate) count: usize,
     pub(crate) rate: u64,
     pub(crate) history: bool,
+    /// Close the publisher's or the subscriber's connection every 0-2 s while publishing.
+    pub(crate) drop_clients: bool,
 }
 
 fn wall_us() -> i64 {
@@ -32,7 +37,8 @@ fn wall_us() -> i64 {
 }
 
 async fn connect(probe: &Probe, addr: SocketAddr, who: &str) -> Client {
-    let mut connect = Connect::new(addr).name(who).reconnect(false);
+    // Clients whose connections are dropped reconnect and resume their sessions.
+    let mut connect = Connect::new(addr).name(who).reconnect(probe.drop_clients);
     if let Some(ca) = &probe.ca {
         connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
     }
@@ -106,6 +112,8 @@ pub(crate) fn run(probe: &Probe) {
         let mut subscriber = connect(probe, probe.subscribe, "probe-sub").await;
         let filter = format!("s [class,eq,'probe'],[run,eq,'{run_id}']");
         subscriber.send(&filter).await.expect("subscribed");
+        // Read apart from the client, which the faults below use meanwhile.
+        let mut notifications = subscriber.take_notifications();
         let publisher = connect(probe, probe.publish, "probe-pub").await;
         publisher
             .send("a [class,eq,'probe'],[run,isPresent,''],[seq,isPresent,0],[sent_us,isPresent,0]")
@@ -113,22 +121,59 @@ pub(crate) fn run(probe: &Probe) {
             .expect("advertised");
 
         let count = probe.count;
+        let sessions = (subscriber.session().0, publisher.session().0);
+        let publishing = std::sync::atomic::AtomicBool::new(true);
+        // The faults: one connection or the other closed every 0-2 s, until the last
+        // publication is sent.
+        let drops = async {
+            let (mut subscriber_drops, mut publisher_drops) = (0_usize, 0_usize);
+            if !probe.drop_clients {
+                return (0, 0);
+            }
+            let mut rng = fastrand::Rng::with_seed(11);
+            loop {
+                tokio::time::sleep(Duration::from_secs_f64(rng.f64() * 2.0)).await;
+                if !publishing.load(std::sync::atomic::Ordering::Relaxed) {
+                    return (subscriber_drops, publisher_drops);
+                }
+                if rng.bool() {
+                    subscriber.drop_connection();
+                    subscriber_drops += 1;
+                } else {
+                    publisher.drop_connection();
+                    publisher_drops += 1;
+                }
+            }
+        };
         let publish = async {
             let mut pace = Pacer::new(Some(probe.rate));
+            let mut refused = 0_usize;
             let start = Instant::now();
             for n in 0..count {
                 pace.before(n).await;
                 let text = format!("[class,'probe'],[run,'{run_id}'],[seq,{n}],[sent_us,{}]", wall_us());
-                let publication = text.parse().expect("a probe publication");
-                publisher.publish(publication).await.expect("published");
+                let publication: padres_lang::Publication = text.parse().expect("a probe publication");
+                // Between connections a publication is refused at once (docs/delivery.md):
+                // it was not sent, so it is sent again once the session is back.
+                loop {
+                    match publisher.publish(publication.clone()).await {
+                        Ok(()) => break,
+                        Err(padres_client::ClientError::Closed(_)) if probe.drop_clients => {
+                            refused += 1;
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => panic!("publishing: {e}"),
+                    }
+                }
             }
-            start.elapsed()
+            publishing.store(false, std::sync::atomic::Ordering::Relaxed);
+            (start.elapsed(), refused)
         };
         let receive = async {
             let mut tally = Tally { seen: vec![false; count], ..Tally::default() };
             // Until all came, or nothing for 10 s.
             while tally.received < count {
-                match tokio::time::timeout(Duration::from_secs(10), subscriber.next_notification()).await {
+                match tokio::time::timeout(Duration::from_secs(10), notifications.next()).await {
                     Ok(Some(Notification::Publication { publication: p, .. })) => {
                         if let (Some(seq), Some(sent)) = (number(&p, "seq"), number(&p, "sent_us")) {
                             tally.take(usize::try_from(seq).unwrap_or(usize::MAX), sent);
@@ -140,7 +185,8 @@ pub(crate) fn run(probe: &Probe) {
             }
             tally
         };
-        let (sending, mut tally) = tokio::join!(publish, receive);
+        let ((sending, refused), mut tally, (subscriber_drops, publisher_drops)) =
+            tokio::join!(publish, receive, drops);
         tally.latencies_us.sort_unstable();
         let span = match (tally.first_at, tally.last_at) {
             (Some(first), Some(last)) => last.duration_since(first).as_secs_f64(),
@@ -167,6 +213,16 @@ pub(crate) fn run(probe: &Probe) {
             percentile(&tally.latencies_us, 1.0),
             tally.longest_gap.as_secs_f64() * 1000.0
         );
+        if probe.drop_clients {
+            // A session that could not be resumed is replaced by a new one (its id changes).
+            let same = |first: u64, client: &Client| if client.session().0 == first { "kept" } else { "replaced" };
+            println!(
+                "connections dropped: subscriber {subscriber_drops}, publisher {publisher_drops}; session: subscriber {}, publisher {}; \
+                 publish calls refused between connections and made again: {refused}",
+                same(sessions.0, &subscriber),
+                same(sessions.1, &publisher)
+            );
+        }
         drop(subscriber);
 
         if probe.history {
