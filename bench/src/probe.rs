@@ -31,6 +31,10 @@ pub(crate) struct Probe {
     pub(crate) drop_clients: bool,
 }
 
+/// How long `--drop-clients` lets the publisher be between connections: a broker keeps a
+/// client's session for 10 s by default (`client_sessions.window_ms`).
+const RECONNECT_WITHIN: Duration = Duration::from_secs(10);
+
 fn wall_us() -> i64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
@@ -154,11 +158,19 @@ pub(crate) fn run(probe: &Probe) {
                 let text = format!("[class,'probe'],[run,'{run_id}'],[seq,{n}],[sent_us,{}]", wall_us());
                 let publication: padres_lang::Publication = text.parse().expect("a probe publication");
                 // Between connections a publication is refused at once (docs/delivery.md):
-                // it was not sent, so it is sent again once the session is back.
+                // it was not sent, so it is sent again once the session is back, for as
+                // long as a session waits for its client.
+                let mut first_refused = None;
                 loop {
                     match publisher.publish(publication.clone()).await {
                         Ok(()) => break,
-                        Err(padres_client::ClientError::Closed(_)) if probe.drop_clients => {
+                        Err(padres_client::ClientError::Closed(why)) if probe.drop_clients => {
+                            let since = *first_refused.get_or_insert_with(Instant::now);
+                            assert!(
+                                since.elapsed() < RECONNECT_WITHIN,
+                                "the publisher has not reconnected in {RECONNECT_WITHIN:?}: {why}; last error: {:?}",
+                                publisher.last_error()
+                            );
                             refused += 1;
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         }
@@ -217,8 +229,9 @@ pub(crate) fn run(probe: &Probe) {
             // A session that could not be resumed is replaced by a new one (its id changes).
             let same = |first: u64, client: &Client| if client.session().0 == first { "kept" } else { "replaced" };
             println!(
-                "connections dropped: subscriber {subscriber_drops}, publisher {publisher_drops}; session: subscriber {}, publisher {}; \
-                 publish calls refused between connections and made again: {refused}",
+                "connections dropped: subscriber {subscriber_drops}, publisher {publisher_drops} (one that lands while its client \
+                 is still reconnecting has nothing to close); session: subscriber {}, publisher {}; publish calls refused \
+                 between connections and made again: {refused} (latency counts from the first try)",
                 same(sessions.0, &subscriber),
                 same(sessions.1, &publisher)
             );

@@ -546,8 +546,9 @@ mod tests {
     use super::*;
     use padres_lang::MessageId;
 
-    #[test]
-    fn an_outbox_drained_after_a_burst_gives_its_memory_back() {
+    /// A's sessions with an open session to B on link 1 (B started it and answered with
+    /// its count), every step taken; and the session's id.
+    fn open_to_b() -> (Sessions, Name, u64) {
         let peer = Name::new("B").expect("name");
         let settings = Settings { window: 10_000, max_bytes: usize::MAX, ack_every: 256, ack_after: 100 };
         let mut a = Sessions::new(Name::new("A").expect("name"), 1, settings);
@@ -555,13 +556,22 @@ mod tests {
         let Some(Step::Send { frame: Frame::Resume { session, .. }, .. }) = a.poll_step() else {
             panic!("the leader proposes a session")
         };
-        // B starts it and answers with its count.
         a.resume(1, &peer, 1, session, 0, false);
+        while a.poll_step().is_some() {}
+        (a, peer, session)
+    }
+
+    /// A's `n`th message.
+    fn message(n: u64) -> BrokerMessage {
+        BrokerMessage::Unsubscribe { id: MessageId::new(Name::new("A").expect("name"), n) }
+    }
+
+    #[test]
+    fn an_outbox_drained_after_a_burst_gives_its_memory_back() {
+        let (mut a, peer, session) = open_to_b();
         // B stops reading: 40,000 messages wait for its acknowledgement.
-        let origin = Name::new("A").expect("name");
         for n in 0..40_000 {
-            let message = BrokerMessage::Unsubscribe { id: MessageId::new(origin.clone(), n) };
-            assert!(a.send(&peer, message).is_some(), "the session is open");
+            assert!(a.send(&peer, message(n)).is_some(), "the session is open");
         }
         fn outbox<'s>(a: &'s Sessions, peer: &Name) -> &'s VecDeque<(u64, BrokerMessage, usize)> {
             &a.peers[peer].session.as_ref().expect("a session").outbox
@@ -590,21 +600,12 @@ mod tests {
 
     #[test]
     fn the_steps_of_a_large_resumption_give_their_memory_back() {
-        let peer = Name::new("B").expect("name");
-        let settings = Settings { window: 10_000, max_bytes: usize::MAX, ack_every: 256, ack_after: 100 };
-        let mut a = Sessions::new(Name::new("A").expect("name"), 1, settings);
-        a.attach(0, &peer, 1);
-        let Some(Step::Send { frame: Frame::Resume { session, .. }, .. }) = a.poll_step() else {
-            panic!("the leader proposes a session")
-        };
-        a.resume(1, &peer, 1, session, 0, false);
-        while a.poll_step().is_some() {}
+        let (mut a, peer, session) = open_to_b();
         // The link drops with 40,000 messages unacknowledged; when it returns, each is a
         // step to send.
         a.detach(2, &peer, false);
-        let origin = Name::new("A").expect("name");
         for n in 0..40_000 {
-            a.send(&peer, BrokerMessage::Unsubscribe { id: MessageId::new(origin.clone(), n) });
+            a.send(&peer, message(n));
         }
         a.attach(3, &peer, 2);
         a.resume(4, &peer, 2, session, 0, false);
