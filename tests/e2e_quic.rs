@@ -939,3 +939,19 @@ async fn a_subscription_too_large_to_forward_is_refused_with_a_reason() {
     // The connection goes on, and an ordinary subscription is taken.
     subscriber.send("s [class,eq,'stock']").await.expect("subscribed");
 }
+
+/// A broker keeps transparent huge pages off unless `--huge-pages` (broker/src/memory.rs):
+/// the kernel's view of each process says which it got.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_broker_uses_transparent_huge_pages_only_when_asked() {
+    fn thp_enabled(broker: &Broker) -> String {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", broker.child.id())).expect("status");
+        let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("a THP_enabled line");
+        line.trim_start_matches("THP_enabled:").trim().to_owned()
+    }
+    let plain = start_broker("B1", "thp");
+    assert_eq!(thp_enabled(&plain), "0", "off by default");
+    let asked = start_with("B2", "thp", &["--huge-pages".to_owned()]);
+    assert_eq!(thp_enabled(&asked), "1", "on with --huge-pages");
+}

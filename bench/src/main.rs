@@ -85,6 +85,10 @@ static ALLOCATOR: Counting = Counting;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Let the kernel back this process's memory with transparent huge pages, as a broker
+    /// started with `--huge-pages` does; off by default, as in a broker.
+    #[arg(long, global = true)]
+    huge_pages: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -214,6 +218,9 @@ enum Which {
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(error) = padres_broker::memory::use_transparent_huge_pages(cli.huge_pages) {
+        eprintln!("padres-bench: could not set whether transparent huge pages are used: {error}");
+    }
     match cli.command {
         Command::Composite { seed, .. } if std::env::var_os("PROFILE_ONLY").is_some() => {
             composite::profile(&std::env::var("PROFILE_ONLY").unwrap_or_default(), seed);
@@ -272,7 +279,12 @@ fn print_machine(how: &str) {
         })
         .unwrap_or_else(|| "unknown".into());
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    println!("machine: {cpu}, {cores} cores; {how}; release build");
+    let pages = match padres_broker::memory::transparent_huge_pages_allowed() {
+        Ok(true) => "transparent huge pages allowed",
+        Ok(false) => "no transparent huge pages",
+        Err(_) => "transparent huge pages unknown",
+    };
+    println!("machine: {cpu}, {cores} cores; {how}; {pages}; release build");
 }
 
 /// Median and 99th percentile.

@@ -270,6 +270,10 @@ pub struct Config {
     /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
     /// fault injection. Off by default: any client could otherwise partition the overlay.
     pub allow_drop_link: bool,
+    /// Let the kernel back the broker's memory with transparent huge pages: faster over
+    /// large tables, but resident memory then grows in 2 MiB steps and keeps what a burst
+    /// took (`memory` module). Off by default.
+    pub huge_pages: bool,
     /// Composite detection.
     pub composite: CompositeConfig,
     /// How the history store is kept.
@@ -298,6 +302,7 @@ impl Default for Config {
             link_sessions: LinkSessionsConfig::default(),
             client_sessions: ClientSessionsConfig::default(),
             allow_drop_link: false,
+            huge_pages: false,
             composite: CompositeConfig::default(),
             history_store: HistoryStoreConfig::default(),
             history: Vec::new(),
@@ -652,6 +657,13 @@ impl Config {
         let _ =
             writeln!(out, "# fault injection. Never where others depend on it: any client could partition.");
         let _ = writeln!(out, "allow_drop_link = {}\n", self.allow_drop_link);
+        let _ =
+            writeln!(out, "# Transparent huge pages for the broker's memory: faster over large tables (many");
+        let _ = writeln!(
+            out,
+            "# composite subscriptions), but memory grows in 2 MiB steps and keeps what bursts took."
+        );
+        let _ = writeln!(out, "huge_pages = {}\n", self.huge_pages);
         let _ = writeln!(out, "[limits]");
         let _ = writeln!(out, "# Largest frame accepted from a peer, in bytes (1024 to 64 MiB).");
         let _ = writeln!(out, "max_frame_bytes = {}", self.limits.max_frame_bytes);

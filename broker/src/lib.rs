@@ -24,6 +24,9 @@
 //! - [`detector`]: composite detection, sans-IO: the detectors of one broker, their stored
 //!   partial matches and bounds.
 //!
+//! - [`memory`]: how the process asks the kernel for memory (transparent huge pages off
+//!   unless configured).
+//!
 //! - [`sim`]: a deterministic in-memory federation of routers in virtual time, for tests and
 //!   benchmarks.
 //!
@@ -41,6 +44,7 @@ pub mod detector;
 pub mod history;
 pub mod links;
 pub mod matching;
+pub mod memory;
 pub mod metrics;
 pub mod monitor;
 pub mod net;

@@ -194,6 +194,11 @@ struct Overrides {
     /// partition the overlay.
     #[arg(long, global = true)]
     allow_drop_link: bool,
+    /// Let the kernel back the broker's memory with transparent huge pages: faster where
+    /// many composite subscriptions make large tables, but resident memory then grows in
+    /// 2 MiB steps and keeps what bursts of traffic took. Off by default.
+    #[arg(long, global = true)]
+    huge_pages: bool,
     /// Where clients' composite subscriptions are detected: in the network, where their
     /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
     #[arg(long, value_enum, value_name = "WHERE", global = true)]
@@ -368,6 +373,7 @@ impl Overrides {
             config.client_sessions.window_ms = ms;
         }
         config.allow_drop_link |= self.allow_drop_link;
+        config.huge_pages |= self.huge_pages;
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -453,6 +459,8 @@ fn history(options: &Overrides, filter: &str, limit: Option<usize>, check: bool)
 
 /// Serves until Ctrl-C or SIGTERM.
 fn run(config: Config) -> ExitCode {
+    // First, before the runtime and the tables take memory (padres_broker::memory).
+    let huge_pages = padres_broker::memory::use_transparent_huge_pages(config.huge_pages);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -462,6 +470,11 @@ fn run(config: Config) -> ExitCode {
         // Colour only for a person at a terminal, not in log files.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    match huge_pages {
+        Ok(()) if config.huge_pages => tracing::info!("transparent huge pages allowed (huge_pages = true)"),
+        Ok(()) => tracing::debug!("transparent huge pages off (huge_pages = false)"),
+        Err(error) => tracing::warn!(%error, "could not set whether transparent huge pages are used"),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
