@@ -950,6 +950,11 @@ fn a_broker_uses_transparent_huge_pages_only_when_asked() {
         let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("a THP_enabled line");
         line.trim_start_matches("THP_enabled:").trim().to_owned()
     }
+    let shown = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("THP_enabled:"));
+    if !shown || !Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+        eprintln!("no transparent huge pages in this kernel, or no THP_enabled line: skipped");
+        return;
+    }
     let plain = start_broker("B1", "thp");
     assert_eq!(thp_enabled(&plain), "0", "off by default");
     let asked = start_with("B2", "thp", &["--huge-pages".to_owned()]);

@@ -792,6 +792,7 @@ mod tests {
             neighbours: vec!["quic://10.0.0.2:7700".into(), "quic://[::1]:7701".into()],
             covering: CoveringMode::Active,
             federation_ca: Some("fed/ca.pem".into()),
+            huge_pages: true,
             ..Config::default()
         };
         let back: Config = toml::from_str(&custom.to_commented_toml()).expect("parses");

@@ -386,6 +386,9 @@ impl Overrides {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Before anything else takes memory; `run` lets them back if configured
+    // (padres_broker::memory).
+    let no_huge_pages = padres_broker::memory::use_transparent_huge_pages(false);
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Config { options }) => match options.resolve() {
@@ -428,7 +431,7 @@ fn main() -> ExitCode {
             }
         }
         None => match cli.options.resolve() {
-            Ok(config) => run(config),
+            Ok(config) => run(config, no_huge_pages),
             Err(error) => {
                 eprintln!("padres-broker: {error}");
                 ExitCode::from(1)
@@ -457,10 +460,14 @@ fn history(options: &Overrides, filter: &str, limit: Option<usize>, check: bool)
     Ok(())
 }
 
-/// Serves until Ctrl-C or SIGTERM.
-fn run(config: Config) -> ExitCode {
-    // First, before the runtime and the tables take memory (padres_broker::memory).
-    let huge_pages = padres_broker::memory::use_transparent_huge_pages(config.huge_pages);
+/// Serves until Ctrl-C or SIGTERM. `no_huge_pages` is how turning transparent huge pages
+/// off at the start went.
+fn run(config: Config, no_huge_pages: std::io::Result<()>) -> ExitCode {
+    let huge_pages = if config.huge_pages {
+        padres_broker::memory::use_transparent_huge_pages(true)
+    } else {
+        no_huge_pages
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
