@@ -1,7 +1,8 @@
 # Shared by scripts/soak, scripts/stall-memory and scripts/chaos-chain (sourced, not run):
 # brokers of a chain on loopback. The script sets, before calling these: `broker` (the
-# binary), `work` (a directory for data and logs), `base` (the port before B1's) and,
-# optionally, `broker_flags` (an array of extra flags for every broker).
+# binary), `work` (a directory for data and logs), `base` (the port before B1's),
+# optionally `broker_flags` (an array of extra flags for every broker), and `pids` (an
+# array: what it started, in order).
 
 # port I: broker B<I>'s port.
 port() { echo $((base + $1)); }
@@ -28,3 +29,22 @@ wait_for_links() {
 
 # rss PID: the process's resident memory in kB (0 if it is gone).
 rss() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+
+# stop_started: stops what the script started (`pids`), the last started first, so that
+# clients go before their brokers (a client whose broker went first reports the lost
+# connection as a failure); a stopped (SIGSTOP) process is continued so that it can end.
+stop_started() {
+    for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+        kill -CONT "${pids[i]}" 2>/dev/null || true
+        kill "${pids[i]}" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+}
+
+# exit_on_signals: INT and TERM end the script at once through its EXIT trap; bash would
+# otherwise run that trap only after the command in the foreground, and leave the brokers
+# running if the script was killed. Long commands run in the background and are waited for.
+exit_on_signals() {
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
