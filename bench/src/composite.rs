@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use padres_broker::detector::{Bounds, Detectors};
-use padres_broker::router::{Input, Options, Output, Router};
+use padres_broker::detector::{Bounds, Counters, Detectors};
+use padres_broker::net::detection::DetectionThread;
+use padres_broker::router::{Detection, DetectorOp, Input, Options, Output, Router};
 use padres_broker::sim::Sim;
 use padres_lang::semantics::composite::detect;
 use padres_lang::{CompositeSubscription, Message, Name, Publication, Stamp, Stamped, Value};
@@ -254,19 +255,26 @@ fn workflow_stream(apps: usize, generations: usize, seed: u64) -> Vec<Publicatio
 }
 
 /// A router with `apps` workflow patterns from 100 clients and a publisher (client 0).
-fn workflow_router(apps: usize) -> Router {
-    let mut router = Router::new(Name::new("B1").expect("name"));
+/// With `offload`, detection is left to the caller: the second value is the router's
+/// [`Output::Detect`]s so far (starting the detectors), to be applied first.
+fn workflow_router(apps: usize, offload: bool) -> (Router, Vec<(u64, DetectorOp)>) {
+    let options = Options { offload_detection: offload, ..Options::default() };
+    let mut router = Router::with_options(Name::new("B1").expect("name"), options);
     let mut out = Vec::new();
+    let mut ops = Vec::new();
     let mut send = |router: &mut Router, client: u64, message: Message| {
         router.handle(0, Input::Client { client, req: Some(1), message }, &mut out);
-        out.clear();
+        ops.extend(out.drain(..).filter_map(|o| match o {
+            Output::Detect { now, op } => Some((now, op)),
+            _ => None,
+        }));
     };
     let adv = "[class,eq,'job_status'],[appl,isPresent,''],[job,isPresent,''],[gid,isPresent,'']";
     send(&mut router, 0, Message::Advertise(adv.parse().expect("an advertisement")));
     for i in 0..apps {
         send(&mut router, 1 + (i % 100) as u64, Message::CompositeSubscribe(workflow_pattern(i)));
     }
-    router
+    (router, ops)
 }
 
 /// The messages that publish `stream`, as a broker receives them: decoded from a
@@ -302,6 +310,70 @@ fn publish_messages(router: &mut Router, messages: Vec<Message>) -> (usize, Dura
     (matches, elapsed)
 }
 
+/// How many publications a broker's router task handles before it hands their detector
+/// ops to the detection thread (its `EVENT_BATCH`, when events wait).
+const ROUND: usize = 256;
+
+/// Publishes `stream` into `router` (offloaded) with detection on a [`DetectionThread`],
+/// as a broker does by default: the router's detector ops go to the thread a round of
+/// [`ROUND`] publications at a time, after `setup` (the ops that started the detectors).
+/// Returns (matches, elapsed until the thread has applied the last op, the detectors'
+/// counters once every lateness allowance has passed).
+fn publish_pipelined(
+    router: &mut Router,
+    setup: Vec<(u64, DetectorOp)>,
+    stream: &[Publication],
+) -> (usize, Duration, Counters) {
+    publish_pipelined_messages(router, setup, received(stream))
+}
+
+/// [`publish_pipelined`] after its messages are made.
+#[inline(never)]
+fn publish_pipelined_messages(
+    router: &mut Router,
+    setup: Vec<(u64, DetectorOp)>,
+    messages: Vec<Message>,
+) -> (usize, Duration, Counters) {
+    let mut detection = Detection::new(*router.detector_bounds());
+    let mut ignored = Vec::new();
+    for (now, op) in setup {
+        detection.apply(now, op, &mut ignored);
+    }
+    // The router's clock here is the publication count, which the thread cannot read:
+    // its timers run only as ops arrive (each op runs them up to its time).
+    let (thread, mut detected) = DetectionThread::spawn(detection, || 0).expect("a detection thread");
+    let count =
+        |outputs: Vec<Output>| outputs.iter().filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
+    let mut out = Vec::new();
+    let mut batch = Vec::new();
+    let mut matches = 0;
+    let start = Instant::now();
+    for (n, message) in messages.into_iter().enumerate() {
+        router.handle(n as u64, Input::Client { client: 0, req: None, message }, &mut out);
+        for output in out.drain(..) {
+            match output {
+                Output::Detect { now, op } => batch.push((now, op)),
+                Output::CompositeNotify { .. } => matches += 1,
+                _ => {}
+            }
+        }
+        if (n + 1) % ROUND == 0 {
+            assert!(thread.blocking_send(std::mem::take(&mut batch)), "the detection thread stopped");
+            while let Ok(outputs) = detected.try_recv() {
+                matches += count(outputs);
+            }
+        }
+    }
+    assert!(thread.blocking_send(batch), "the detection thread stopped");
+    let mut detection = thread.stop();
+    while let Ok(outputs) = detected.try_recv() {
+        matches += count(outputs);
+    }
+    let elapsed = start.elapsed();
+    detection.handle_timeout(u64::MAX);
+    (matches, elapsed, detection.counters())
+}
+
 /// (b): publications per second through one broker's router with 10,000 workflow
 /// patterns, bytes per stored partial match, and the reference detector on a sample.
 pub(crate) fn throughput(quick: bool, seed: u64, repeat: usize) {
@@ -315,21 +387,38 @@ pub(crate) fn throughput(quick: bool, seed: u64, repeat: usize) {
     );
     let mut rates = Vec::new();
     let mut matched = 0;
+    let mut pipelined = Vec::new();
     for _ in 0..repeat.max(1) {
-        let mut router = workflow_router(apps);
+        let (mut router, _) = workflow_router(apps, false);
         let (matches, elapsed) = publish_all(&mut router, &stream);
         matched = matches;
         let (counters, _, _) = router.composite_counters();
         assert_eq!(counters.stored, 0, "every generation ended: {counters:?}");
         rates.push(stream.len() as f64 / elapsed.as_secs_f64());
+        drop(router);
+        let (mut router, setup) = workflow_router(apps, true);
+        let (matches, elapsed, counters) = publish_pipelined(&mut router, setup, &stream);
+        assert_eq!(matches, matched, "detection on its own thread finds what the router finds");
+        assert_eq!(counters.stored, 0, "every generation ended: {counters:?}");
+        pipelined.push(stream.len() as f64 / elapsed.as_secs_f64());
     }
     rates.sort_by(f64::total_cmp);
+    pipelined.sort_by(f64::total_cmp);
+    let median = |rates: &[f64]| rates[rates.len() / 2];
     println!(
-        "  router     {:>10.0} publications/s  (median of {}; {:.0}-{:.0}/s)  {matched} matches, none left stored",
-        rates[rates.len() / 2],
+        "  router, detection on a thread of its own (the broker's default)\n             {:>10.0} publications/s  (median of {}; {:.0}-{:.0}/s)  {matched} matches, none left stored",
+        median(&pipelined),
+        pipelined.len(),
+        pipelined[0],
+        pipelined[pipelined.len() - 1]
+    );
+    println!(
+        "  router detecting in its own thread (baseline)\n             {:>10.0} publications/s  (median of {}; {:.0}-{:.0}/s)  ratio {:.2}",
+        median(&rates),
         rates.len(),
         rates[0],
-        rates[rates.len() - 1]
+        rates[rates.len() - 1],
+        median(&pipelined) / median(&rates)
     );
 
     // The detectors alone: each publication handed to its pattern's leaf (or end) directly,
@@ -356,7 +445,7 @@ pub(crate) fn throughput(quick: bool, seed: u64, repeat: usize) {
     let reference_matches: usize =
         (0..sample_apps).map(|i| detect(&workflow_pattern(i), &stamped).len()).sum();
     let reference = start.elapsed();
-    let mut router = workflow_router(sample_apps);
+    let (mut router, _) = workflow_router(sample_apps, false);
     let (matches, elapsed) = publish_all(&mut router, &sample);
     assert_eq!(matches, reference_matches, "the detector and the reference disagree on the sample");
     println!(
@@ -427,23 +516,69 @@ fn detectors_alone(apps: usize, stream: &[Publication], expected: Option<usize>)
     stream.len() as f64 / elapsed.as_secs_f64()
 }
 
-/// Profiling aid (`PROFILE_ONLY=router` or `=detectors`): one part of (b), larger.
+/// The two stages of [`publish_pipelined`] timed apart, each on one thread: the router
+/// with detection offloaded (its outputs collected and dropped), then the detector ops it
+/// produced applied to a [`Detection`] (made beforehand, outside the clock).
+fn stages(apps: usize, stream: &[Publication]) {
+    let (mut router, setup) = workflow_router(apps, true);
+    let messages = received(stream);
+    let mut out = Vec::new();
+    let mut ops = Vec::new();
+    let start = Instant::now();
+    for (n, message) in messages.into_iter().enumerate() {
+        router.handle(n as u64, Input::Client { client: 0, req: None, message }, &mut out);
+        ops.extend(out.drain(..).filter_map(|o| match o {
+            Output::Detect { now, op } => Some((now, op)),
+            _ => None,
+        }));
+    }
+    let routing = start.elapsed();
+    let mut detection = Detection::new(*router.detector_bounds());
+    for (now, op) in setup {
+        detection.apply(now, op, &mut out);
+    }
+    let mut matches = 0;
+    let start = Instant::now();
+    for (now, op) in ops {
+        detection.apply(now, op, &mut out);
+        matches += out.drain(..).filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
+    }
+    let detecting = start.elapsed();
+    let rate = |d: Duration| stream.len() as f64 / d.as_secs_f64();
+    println!(
+        "routing (detection offloaded) {:.0}/s; detection stage {:.0}/s ({matches} matches)",
+        rate(routing),
+        rate(detecting)
+    );
+}
+
+/// Profiling aid (`PROFILE_ONLY=router`, `=pipelined`, `=stages` or `=detectors`): one
+/// part of (b), larger.
 /// `PROFILE_APPS` sets the number of patterns (10,000), `PROFILE_GENERATIONS` the router
 /// run's generations (100,000), `PROFILE_ALLOCS=1` counts the router's allocations too.
 pub(crate) fn profile(what: &str, seed: u64) {
     let apps: usize = std::env::var("PROFILE_APPS").ok().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     match what {
-        "router" => {
+        "router" | "pipelined" | "stages" => {
             let generations = std::env::var("PROFILE_GENERATIONS").ok().and_then(|g| g.parse().ok());
             let stream = workflow_stream(apps, generations.unwrap_or(100_000), seed);
-            let mut router = workflow_router(apps);
-            let (matches, elapsed) = publish_all(&mut router, &stream);
+            let (mut router, setup) = workflow_router(apps, what == "pipelined");
+            if what == "stages" {
+                stages(apps, &stream);
+                return;
+            }
+            let (matches, elapsed) = if what == "pipelined" {
+                let (matches, elapsed, _) = publish_pipelined(&mut router, setup, &stream);
+                (matches, elapsed)
+            } else {
+                publish_all(&mut router, &stream)
+            };
             println!("{matches} matches, {:.0}/s", stream.len() as f64 / elapsed.as_secs_f64());
             if std::env::var_os("PROFILE_ALLOCS").is_none() {
                 return;
             }
             // Again, counting allocations (slower: every allocation counts atomically).
-            let mut router = workflow_router(apps);
+            let (mut router, _) = workflow_router(apps, false);
             let messages = received(&stream);
             let before = ALLOCS.load(Ordering::Relaxed);
             COUNTING.store(true, Ordering::Relaxed);

@@ -126,6 +126,9 @@ pub enum Detection {
 pub struct CompositeConfig {
     /// Where client patterns are detected.
     pub detection: Detection,
+    /// Run this broker's detectors on a thread of their own beside the router's (matching
+    /// and routing on one core, detection on another); off: the router runs them itself.
+    pub detection_thread: bool,
     /// Most partial matches stored for one composite subscription (or part) at this broker.
     pub max_partial_matches_per_subscription: usize,
     /// Most partial matches stored at this broker in all.
@@ -147,6 +150,7 @@ impl Default for CompositeConfig {
         let bounds = Bounds::DEFAULT;
         Self {
             detection: Detection::Network,
+            detection_thread: true,
             max_partial_matches_per_subscription: bounds.per_detector,
             max_partial_matches: bounds.per_broker,
             max_partial_match_bytes: bounds.max_bytes,
@@ -460,6 +464,7 @@ impl Config {
             incarnation: 0,
             max_subscriptions_per_client: Some(self.limits.max_subscriptions_per_client),
             detect_at_subscriber: c.detection == Detection::Subscriber,
+            offload_detection: c.detection_thread,
             detector_bounds: Bounds {
                 per_detector: c.max_partial_matches_per_subscription,
                 per_broker: c.max_partial_matches,
@@ -711,6 +716,11 @@ impl Config {
             Detection::Subscriber => "subscriber",
         };
         let _ = writeln!(out, "detection = {}", value(detection));
+        let _ = writeln!(
+            out,
+            "# Detect on a thread of its own beside the router's (false: the router detects itself)."
+        );
+        let _ = writeln!(out, "detection_thread = {}", c.detection_thread);
         let _ =
             writeln!(out, "# Partial matches stored per composite subscription, and at this broker in all;");
         let _ = writeln!(out, "# past either, the longest stored is evicted (counted in broker stats).");
@@ -885,6 +895,9 @@ mod tests {
         .expect("parses");
         let options = config.validate().expect("valid").router;
         assert!(options.detect_at_subscriber);
+        assert!(options.offload_detection, "a detection thread unless configured off");
+        let inline: Config = toml::from_str("[composite]\ndetection_thread = false\n").expect("parses");
+        assert!(!inline.validate().expect("valid").router.offload_detection);
         assert_eq!((options.detector_bounds.per_broker, options.detector_bounds.lateness_ms), (500, 250));
         assert_eq!(options.detector_bounds.per_detector, Bounds::DEFAULT.per_detector);
         let zero = Config {

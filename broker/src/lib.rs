@@ -17,7 +17,8 @@
 //! - [`net`]: the I/O shell: serving and accepting (`net/mod.rs`), a connection's
 //!   handshake (`net/accept.rs`), the router task that owns the router and the link policy
 //!   (`net/router_task.rs`), client sessions (`net/session.rs`), neighbour links
-//!   (`net/link.rs`), batched writes (`net/write.rs`), trust and identity (`net/tls.rs`,
+//!   (`net/link.rs`), batched writes (`net/write.rs`), composite detection on a thread of
+//!   its own ([`net::detection`]), trust and identity (`net/tls.rs`,
 //!   [`net::cert`]), and the optional HTTP listener and gateway (`net/http.rs`,
 //!   `net/gateway.rs`). The hello/welcome handshake itself is `padres_transport::handshake`.
 //!

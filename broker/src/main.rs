@@ -203,6 +203,11 @@ struct Overrides {
     /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
     #[arg(long, value_enum, value_name = "WHERE", global = true)]
     composite_detection: Option<DetectionFlag>,
+    /// Run the composite detectors in the router's own thread instead of a thread of
+    /// their own (the default uses two cores: matching and routing on one, detection on
+    /// the other).
+    #[arg(long, global = true)]
+    no_detection_thread: bool,
     /// Most partial matches stored per composite subscription at this broker.
     #[arg(long, value_name = "N", global = true)]
     max_partial_matches_per_subscription: Option<usize>,
@@ -315,6 +320,9 @@ impl Overrides {
             };
         }
         let composite = &mut config.composite;
+        if self.no_detection_thread {
+            composite.detection_thread = false;
+        }
         if let Some(lateness) = self.lateness_ms {
             composite.lateness_ms = lateness;
         }

@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::router::{BrokerMessage, ClientId, Covering, Input, Options, Output, Router, Routes};
+use crate::router::{
+    BrokerMessage, ClientId, Covering, Detection, DetectorOp, Input, Options, Output, Router, Routes,
+};
 use padres_lang::wire::ErrorCode;
 use padres_lang::{Message, MessageId, Name, Publication, Stamped};
 
@@ -61,11 +63,20 @@ pub struct CompositeDelivery {
 /// A request's answer.
 pub type Reply = Result<Option<MessageId>, (ErrorCode, String)>;
 
-/// A message in flight: deliver `input` to broker `to` at the key's time.
+/// What happens to broker `to` at the key's time.
 #[derive(Debug)]
 struct Event {
     to: usize,
-    input: Input,
+    what: What,
+}
+
+#[derive(Debug)]
+enum What {
+    /// A message in flight, or a store's answer.
+    Input(Input),
+    /// Its detection stage, running behind its router ([`Sim::set_detection_delay`]),
+    /// applies an op its router decided at this time.
+    Detect(u64, DetectorOp),
 }
 
 /// The simulated federation.
@@ -73,6 +84,9 @@ struct Event {
 pub struct Sim {
     /// The brokers' routers, B1 first.
     pub routers: Vec<Router>,
+    /// With [`Options::offload_detection`], each broker's detection stage, fed its
+    /// router's [`Output::Detect`]s in order as they come out.
+    detections: Vec<Option<Detection>>,
     names: Vec<Name>,
     /// Latency of each directed link that is up.
     links: HashMap<(usize, usize), u64>,
@@ -108,6 +122,8 @@ pub struct Sim {
     options: Options,
     adv_messages: u64,
     restarts: u32,
+    /// How long an offloaded detection stage takes to apply an op (virtual ms).
+    detection_delay: u64,
 }
 
 impl Sim {
@@ -126,6 +142,7 @@ impl Sim {
         let names: Vec<Name> = (1..=n).map(|i| Name::new(&format!("B{i}")).expect("name")).collect();
         Self {
             routers: names.iter().cloned().map(|name| Router::with_options(name, options)).collect(),
+            detections: names.iter().map(|_| offloaded(&options)).collect(),
             names,
             links: HashMap::new(),
             last_arrival: HashMap::new(),
@@ -148,6 +165,7 @@ impl Sim {
             options,
             adv_messages: 0,
             restarts: 0,
+            detection_delay: 0,
         }
     }
 
@@ -158,6 +176,13 @@ impl Sim {
         let (na, nb) = (self.names[a].clone(), self.names[b].clone());
         self.input(a, Input::NeighbourUp(nb));
         self.input(b, Input::NeighbourUp(na));
+    }
+
+    /// With [`Options::offload_detection`]: each broker's detection stage applies every
+    /// op `ms` after its router decided it (in order; the op keeps the router's time), as
+    /// a detection thread runs behind its router. 0 (the default): at once.
+    pub fn set_detection_delay(&mut self, ms: u64) {
+        self.detection_delay = ms;
     }
 
     /// Every message from now on is delayed by up to `max` ms more (seeded), so messages
@@ -179,7 +204,7 @@ impl Sim {
         let (na, nb) = (self.names[a].clone(), self.names[b].clone());
         self.queue.retain(|_, e| {
             let on_link = |to: usize, peer: &Name| {
-                e.to == to && matches!(&e.input, Input::Broker { from, .. } if from == peer)
+                e.to == to && matches!(&e.what, What::Input(Input::Broker { from, .. }) if from == peer)
             };
             !(on_link(a, &nb) || on_link(b, &na))
         });
@@ -199,10 +224,13 @@ impl Sim {
             self.unlink(broker, peer);
         }
         self.clients.retain(|_, b| *b != broker);
+        // Its detection stage dies with it, and what it had not applied yet.
+        self.queue.retain(|_, e| !(e.to == broker && matches!(e.what, What::Detect(..))));
         // A new life: ids from the old one must not come back.
         self.restarts += 1;
         let options = Options { incarnation: self.restarts, ..self.options };
         self.routers[broker] = Router::with_options(self.names[broker].clone(), options);
+        self.detections[broker] = offloaded(&options);
         for (peer, latency) in peers {
             self.link(broker, peer, latency);
         }
@@ -218,6 +246,14 @@ impl Sim {
     /// same messages in the same order (the hasher has fixed keys, so runs compare).
     pub fn messages_digest(&self) -> Option<u64> {
         self.trace.digest.as_ref().map(std::hash::Hasher::finish)
+    }
+
+    /// Broker `broker`'s detection stage, wherever it runs.
+    pub fn detection(&self, broker: usize) -> &Detection {
+        match &self.detections[broker] {
+            Some(detection) => detection,
+            None => self.routers[broker].detection().expect("detection runs in the router"),
+        }
     }
 
     /// The virtual time, in milliseconds.
@@ -287,11 +323,18 @@ impl Sim {
         // timing out, composite windows).
         let next = self.queue.first_key_value().map(|((at, _), _)| *at);
         let timer = (0..self.routers.len())
-            .filter_map(|b| self.routers[b].poll_timeout().map(|t| (t, b)))
+            .filter_map(|b| {
+                let detection = self.detections[b].as_ref().and_then(Detection::poll_timeout);
+                let router = self.routers[b].poll_timeout();
+                router.into_iter().chain(detection).min().map(|t| (t, b))
+            })
             .filter(|(t, _)| next.is_none_or(|at| *t < at))
             .min();
         if let Some((t, broker)) = timer {
             self.now = self.now.max(t);
+            if let Some(detection) = &mut self.detections[broker] {
+                detection.handle_timeout(self.now);
+            }
             let mut out = Vec::new();
             self.routers[broker].handle_timeout(self.now, &mut out);
             self.outputs(broker, out);
@@ -299,7 +342,10 @@ impl Sim {
         }
         let Some(((at, _), event)) = self.queue.pop_first() else { return false };
         self.now = self.now.max(at);
-        self.input(event.to, event.input);
+        match event.what {
+            What::Detect(now, op) => self.detect(event.to, now, op),
+            What::Input(input) => self.input(event.to, input),
+        }
         true
     }
 
@@ -362,8 +408,10 @@ impl Sim {
                     self.seq += 1;
                     let from = self.names[broker].clone();
                     self.trace.message(self.now, &from, &to, &message);
-                    self.queue
-                        .insert((at, self.seq), Event { to: target, input: Input::Broker { from, message } });
+                    self.queue.insert(
+                        (at, self.seq),
+                        Event { to: target, what: What::Input(Input::Broker { from, message }) },
+                    );
                 }
                 Output::Reply { client, req, result } => {
                     let req = req.expect("the simulator numbers every request");
@@ -387,7 +435,8 @@ impl Sim {
                     found.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
                     self.seq += 1;
                     let input = Input::HistoryAnswer { query, result: Ok(found) };
-                    self.queue.insert((self.now + delay, self.seq), Event { to: broker, input });
+                    self.queue
+                        .insert((self.now + delay, self.seq), Event { to: broker, what: What::Input(input) });
                 }
                 Output::EndOfHistory { client, sub, count, missing, truncated } => {
                     self.ends.push(EndOfHistory { client, sub, count, missing, truncated, time: self.now });
@@ -401,8 +450,22 @@ impl Sim {
                 Output::CompositeNotify { client, sub, pubs } => {
                     self.composite_deliveries.push(CompositeDelivery { client, sub, pubs, time: self.now });
                 }
+                Output::Detect { now, op } if self.detection_delay > 0 => {
+                    self.seq += 1;
+                    let event = Event { to: broker, what: What::Detect(now, op) };
+                    self.queue.insert((self.now + self.detection_delay, self.seq), event);
+                }
+                Output::Detect { now, op } => self.detect(broker, now, op),
             }
         }
+    }
+
+    /// Broker `broker`'s detection stage applies `op`, decided at `now`.
+    fn detect(&mut self, broker: usize, now: u64, op: DetectorOp) {
+        let detection = self.detections[broker].as_mut().expect("offloaded detection");
+        let mut detected = Vec::new();
+        detection.apply(now, op, &mut detected);
+        self.outputs(broker, detected);
     }
 
     /// Delivers messages in time order until none is in flight (at most a million
@@ -439,6 +502,11 @@ impl Sim {
     pub fn delivered_since(&self, from: usize) -> Vec<(ClientId, String)> {
         self.deliveries[from..].iter().map(|d| (d.client, d.publication.without_time().to_string())).collect()
     }
+}
+
+/// A detection stage of its own for a router that offloads it.
+fn offloaded(options: &Options) -> Option<Detection> {
+    options.offload_detection.then(|| Detection::new(options.detector_bounds))
 }
 
 /// What is done with each message between brokers.

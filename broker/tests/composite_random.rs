@@ -9,7 +9,9 @@
 //! order.
 //!
 //! 350 seeds for each of covering off, lazy and active, in trees and with cycles (2,100
-//! runs). A failure names its seed; `SIM_SEED=n cargo test -p padres-broker --test
+//! runs); odd seeds offload detection to a stage of its own (`Options::offload_detection`,
+//! as a broker's detection thread runs it), half of them applying its ops 1–3 ms after
+//! their router decided them. A failure names its seed; `SIM_SEED=n cargo test -p padres-broker --test
 //! composite_random` replays it in every test, and `SIM_SEEDS=A..B` runs a longer range
 //! (`REPLAY_SEEDS=A..B` for `a_seed_replays_message_for_message`; `SIM_TRACE=1` prints
 //! every message between brokers).
@@ -46,8 +48,16 @@ fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64
     // up to 5 ms more with jitter) keeps the detectors exact, and short enough that
     // windows expire while the stream goes on.
     let bounds = patterns::uncapped(100);
-    let mut sim =
-        Sim::with_options(n, Options { covering, cycles, detector_bounds: bounds, ..Options::default() });
+    // Odd seeds leave detection to a stage of its own, as a broker's detection thread
+    // runs it: the same matches must come out.
+    let offload_detection = seed % 2 == 1;
+    let options =
+        Options { covering, cycles, detector_bounds: bounds, offload_detection, ..Options::default() };
+    let mut sim = Sim::with_options(n, options);
+    if offload_detection {
+        // Every other offloaded seed runs detection behind its router, as a thread does.
+        sim.set_detection_delay(seed / 2 % 2 * (1 + rng.below(3)));
+    }
     if digest {
         sim.digest_messages();
     }
@@ -135,7 +145,7 @@ fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64
         }
     }
     // Expired while publications were still to come (the last run expires all the rest).
-    let expired: u64 = (0..n).map(|b| sim.routers[b].composite_counters().0.expired).sum();
+    let expired: u64 = (0..n).map(|b| sim.detection(b).counters().expired).sum();
     sim.run();
     stream.sort_by(|a, b| a.0.cmp(&b.0));
     let serial_of = |p: &Publication| p.get("serial").and_then(|v| v.as_number()).map(|n| format!("{n:?}"));
@@ -144,7 +154,7 @@ fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64
 
     // Named first: a bound that bit explains a difference from the reference.
     for b in 0..n {
-        let (c, _, _) = sim.routers[b].composite_counters();
+        let c = sim.detection(b).counters();
         if c.evicted + c.pairs_dropped > 0 {
             return Err(format!("seed {seed}: a bound bit at B{}: {c:?}", b + 1));
         }
@@ -164,7 +174,7 @@ fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64
             detect(cs, &stream).into_iter().map(|f| f.pubs).collect();
         expected.sort();
         if std::env::var_os("SIM_STATS").is_some() {
-            let detecting: Vec<u64> = (0..n).map(|b| sim.routers[b].composite_counters().0.matches).collect();
+            let detecting: Vec<u64> = (0..n).map(|b| sim.detection(b).counters().matches).collect();
             eprintln!(
                 "seed {seed}: {} fires, {n} brokers, matches per broker {detecting:?}: {cs}",
                 expected.len()
@@ -181,7 +191,7 @@ fn run(seed: u64, covering: Covering, cycles: bool, digest: bool) -> Result<(u64
                         "  B{}: {:?} counters {:?}",
                         b + 1,
                         sim.routes(b).composites,
-                        sim.routers[b].composite_counters()
+                        sim.detection(b).counters()
                     )
                 })
                 .collect();

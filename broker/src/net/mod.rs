@@ -48,6 +48,7 @@
 mod accept;
 pub mod cert;
 mod client_sessions;
+pub mod detection;
 mod gateway;
 mod http;
 mod link;
@@ -104,6 +105,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The composite detection thread.
+    #[error("cannot start the composite detection thread: {0}")]
+    DetectionThread(std::io::Error),
 }
 
 /// Why a connection or a link ended, or a dial failed.
@@ -214,6 +218,21 @@ pub async fn serve_until(
     };
     let options = Options { incarnation, ..settings.router };
     let router = Router::with_options(name.clone(), options);
+    let detection = if options.offload_detection {
+        let start = std::time::Instant::now();
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // The router task's clock (`RouterTask::wall`): milliseconds since the epoch.
+        let clock =
+            move || epoch.saturating_add(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let bounds = *router.detector_bounds();
+        let thread = detection::DetectionThread::spawn(crate::router::Detection::new(bounds), clock)
+            .map_err(ServeError::DetectionThread)?;
+        Some(thread)
+    } else {
+        None
+    };
     let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
         Ok(_) => true,
         Err(error) => {
@@ -265,6 +284,7 @@ pub async fn serve_until(
         sessions: settings.sessions,
         client_window_ms: settings.client_window_ms,
         allow_drop_link: config.allow_drop_link,
+        detection,
     };
     let router_task = tokio::spawn(router_task::run(router, inbox, events.clone(), dialer, setup));
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();

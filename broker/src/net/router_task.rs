@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::client_sessions::{ACK_AFTER_MS, ClientSessions, Left, Queued, Resumed};
+use super::detection::{Batch, DetectionThread};
 use super::http::{BoundsView, DetectorView, DetectorsView, HistoryView, PartView, SubscriberView};
 use super::link::Dialer;
 use super::{DRAIN_TIMEOUT, Limits};
@@ -28,7 +29,7 @@ use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
 use crate::metrics::{LinkSnapshot, Snapshot};
 use crate::monitor::{self, Federation, FederationView};
 use crate::resume::{self, Received, Sessions, Step};
-use crate::router::{BROKER_CLIENT, ClientId, Input, Output, Router, RoutesPage};
+use crate::router::{BROKER_CLIENT, ClientId, Detection, Input, Output, Router, RoutesPage};
 
 /// Events the router task handles before it hands out what they produced, so that a
 /// busy connection task is woken once for many frames.
@@ -170,6 +171,9 @@ pub(super) struct Setup {
     pub(super) client_window_ms: u64,
     /// Whether clients may drop links ([`Query::DropLink`], fault injection).
     pub(super) allow_drop_link: bool,
+    /// The composite detection thread and what it sends back, if the router offloads
+    /// detection to it.
+    pub(super) detection: Option<(DetectionThread, mpsc::UnboundedReceiver<Vec<Output>>)>,
 }
 
 /// The broker's reports on itself ([`crate::monitor`]).
@@ -255,6 +259,12 @@ struct RouterTask {
     store_acks: mpsc::UnboundedSender<(ClientId, Frame)>,
     /// Clients found too slow, cut off at the end of [`RouterTask::dispatch`].
     slow: Vec<ClientId>,
+    /// The composite detection thread, if the router offloads detection.
+    detection: Option<DetectionThread>,
+    /// The detector ops handed out since the last batch went to the thread.
+    detect_batch: Batch,
+    /// Whether the thread was found stopped (logged once).
+    detection_lost: bool,
 }
 
 /// Runs the router task until [`Event::Shutdown`]. Events are taken in batches (as many as
@@ -266,7 +276,12 @@ pub(super) async fn run(
     dialer: Dialer,
     setup: Setup,
 ) {
-    let Setup { limits, open, history, reports, sessions, client_window_ms, allow_drop_link } = setup;
+    let Setup { limits, open, history, reports, sessions, client_window_ms, allow_drop_link, detection } =
+        setup;
+    let (detection, mut detected) = match detection {
+        Some((thread, detected)) => (Some(thread), Some(detected)),
+        None => (None, None),
+    };
     let (answers, mut answered) = mpsc::unbounded_channel::<HistoryAnswer>();
     let (store_acks, mut stored) = mpsc::unbounded_channel::<(ClientId, Frame)>();
     let mut client_tick = tokio::time::interval(std::time::Duration::from_millis(ACK_AFTER_MS));
@@ -315,6 +330,9 @@ pub(super) async fn run(
         client_sessions: ClientSessions::new(client_window_ms),
         store_acks,
         slow: Vec::new(),
+        detection,
+        detect_batch: Vec::new(),
+        detection_lost: false,
     };
     for filter in filters {
         let now = task.now();
@@ -335,6 +353,9 @@ pub(super) async fn run(
         task.as_broker(Message::Subscribe(monitor::subscription()));
     }
     'run: loop {
+        // What the last round gave the detectors, in one batch; waits while the thread is
+        // behind.
+        task.send_detection().await;
         // The policy's timers run on the task's clock, the router's (composite windows,
         // history queries) on the wall clock.
         let router_timer = task.router.poll_timeout().map(|at| {
@@ -382,6 +403,11 @@ pub(super) async fn run(
                 let now = task.now();
                 let wall = task.wall(now);
                 task.router.handle(wall, Input::HistoryAnswer { query, result }, &mut task.out);
+                task.dispatch(now);
+            }
+            Some(outputs) = recv_detected(&mut detected), if detected.is_some() => {
+                let now = task.now();
+                task.out.extend(outputs);
                 task.dispatch(now);
             }
             Some((client, frame)) = stored.recv() => {
@@ -433,6 +459,14 @@ pub(super) async fn run(
     };
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tasks.abort_all();
+    }
+}
+
+/// The detection thread's next outputs (never, without one).
+async fn recv_detected(detected: &mut Option<mpsc::UnboundedReceiver<Vec<Output>>>) -> Option<Vec<Output>> {
+    match detected {
+        Some(detected) => detected.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -580,7 +614,11 @@ impl RouterTask {
                 let _ = reply.send(routes(&self.router, limit, offset, filter));
             }
             Event::Inspect(Inspect::Detectors { limit, offset, reply }) => {
-                let _ = reply.send(detectors(&self.router, limit, offset));
+                let view = match &self.detection {
+                    Some(thread) => thread.with(|d| detectors(&self.router, limit, offset, Some(d))),
+                    None => detectors(&self.router, limit, offset, None),
+                };
+                let _ = reply.send(view);
             }
             Event::Inspect(Inspect::History(reply)) => {
                 let _ = reply.send(self.history_view());
@@ -768,9 +806,37 @@ impl RouterTask {
         }
     }
 
+    /// Sends the detector ops handed out since the last call to the detection thread.
+    async fn send_detection(&mut self) {
+        if self.detect_batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.detect_batch);
+        let sent = match &self.detection {
+            Some(thread) => thread.send(batch).await,
+            None => false,
+        };
+        if !sent && !self.detection_lost {
+            self.detection_lost = true;
+            tracing::error!(
+                "the composite detection thread has stopped: composite subscriptions are not detected here"
+            );
+        }
+    }
+
+    /// The composite detectors' counters, the composite subscriptions held, and the
+    /// detectors running, wherever detection runs.
+    fn composite_counters(&self) -> (crate::detector::Counters, usize, usize) {
+        let (counters, composites, detectors) = self.router.composite_counters();
+        match &self.detection {
+            Some(thread) => thread.with(|d| (d.counters(), composites, d.len())),
+            None => (counters, composites, detectors),
+        }
+    }
+
     fn stats(&self, now: u64) -> BrokerStats {
         let (advertisements, subscriptions) = self.router.table_sizes();
-        let (detected, composites, detectors) = self.router.composite_counters();
+        let (detected, composites, detectors) = self.composite_counters();
         let neighbours: Vec<Name> = self.policy.neighbours().cloned().collect();
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let counters = &self.counters;
@@ -931,6 +997,10 @@ impl RouterTask {
                         self.counters.notifications_out += 1;
                         let size = pubs.iter().map(|(_, p)| estimated_size(1, p)).sum();
                         (client, Frame::CompositeNotification { sub, pubs }, size)
+                    }
+                    Output::Detect { now, op } => {
+                        self.detect_batch.push((now, op));
+                        continue;
                     }
                     Output::ToBroker { to, message } => {
                         self.counters.broker_messages_out += 1;
@@ -1153,11 +1223,16 @@ fn routes(router: &Router, limit: u32, offset: u32, mut filter: String) -> Route
 }
 
 /// A page of `router`'s composite detectors, with their caps and totals.
-fn detectors(router: &Router, limit: u32, offset: u32) -> DetectorsView {
+/// What the detectors hold comes from `offloaded` when detection runs on its own thread.
+fn detectors(router: &Router, limit: u32, offset: u32, offloaded: Option<&Detection>) -> DetectorsView {
     let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    let (total, rows) = router.detectors_page(usize_of(offset), usize_of(limit.min(MAX_ROUTES_LISTED)));
-    let (counters, _, _) = router.composite_counters();
+    let limit = usize_of(limit.min(MAX_ROUTES_LISTED));
+    let (total, rows) = router.detectors_page(usize_of(offset), limit, offloaded);
+    let counters = match offloaded {
+        Some(detection) => detection.counters(),
+        None => router.composite_counters().0,
+    };
     let bounds = router.detector_bounds();
     DetectorsView {
         broker: router.name().clone(),

@@ -39,8 +39,9 @@ use padres_lang::composite::{CompositeOp, Expr, Node};
 use padres_lang::wire::{BrokerMessage, Forwarded};
 use padres_lang::{CompositeSubscription, MessageId, Name, Stamped, Subscription, overlaps};
 
+use super::detection::{Detection, DetectorOp, Subscribers};
 use super::{Hop, Output, Router};
-use crate::detector::{DetectorDetail, DetectorId, Detectors, Match};
+use crate::detector::{Bounds, DetectorDetail, DetectorId, Match};
 
 /// A pattern and the upstream broker it came from (`None`: a local client); shared, since
 /// every publication that feeds a detector looks its pattern up by it.
@@ -141,14 +142,40 @@ pub(super) struct Composites {
     sent: HashMap<MessageId, Outgoing>,
     /// The id of the part forwarded with this text to this neighbour.
     outgoing: HashMap<(String, Name), MessageId>,
-    pub(super) detectors: Detectors,
-    /// The matches one input completed, reused from input to input.
-    completed: Vec<Match>,
+    /// Where the detectors run.
+    pub(super) stage: Stage,
+    /// The number the next detector gets.
+    next_detector: DetectorId,
+}
+
+/// Where this broker's detectors run.
+#[derive(Debug)]
+pub(super) enum Stage {
+    /// In the router: every [`DetectorOp`] is applied at once.
+    Here(Box<Detection>),
+    /// After it ([`super::Options::offload_detection`]): every op is an
+    /// [`Output::Detect`].
+    Elsewhere,
+}
+
+impl Default for Stage {
+    fn default() -> Self {
+        Self::Here(Box::new(Detection::new(Bounds::default())))
+    }
 }
 
 impl Composites {
-    pub(super) fn new(bounds: crate::detector::Bounds) -> Self {
-        Self { detectors: Detectors::new(bounds), ..Self::default() }
+    pub(super) fn new(bounds: Bounds, offload: bool) -> Self {
+        let stage = if offload { Stage::Elsewhere } else { Stage::Here(Box::new(Detection::new(bounds))) };
+        Self { stage, ..Self::default() }
+    }
+
+    /// The detection stage, if it runs here.
+    pub(super) fn detection(&self) -> Option<&Detection> {
+        match &self.stage {
+            Stage::Here(detection) => Some(detection),
+            Stage::Elsewhere => None,
+        }
     }
 
     /// How many composite subscriptions (subscriber entries) are held.
@@ -179,7 +206,12 @@ impl Composites {
 
     /// The detectors running here, by id: how many there are, and those from the
     /// `offset`-th, at most `limit`.
-    pub(super) fn detector_rows(&self, offset: usize, limit: usize) -> (usize, Vec<DetectorRow>) {
+    pub(super) fn detector_rows(
+        &self,
+        offset: usize,
+        limit: usize,
+        detection: Option<&Detection>,
+    ) -> (usize, Vec<DetectorRow>) {
         let mut here: Vec<(DetectorId, &Part)> = self
             .parts
             .values()
@@ -204,7 +236,7 @@ impl Composites {
                         .iter()
                         .map(|(id, to, node)| (id.clone(), to.clone(), part.detected.part(*node).to_string()))
                         .collect(),
-                    detail: self.detectors.detail(detector).unwrap_or_default(),
+                    detail: detection.and_then(|d| d.detail(detector)).unwrap_or_default(),
                 })
             })
             .collect();
@@ -271,6 +303,7 @@ impl Router {
         self.composites.subscribers.insert(subscriber.clone(), key.clone());
         if let Some(part) = self.composites.parts.get_mut(&key) {
             part.subscribers.insert(subscriber);
+            self.subscribers_changed(&key, out);
             // Shared: the reply waits for the copies the placement sent, answered or not.
             self.await_placement(&key);
             return;
@@ -314,11 +347,25 @@ impl Router {
         else {
             return;
         };
-        let mut matches = Vec::new();
-        let (detector, leaf) = (*detector, leaf as usize);
-        self.composites.detectors.publication(detector, leaf, stamped, &mut matches);
-        for m in matches {
-            self.deliver(key, m, out);
+        let op = DetectorOp::Publication { id: *detector, leaf: leaf as usize, stamped: stamped.clone() };
+        self.detector_op(op, out);
+    }
+
+    /// Hands `op` to the detection stage: applies it now if the detectors run here.
+    pub(super) fn detector_op(&mut self, op: DetectorOp, out: &mut Vec<Output>) {
+        match &mut self.composites.stage {
+            Stage::Here(detection) => detection.apply(self.now, op, out),
+            Stage::Elsewhere => out.push(Output::Detect { now: self.now, op }),
+        }
+    }
+
+    /// Pattern `key`'s subscribers changed: a detector of its here sends its matches to
+    /// the new set.
+    fn subscribers_changed(&mut self, key: &PartKey, out: &mut Vec<Output>) {
+        let Some(part) = self.composites.parts.get(key) else { return };
+        if let Placement::Split { detector, .. } = part.placement {
+            let subscribers: Subscribers = part.subscribers.iter().cloned().collect();
+            self.detector_op(DetectorOp::Subscribers { id: detector, subscribers }, out);
         }
     }
 
@@ -335,6 +382,8 @@ impl Router {
         if part.subscribers.is_empty() {
             self.tear_down(&key, out);
             self.composites.parts.remove(&key);
+        } else {
+            self.subscribers_changed(&key, out);
         }
         true
     }
@@ -466,7 +515,22 @@ impl Router {
                 // The nodes detected elsewhere, whose matches come back as parts.
                 let remote: Vec<usize> =
                     frontier.iter().filter(|(_, to)| to.is_some()).map(|&(node, _)| node).collect();
-                let detector = self.composites.detectors.add_with_parts(&cs, &remote);
+                let detector = self.composites.next_detector;
+                self.composites.next_detector += 1;
+                let subscribers: Subscribers = self
+                    .composites
+                    .parts
+                    .get(key)
+                    .map(|p| p.subscribers.iter().cloned().collect())
+                    .unwrap_or_default();
+                let add = DetectorOp::Add {
+                    id: detector,
+                    cs: cs.clone(),
+                    parts: remote,
+                    leaf_of: detected.1.iter().copied().collect(),
+                    subscribers,
+                };
+                self.detector_op(add, out);
                 let leaves = cs.leaf_numbers();
                 let mut subs = Vec::new();
                 let mut parts = Vec::new();
@@ -596,7 +660,7 @@ impl Router {
             Placement::Unplaced => {}
             Placement::Whole { id, .. } => self.release_part(&id, key, root, out),
             Placement::Split { detector, subs, parts } => {
-                self.composites.detectors.remove(detector);
+                self.detector_op(DetectorOp::Remove(detector), out);
                 for id in subs {
                     self.remove_sub(&id, out);
                 }
@@ -622,21 +686,16 @@ impl Router {
         // Leaves before ends: a publication that completes a match and ends its binding
         // does both, in that order.
         inputs.sort_unstable_by_key(|&(_, role, detector)| (role, detector));
-        let now = self.now;
-        let mut matches = std::mem::take(&mut self.composites.completed);
-        for (key, role, detector) in inputs {
-            match role {
+        for (key, role, id) in inputs {
+            let op = match role {
                 Role::Leaf(leaf) => {
                     self.saw_live_leaf(&key, u32::try_from(leaf).unwrap_or(u32::MAX), stamped, out);
-                    self.composites.detectors.publication(detector, leaf, stamped, &mut matches);
+                    DetectorOp::Publication { id, leaf, stamped: stamped.clone() }
                 }
-                Role::End => self.composites.detectors.end(now, detector, stamped),
-            }
-            for m in matches.drain(..) {
-                self.deliver(&key, m, out);
-            }
+                Role::End => DetectorOp::End { id, stamped: stamped.clone() },
+            };
+            self.detector_op(op, out);
         }
-        self.composites.completed = matches;
     }
 
     /// Neighbour `from` sent a match of part `id` this broker forwarded.
@@ -655,7 +714,7 @@ impl Router {
         for (key, node) in outgoing.users.clone() {
             let Some(part) = self.composites.parts.get(&key) else { continue };
             match &part.placement {
-                Placement::Whole { .. } => self.deliver(&key, Match { pubs: pubs.clone() }, out),
+                Placement::Whole { .. } => send_match(&part.subscribers, Match { pubs: pubs.clone() }, out),
                 Placement::Split { detector, .. } => {
                     let detector = *detector;
                     let start = part.detected.subtree_start(node);
@@ -670,40 +729,32 @@ impl Router {
                     else {
                         continue;
                     };
-                    let mut matches = Vec::new();
-                    self.composites.detectors.part(detector, node, shifted, &mut matches);
-                    for m in matches {
-                        self.deliver(&key, m, out);
-                    }
+                    self.detector_op(DetectorOp::Part { id: detector, node, pubs: shifted }, out);
                 }
                 Placement::Unplaced => {}
             }
         }
     }
+}
 
-    /// Sends match `m` of pattern `key` (its leaves numbered as detected here) to each of
-    /// its subscribers, numbered as they subscribed.
-    fn deliver(&self, key: &PartKey, mut m: Match, out: &mut Vec<Output>) {
-        let Some(part) = self.composites.parts.get(key) else { return };
-        if matches!(part.placement, Placement::Split { .. }) {
-            for (leaf, _) in &mut m.pubs {
-                *leaf = part.leaf_of.get(*leaf as usize).copied().unwrap_or(*leaf);
-            }
-            m.pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
-        }
-        for (hop, id) in &part.subscribers {
-            match hop {
-                Hop::Client(client) => out.push(Output::CompositeNotify {
-                    client: *client,
-                    sub: id.clone(),
-                    pubs: m.pubs.iter().map(|(leaf, p)| (*leaf, p.publication.clone())).collect(),
-                }),
-                Hop::Broker(b) => out.push(Output::ToBroker {
-                    to: b.clone(),
-                    message: BrokerMessage::CompositeMatch { id: id.clone(), pubs: m.pubs.clone() },
-                }),
-                Hop::Detector | Hop::History => {}
-            }
+/// Sends match `m` to each of `subscribers` (its leaves numbered as they subscribed).
+pub(super) fn send_match<'a>(
+    subscribers: impl IntoIterator<Item = &'a (Hop, MessageId)>,
+    m: Match,
+    out: &mut Vec<Output>,
+) {
+    for (hop, id) in subscribers {
+        match hop {
+            Hop::Client(client) => out.push(Output::CompositeNotify {
+                client: *client,
+                sub: id.clone(),
+                pubs: m.pubs.iter().map(|(leaf, p)| (*leaf, p.publication.clone())).collect(),
+            }),
+            Hop::Broker(b) => out.push(Output::ToBroker {
+                to: b.clone(),
+                message: BrokerMessage::CompositeMatch { id: id.clone(), pubs: m.pubs.clone() },
+            }),
+            Hop::Detector | Hop::History => {}
         }
     }
 }

@@ -15,6 +15,9 @@
 //!   entries of the SRT and the PRT alike (`Table::offer`).
 //! - `cycles.rs`: cyclic overlays, one spanning tree per advertisement, with covering per
 //!   tree.
+//! - `composite.rs`: where composite subscriptions are detected and how their parts travel;
+//!   `detection.rs`: the detection stage ([`Detection`]) that runs the detectors on what
+//!   the router decides, inside the router or, offloaded, after it.
 //! - `sub_routes.rs`: what a publication's routing needs of each subscription it matched
 //!   (hop, detector role), under the number the matching engine indexes it by.
 //! - `settle.rs`: settled replies: `advertise` and `subscribe` are answered once they have
@@ -69,7 +72,10 @@
 //!
 //! **Composite subscriptions** (`composite.rs`): placed where their parts' publications
 //! meet (PADRES's destination tree), detected there by [`crate::detector`], their leaves
-//! routed as ordinary subscriptions of the local detectors ([`Hop::Detector`]). Every
+//! routed as ordinary subscriptions of the local detectors ([`Hop::Detector`]). What the
+//! detectors are fed, and when they start and stop, comes out as [`DetectorOp`]s applied
+//! to a [`Detection`]: at once by default, or by the caller ([`Options::offload_detection`],
+//! [`Output::Detect`]; a broker runs them on a thread of their own). Every
 //! publication is stamped by its publisher's broker ([`padres_lang::Stamp`]), the order
 //! detection uses.
 //!
@@ -95,12 +101,14 @@ use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex, conforms};
 mod composite;
 mod covering;
 mod cycles;
+mod detection;
 mod history;
 mod settle;
 mod sub_routes;
 
-use composite::Composites;
 pub use composite::DetectorRow;
+use composite::{Composites, Stage};
+pub use detection::{Detection, DetectorOp, Subscribers};
 
 pub use covering::Covering;
 use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
@@ -273,6 +281,15 @@ pub enum Output {
         /// The publications used, with the leaf each was used for, sorted by leaf.
         pubs: Vec<(u32, Arc<Publication>)>,
     },
+    /// Apply `op` to this broker's [`Detection`] at time `now`, after every `Detect`
+    /// output before it, and handle what it outputs as this router's. Only with
+    /// [`Options::offload_detection`].
+    Detect {
+        /// The router's time when it decided.
+        now: u64,
+        /// What to do.
+        op: DetectorOp,
+    },
 }
 
 /// How a router routes.
@@ -294,6 +311,10 @@ pub struct Options {
     pub detect_at_subscriber: bool,
     /// What composite detectors may store and produce.
     pub detector_bounds: Bounds,
+    /// Leave composite detection to the caller: every detector operation comes out as an
+    /// [`Output::Detect`] for a [`Detection`] the caller runs (on another thread, say), and
+    /// the router's counters and timers leave the detectors out. Off: the router runs them.
+    pub offload_detection: bool,
     /// How long a historic query waits for the stores beyond this broker (ms).
     pub history_timeout_ms: u64,
     /// Most stored publications delivered for one historic subscription.
@@ -313,6 +334,7 @@ impl Options {
         max_subscriptions_per_client: None,
         detect_at_subscriber: false,
         detector_bounds: Bounds::DEFAULT,
+        offload_detection: false,
         history_timeout_ms: DEFAULT_TIMEOUT_MS,
         history_max_results: DEFAULT_MAX_RESULTS,
         history_chunk_bytes: history_chunk_bytes(padres_lang::wire::codec::DEFAULT_MAX_FRAME),
@@ -458,6 +480,7 @@ pub struct Router {
     /// Composite subscriptions and the detectors.
     composites: Composites,
     detect_at_subscriber: bool,
+    detector_bounds: Bounds,
     /// While the current input is handled: copies sent to place composite subscriptions,
     /// which the input waits for too.
     placed: Vec<(Forwarded, Name)>,
@@ -529,8 +552,9 @@ impl Router {
             settle: Settle::default(),
             awaited: Vec::new(),
             settling: None,
-            composites: Composites::new(options.detector_bounds),
+            composites: Composites::new(options.detector_bounds, options.offload_detection),
             detect_at_subscriber: options.detect_at_subscriber,
+            detector_bounds: options.detector_bounds,
             placed: Vec::new(),
             srt_changed: Vec::new(),
             now: 0,
@@ -569,7 +593,7 @@ impl Router {
     /// what to send to `out`.
     pub fn handle(&mut self, now: u64, input: Input, out: &mut Vec<Output>) {
         self.now = now;
-        self.composites.detectors.handle_timeout(now);
+        self.detection_timeout(now);
         let start = out.len();
         self.awaited.clear();
         self.placed.clear();
@@ -635,7 +659,7 @@ impl Router {
     /// When [`Self::handle_timeout`] has something to do (composite windows expiring,
     /// historic queries timing out).
     pub fn poll_timeout(&self) -> Option<u64> {
-        match (self.composites.detectors.poll_timeout(), self.histories.poll_timeout()) {
+        match (self.detection().and_then(Detection::poll_timeout), self.histories.poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -645,7 +669,7 @@ impl Router {
     /// the historic queries whose stores have not all answered in time.
     pub fn handle_timeout(&mut self, now: u64, out: &mut Vec<Output>) {
         self.now = now;
-        self.composites.detectors.handle_timeout(now);
+        self.detection_timeout(now);
         let start = out.len();
         self.history_timeouts(now, out);
         for output in &out[start..] {
@@ -655,21 +679,43 @@ impl Router {
         }
     }
 
+    fn detection_timeout(&mut self, now: u64) {
+        if let Stage::Here(detection) = &mut self.composites.stage {
+            detection.handle_timeout(now);
+        }
+    }
+
+    /// The detection stage, unless it is offloaded ([`Options::offload_detection`]).
+    pub fn detection(&self) -> Option<&Detection> {
+        self.composites.detection()
+    }
+
     /// The composite detectors' counters, the composite subscriptions held, and the
-    /// detectors running.
+    /// detectors running; with detection offloaded, the detectors' are the caller's to
+    /// count (zero here).
     pub fn composite_counters(&self) -> (Counters, usize, usize) {
-        (self.composites.detectors.counters(), self.composites.len(), self.composites.detectors.len())
+        let detection = self.detection();
+        (
+            detection.map(Detection::counters).unwrap_or_default(),
+            self.composites.len(),
+            detection.map_or(0, Detection::len),
+        )
     }
 
     /// How many composite detectors run here, and those from the `offset`-th by number, at
-    /// most `limit`.
-    pub fn detectors_page(&self, offset: usize, limit: usize) -> (usize, Vec<DetectorRow>) {
-        self.composites.detector_rows(offset, limit)
+    /// most `limit`; what each holds comes from `offloaded` when detection is offloaded.
+    pub fn detectors_page(
+        &self,
+        offset: usize,
+        limit: usize,
+        offloaded: Option<&Detection>,
+    ) -> (usize, Vec<DetectorRow>) {
+        self.composites.detector_rows(offset, limit, self.detection().or(offloaded))
     }
 
     /// The caps and windows the composite detectors apply.
     pub fn detector_bounds(&self) -> &Bounds {
-        self.composites.detectors.bounds()
+        &self.detector_bounds
     }
 
     /// How many advertisements and subscriptions the tables hold.
