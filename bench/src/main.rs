@@ -89,6 +89,11 @@ struct Cli {
     /// started with `--huge-pages` does; off by default, as in a broker.
     #[arg(long, global = true)]
     huge_pages: bool,
+    /// Brokers started by `quic` detect composite subscriptions in their router's own
+    /// thread, as `padres-broker --no-detection-thread` does (default: a thread of their
+    /// own).
+    #[arg(long, global = true)]
+    no_detection_thread: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -218,6 +223,7 @@ enum Which {
 
 fn main() {
     let cli = Cli::parse();
+    quic::DETECTION_THREAD.store(!cli.no_detection_thread, Ordering::Relaxed);
     if let Err(error) = padres_broker::memory::use_transparent_huge_pages(cli.huge_pages) {
         eprintln!("padres-bench: could not set whether transparent huge pages are used: {error}");
     }

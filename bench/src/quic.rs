@@ -151,6 +151,10 @@ fn publication(class: &str, key: &str, key_value: Value, n: usize, epoch: Instan
     .with_payload(vec![0x5a_u8; 100])
 }
 
+/// Whether the brokers started here run composite detection on a thread of its own
+/// (`padres-bench --no-detection-thread`: in the router's thread).
+pub(crate) static DETECTION_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 async fn start_broker(name: &str, root: &std::path::Path, neighbour: Option<SocketAddr>) -> SocketAddr {
     start_broker_with(name, root, neighbour, Vec::new()).await
 }
@@ -161,7 +165,7 @@ async fn start_broker_with(
     neighbour: Option<SocketAddr>,
     history: Vec<padres_broker::config::HistoryFilter>,
 ) -> SocketAddr {
-    let config = Config {
+    let mut config = Config {
         name: name.to_owned(),
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: root.join(name),
@@ -169,6 +173,7 @@ async fn start_broker_with(
         history,
         ..Config::default()
     };
+    config.composite.detection_thread = DETECTION_THREAD.load(Ordering::Relaxed);
     let (bound, addr) = tokio::sync::oneshot::channel();
     broker_runtime().spawn(padres_broker::net::serve_until(config, Some(bound), std::future::pending()));
     addr.await.expect("the broker binds")
