@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use padres_broker::detector::{Bounds, Counters, Detectors};
-use padres_broker::net::detection::DetectionThread;
+use padres_broker::net::detection::{Batch, DetectionThread};
 use padres_broker::router::{Detection, DetectorOp, Input, Options, Output, Router};
 use padres_broker::sim::Sim;
 use padres_lang::semantics::composite::detect;
@@ -339,14 +339,13 @@ fn publish_pipelined_messages(
     for (now, op) in setup {
         detection.apply(now, op, &mut ignored);
     }
-    // The router's clock here is the publication count, which the thread cannot read:
-    // its timers run only as ops arrive (each op runs them up to its time).
-    let (thread, mut detected) = DetectionThread::spawn(detection, || 0).expect("a detection thread");
+    let (thread, mut detected) = DetectionThread::spawn(detection).expect("a detection thread");
     let count =
         |outputs: Vec<Output>| outputs.iter().filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
     let mut out = Vec::new();
     let mut batch = Vec::new();
     let mut matches = 0;
+    let published = messages.len() as u64;
     let start = Instant::now();
     for (n, message) in messages.into_iter().enumerate() {
         router.handle(n as u64, Input::Client { client: 0, req: None, message }, &mut out);
@@ -358,18 +357,21 @@ fn publish_pipelined_messages(
             }
         }
         if (n + 1) % ROUND == 0 {
-            assert!(thread.blocking_send(std::mem::take(&mut batch)), "the detection thread stopped");
+            let round = Batch { ops: std::mem::take(&mut batch), until: n as u64 };
+            assert!(thread.blocking_send(round), "the detection thread stopped");
             while let Ok(outputs) = detected.try_recv() {
                 matches += count(outputs);
             }
         }
     }
-    assert!(thread.blocking_send(batch), "the detection thread stopped");
+    let last = Batch { ops: batch, until: published.saturating_sub(1) };
+    assert!(thread.blocking_send(last), "the detection thread stopped");
     let mut detection = thread.stop();
     while let Ok(outputs) = detected.try_recv() {
         matches += count(outputs);
     }
     let elapsed = start.elapsed();
+    // Past every lateness allowance, as `publish_messages` does after its clock stops.
     detection.handle_timeout(u64::MAX);
     (matches, elapsed, detection.counters())
 }
@@ -562,11 +564,11 @@ pub(crate) fn profile(what: &str, seed: u64) {
         "router" | "pipelined" | "stages" => {
             let generations = std::env::var("PROFILE_GENERATIONS").ok().and_then(|g| g.parse().ok());
             let stream = workflow_stream(apps, generations.unwrap_or(100_000), seed);
-            let (mut router, setup) = workflow_router(apps, what == "pipelined");
             if what == "stages" {
                 stages(apps, &stream);
                 return;
             }
+            let (mut router, setup) = workflow_router(apps, what == "pipelined");
             let (matches, elapsed) = if what == "pipelined" {
                 let (matches, elapsed, _) = publish_pipelined(&mut router, setup, &stream);
                 (matches, elapsed)

@@ -77,6 +77,9 @@ enum What {
     /// Its detection stage, running behind its router ([`Sim::set_detection_delay`]),
     /// applies an op its router decided at this time.
     Detect(u64, DetectorOp),
+    /// Its detection stage runs its timers up to this time, which no later op precedes
+    /// (a broker's router task sends its detection thread an empty batch).
+    Tick(u64),
 }
 
 /// The simulated federation.
@@ -124,6 +127,8 @@ pub struct Sim {
     restarts: u32,
     /// How long an offloaded detection stage takes to apply an op (virtual ms).
     detection_delay: u64,
+    /// Per broker, the time of the last tick sent to its delayed detection stage.
+    ticked: Vec<u64>,
 }
 
 impl Sim {
@@ -166,6 +171,7 @@ impl Sim {
             adv_messages: 0,
             restarts: 0,
             detection_delay: 0,
+            ticked: vec![0; n],
         }
     }
 
@@ -225,7 +231,8 @@ impl Sim {
         }
         self.clients.retain(|_, b| *b != broker);
         // Its detection stage dies with it, and what it had not applied yet.
-        self.queue.retain(|_, e| !(e.to == broker && matches!(e.what, What::Detect(..))));
+        self.queue.retain(|_, e| !(e.to == broker && matches!(e.what, What::Detect(..) | What::Tick(_))));
+        self.ticked[broker] = 0;
         // A new life: ids from the old one must not come back.
         self.restarts += 1;
         let options = Options { incarnation: self.restarts, ..self.options };
@@ -324,7 +331,10 @@ impl Sim {
         let next = self.queue.first_key_value().map(|((at, _), _)| *at);
         let timer = (0..self.routers.len())
             .filter_map(|b| {
+                // A delayed stage's timer is run by a tick behind the ops before it; until
+                // the tick is applied, it is not due again.
                 let detection = self.detections[b].as_ref().and_then(Detection::poll_timeout);
+                let detection = detection.filter(|&t| self.detection_delay == 0 || t > self.ticked[b]);
                 let router = self.routers[b].poll_timeout();
                 router.into_iter().chain(detection).min().map(|t| (t, b))
             })
@@ -332,7 +342,13 @@ impl Sim {
             .min();
         if let Some((t, broker)) = timer {
             self.now = self.now.max(t);
-            if let Some(detection) = &mut self.detections[broker] {
+            if self.detection_delay > 0 && self.detections[broker].is_some() && self.ticked[broker] < self.now
+            {
+                self.ticked[broker] = self.now;
+                self.seq += 1;
+                let tick = Event { to: broker, what: What::Tick(self.now) };
+                self.queue.insert((self.now + self.detection_delay, self.seq), tick);
+            } else if let Some(detection) = &mut self.detections[broker] {
                 detection.handle_timeout(self.now);
             }
             let mut out = Vec::new();
@@ -344,6 +360,11 @@ impl Sim {
         self.now = self.now.max(at);
         match event.what {
             What::Detect(now, op) => self.detect(event.to, now, op),
+            What::Tick(until) => {
+                if let Some(detection) = &mut self.detections[event.to] {
+                    detection.handle_timeout(until);
+                }
+            }
             What::Input(input) => self.input(event.to, input),
         }
         true
@@ -465,6 +486,12 @@ impl Sim {
         let detection = self.detections[broker].as_mut().expect("offloaded detection");
         let mut detected = Vec::new();
         detection.apply(now, op, &mut detected);
+        // As a broker's router task does: nothing for a subscription withdrawn meanwhile.
+        let router = &self.routers[broker];
+        detected.retain(|o| match o {
+            Output::CompositeNotify { client, sub, .. } => router.has_composite(*client, sub),
+            _ => true,
+        });
         self.outputs(broker, detected);
     }
 

@@ -463,3 +463,53 @@ fn a_withdrawn_advertisement_moves_a_pattern_and_nothing_published_after_the_rep
     );
     assert_eq!((detectors_at(&sim, 1), detectors_at(&sim, 3)), (0, 1), "moved to B4");
 }
+
+/// One broker whose detection runs 50 ms behind its router, with no lateness allowance:
+/// a publisher and a subscriber of `{a}&{b} within 10ms` on `k`.
+fn behind(delay: u64) -> (Sim, MessageId) {
+    let bounds = padres_broker::detector::Bounds { lateness_ms: 0, ..Default::default() };
+    let options = Options { offload_detection: true, detector_bounds: bounds, ..Options::default() };
+    let mut sim = Sim::with_options(1, options);
+    sim.set_detection_delay(delay);
+    sim.attach(SUBSCRIBER, 0);
+    sim.attach(P1, 0);
+    sim.id(P1, "a [class,eq,'a'],[k,isPresent,'']");
+    sim.id(P1, "a [class,eq,'b'],[k,isPresent,'']");
+    let cs = sim.id(SUBSCRIBER, "cs {[class,eq,'a'],[k,eq,$S$k]}&{[class,eq,'b'],[k,eq,$S$k]} within 10ms");
+    sim.run();
+    (sim, cs)
+}
+
+#[test]
+fn detection_behind_its_router_runs_no_timer_ahead_of_the_ops_still_to_apply() {
+    for delay in [0, 50] {
+        let (mut sim, cs) = behind(delay);
+        sim.send(P1, "p [class,'a'],[k,'one']");
+        sim.advance(9);
+        // Inside the window by the router's clock; applied 50 ms later by the stage, after
+        // the window of the `a` would have passed on any clock but the ops'.
+        sim.send(P1, "p [class,'b'],[k,'one']");
+        sim.run();
+        assert_eq!(composite_since(&sim, 0).len(), 1, "delay {delay}: the pair inside the window matches");
+        assert_eq!(composite_since(&sim, 0)[0].0, cs);
+        // Outside it: 11 ms apart.
+        sim.send(P1, "p [class,'a'],[k,'two']");
+        sim.run();
+        sim.advance(11);
+        sim.call(P1, "p [class,'b'],[k,'two']").expect("published");
+        assert_eq!(composite_since(&sim, 0).len(), 1, "delay {delay}: no match across the window");
+        assert_eq!(sim.detection(0).counters().stored, 0, "delay {delay}: everything expired");
+        assert_eq!(sim.detection(0).counters().expired, 4, "delay {delay}: both pairs' partial matches");
+    }
+}
+
+#[test]
+fn detection_behind_its_router_notifies_nothing_after_an_acknowledged_unsubscribe() {
+    let (mut sim, cs) = behind(50);
+    sim.send(P1, "p [class,'a'],[k,'one']");
+    sim.send(P1, "p [class,'b'],[k,'one']");
+    // The match is still with the stage when the unsubscribe is answered.
+    sim.call_until_reply(SUBSCRIBER, &format!("unsub {cs}")).expect("unsubscribed");
+    sim.run();
+    assert_eq!(composite_since(&sim, 0), []);
+}

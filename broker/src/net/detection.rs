@@ -3,22 +3,29 @@
 //! With `composite.detection_thread` (the default), the router offloads its detectors
 //! ([`crate::router::Options::offload_detection`]): each [`Output::Detect`] it emits is
 //! queued here in order, the router task sends what one round of events produced as one
-//! batch, and this thread applies the batches to the broker's [`Detection`] and sends
+//! [`Batch`], and this thread applies the batches to the broker's [`Detection`] and sends
 //! back the outputs of the matches they complete (composite notifications and matches
 //! for neighbours), which the router task hands out like its own. Matching and routing
 //! run on one core while detection runs on another; a publication's composite match
 //! comes out after the outputs of the round that routed it instead of among them.
 //!
+//! **Time.** The thread has no clock of its own: every op carries the router's time, and
+//! every batch the router's time when it was sent ([`Batch::until`]), which no later op
+//! precedes. After a batch the thread runs the detectors' timers (windows, `until` ends)
+//! up to that time, never beyond: a timer run ahead of ops still queued could drop a
+//! partial match that one of them would complete, where the router running the detectors
+//! itself would not. When the detectors are due ([`DetectionThread::due`]) and no batch
+//! comes, the router task sends an empty one; a batch that moves the due time is answered
+//! (with no outputs, if it made none), so that the router task looks again.
+//!
 //! At most [`QUEUED_BATCHES`] batches wait; the router task waits for room, so a
 //! detection stage that falls behind slows the router rather than queuing without
-//! bound. The thread also runs the detectors' timers (windows, `until` ends) on the
-//! router's clock when no batch comes. The router task reads the counters and what each
-//! detector holds through [`DetectionThread::with`], which waits for the batch being
-//! applied, if any. Dropping the [`DetectionThread`] ends the thread once it has applied
-//! what was queued.
+//! bound. The router task reads the counters and what each detector holds through
+//! [`DetectionThread::with`], which waits for the batch being applied, if any.
+//! [`DetectionThread::stop`] ends the thread once it has applied what was queued.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -28,39 +35,46 @@ use crate::router::{Detection, DetectorOp, Output};
 /// Most batches queued for the thread before the sender waits.
 pub const QUEUED_BATCHES: usize = 64;
 
-/// A batch of ops, each with the router's time when it decided.
-pub type Batch = Vec<(u64, DetectorOp)>;
+/// What one round of the router gave its detectors.
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// The ops, in order, each with the router's time when it decided.
+    pub ops: Vec<(u64, DetectorOp)>,
+    /// The router's time when it sent the batch: no later op is earlier, so the
+    /// detectors' timers may run up to it.
+    pub until: u64,
+}
+
+/// No timer due ([`DetectionThread::due`]).
+const NOT_DUE: u64 = u64::MAX;
 
 /// The detection thread's handle (see the module docs).
 #[derive(Debug)]
 pub struct DetectionThread {
     shared: Arc<Mutex<Detection>>,
+    /// When the detectors' next timer is due, as of the last batch applied.
+    due: Arc<AtomicU64>,
     /// `None` once stopping.
     ops: Option<mpsc::Sender<Batch>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl DetectionThread {
-    /// Starts a thread applying batches to `detection`; `clock` is the router's clock (in
-    /// the milliseconds its inputs are given at), for the timers. Returns the handle and
-    /// the receiver of the outputs the batches produce, one `Vec` per batch that produced
-    /// any.
+    /// Starts a thread applying batches to `detection`. Returns the handle and the
+    /// receiver of the outputs the batches produce, one `Vec` per batch that produced any.
     ///
     /// # Errors
-    /// The thread or its timer could not be started.
-    pub fn spawn(
-        detection: Detection,
-        clock: impl Fn() -> u64 + Send + 'static,
-    ) -> std::io::Result<(Self, mpsc::UnboundedReceiver<Vec<Output>>)> {
+    /// The thread could not be started.
+    pub fn spawn(detection: Detection) -> std::io::Result<(Self, mpsc::UnboundedReceiver<Vec<Output>>)> {
+        let due = Arc::new(AtomicU64::new(detection.poll_timeout().unwrap_or(NOT_DUE)));
         let shared = Arc::new(Mutex::new(detection));
         let (ops, batches) = mpsc::channel(QUEUED_BATCHES);
         let (outputs, detected) = mpsc::unbounded_channel();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
-        let state = shared.clone();
+        let (state, next) = (shared.clone(), due.clone());
         let thread = std::thread::Builder::new()
             .name("padres-detect".into())
-            .spawn(move || runtime.block_on(run(&state, batches, &outputs, clock)))?;
-        Ok((Self { shared, ops: Some(ops), thread: Some(thread) }, detected))
+            .spawn(move || run(&state, &next, batches, &outputs))?;
+        Ok((Self { shared, due, ops: Some(ops), thread: Some(thread) }, detected))
     }
 
     /// Queues `batch`, waiting while [`QUEUED_BATCHES`] are queued; false if the thread
@@ -77,13 +91,19 @@ impl DetectionThread {
         self.ops.as_ref().is_some_and(|ops| ops.blocking_send(batch).is_ok())
     }
 
+    /// When the detectors' next timer is due (the router's time), as of the last batch
+    /// applied: a batch with a later [`Batch::until`] runs it.
+    pub fn due(&self) -> Option<u64> {
+        Some(self.due.load(Ordering::Acquire)).filter(|&at| at != NOT_DUE)
+    }
+
     /// Runs `f` on the detection stage between batches.
     pub fn with<R>(&self, f: impl FnOnce(&Detection) -> R) -> R {
         f(&self.shared.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Lets the thread apply what is queued, waits for it to end, and returns the
-    /// detection stage.
+    /// Lets the thread apply what is queued (its outputs still go to the receiver), waits
+    /// for it to end, and returns the detection stage.
     pub fn stop(mut self) -> Detection {
         self.finish();
         let shared =
@@ -110,40 +130,34 @@ impl Drop for DetectionThread {
     }
 }
 
-async fn run(
+fn run(
     shared: &Mutex<Detection>,
+    due: &AtomicU64,
     mut batches: mpsc::Receiver<Batch>,
     outputs: &mpsc::UnboundedSender<Vec<Output>>,
-    clock: impl Fn() -> u64,
 ) {
-    let lock = || shared.lock().unwrap_or_else(PoisonError::into_inner);
     let mut out = Vec::new();
-    loop {
-        let due = lock().poll_timeout();
-        let sleep = due.map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(clock())));
-        tokio::select! {
-            batch = batches.recv() => {
-                let Some(batch) = batch else { break };
-                let mut detection = lock();
-                for (now, op) in batch {
-                    detection.apply(now, op, &mut out);
-                }
-                drop(detection);
-                // The router task gone (shutting down): what it would send goes nowhere.
-                if !out.is_empty() && outputs.send(std::mem::take(&mut out)).is_err() {
-                    out.clear();
-                }
-            }
-            () = tokio::time::sleep_until(sleep.unwrap_or_else(Instant::now).into()), if sleep.is_some() => {
-                lock().handle_timeout(clock());
-            }
+    while let Some(batch) = batches.blocking_recv() {
+        let mut detection = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        for (now, op) in batch.ops {
+            detection.apply(now, op, &mut out);
+        }
+        detection.handle_timeout(batch.until);
+        let next = detection.poll_timeout().unwrap_or(NOT_DUE);
+        drop(detection);
+        // A new due time is sent too (if nothing else, as no outputs): it wakes the router
+        // task, which computes its timers again.
+        let moved = due.swap(next, Ordering::AcqRel) != next;
+        // The router task gone (shutting down): what it would send goes nowhere.
+        if (moved || !out.is_empty()) && outputs.send(std::mem::take(&mut out)).is_err() {
+            out.clear();
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
 
     use padres_lang::{CompositeSubscription, MessageId, Name, Publication, Stamp, Stamped};
 
@@ -172,26 +186,14 @@ mod tests {
         }
     }
 
-    fn ops() -> Batch {
+    fn ops() -> Vec<(u64, DetectorOp)> {
         let mut ops = vec![(0, add(0, ""))];
         for g in 0..50 {
             let time = 1 + 2 * g;
-            ops.push((
-                time,
-                DetectorOp::Publication {
-                    id: 0,
-                    leaf: 0,
-                    stamped: stamped(time, &format!("[class,'a'],[g,{g}]")),
-                },
-            ));
-            ops.push((
-                time + 1,
-                DetectorOp::Publication {
-                    id: 0,
-                    leaf: 1,
-                    stamped: stamped(time + 1, &format!("[class,'b'],[g,{g}]")),
-                },
-            ));
+            let a = stamped(time, &format!("[class,'a'],[g,'{g}']"));
+            let b = stamped(time + 1, &format!("[class,'b'],[g,'{g}']"));
+            ops.push((time, DetectorOp::Publication { id: 0, leaf: 0, stamped: a }));
+            ops.push((time + 1, DetectorOp::Publication { id: 0, leaf: 1, stamped: b }));
         }
         ops.push((200, DetectorOp::Remove(0)));
         ops
@@ -205,11 +207,11 @@ mod tests {
             inline.apply(now, op, &mut expected);
         }
         assert_eq!(expected.len(), 50, "one match per g");
-        let (thread, mut detected) =
-            DetectionThread::spawn(Detection::new(Bounds::DEFAULT), || 0).expect("thread");
+        let (thread, mut detected) = DetectionThread::spawn(Detection::new(Bounds::DEFAULT)).expect("thread");
         // In batches of three ops, as rounds of a router task would send them.
         for batch in ops().chunks(3) {
-            assert!(thread.blocking_send(batch.to_vec()));
+            let until = batch.last().map_or(0, |(now, _)| *now);
+            assert!(thread.blocking_send(Batch { ops: batch.to_vec(), until }));
         }
         let detection = thread.stop();
         let mut got = Vec::new();
@@ -222,26 +224,30 @@ mod tests {
     }
 
     #[test]
-    fn the_thread_expires_windows_on_the_clock_when_no_op_comes() {
-        let clock = Arc::new(AtomicU64::new(1_000));
-        let read = clock.clone();
+    fn the_thread_runs_timers_up_to_the_batches_times_only() {
         let bounds = Bounds { lateness_ms: 0, ..Bounds::DEFAULT };
-        let (thread, _detected) =
-            DetectionThread::spawn(Detection::new(bounds), move || read.load(Ordering::Relaxed))
-                .expect("thread");
-        let a = DetectorOp::Publication { id: 0, leaf: 0, stamped: stamped(1_000, "[class,'a'],[g,1]") };
-        assert!(thread.blocking_send(vec![(1_000, add(0, " within 50ms")), (1_000, a)]));
-        let stored = |thread: &DetectionThread| thread.with(|d| (d.counters().stored, d.counters().expired));
+        let (thread, mut detected) = DetectionThread::spawn(Detection::new(bounds)).expect("thread");
+        let a = DetectorOp::Publication { id: 0, leaf: 0, stamped: stamped(1_000, "[class,'a'],[g,'x']") };
+        let ops = vec![(1_000, add(0, " within 50ms")), (1_000, a)];
+        assert!(thread.blocking_send(Batch { ops, until: 1_000 }));
         let deadline = Instant::now() + Duration::from_secs(10);
-        while stored(&thread) != (1, 0) {
-            assert!(Instant::now() < deadline, "the partial match was never stored");
+        // The thread tells when the window is due, answering the batch that set it.
+        while thread.due().is_none() {
+            assert!(Instant::now() < deadline, "no due time came");
             std::thread::sleep(Duration::from_millis(5));
         }
-        // The window passes on the router's clock; no op follows.
-        clock.store(1_100, Ordering::Relaxed);
-        while stored(&thread) != (0, 1) {
-            assert!(Instant::now() < deadline, "the window never expired: {:?}", stored(&thread));
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let due = thread.due().expect("due");
+        assert!((1_050..=1_051).contains(&due), "due at {due}");
+        assert!(detected.try_recv().is_ok(), "the batch that moved the due time is answered");
+        // However long the thread waits, the window passes only with a batch's time.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(thread.with(|d| d.counters().stored), 1);
+        let b = DetectorOp::Publication { id: 0, leaf: 1, stamped: stamped(1_040, "[class,'b'],[g,'x']") };
+        assert!(thread.blocking_send(Batch { ops: vec![(1_040, b)], until: 1_040 }));
+        assert!(thread.blocking_send(Batch { ops: Vec::new(), until: due }));
+        let detection = thread.stop();
+        let counters = detection.counters();
+        // The pair matched; the `a` expired at its due time, the `b` waits for its own.
+        assert_eq!((counters.matches, counters.stored, counters.expired), (1, 1, 1));
     }
 }

@@ -219,17 +219,8 @@ pub async fn serve_until(
     let options = Options { incarnation, ..settings.router };
     let router = Router::with_options(name.clone(), options);
     let detection = if options.offload_detection {
-        let start = std::time::Instant::now();
-        let epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        // The router task's clock (`RouterTask::wall`): milliseconds since the epoch.
-        let clock =
-            move || epoch.saturating_add(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
-        let bounds = *router.detector_bounds();
-        let thread = detection::DetectionThread::spawn(crate::router::Detection::new(bounds), clock)
-            .map_err(ServeError::DetectionThread)?;
-        Some(thread)
+        let detection = crate::router::Detection::new(*router.detector_bounds());
+        Some(detection::DetectionThread::spawn(detection).map_err(ServeError::DetectionThread)?)
     } else {
         None
     };

@@ -29,7 +29,7 @@ use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
 use crate::metrics::{LinkSnapshot, Snapshot};
 use crate::monitor::{self, Federation, FederationView};
 use crate::resume::{self, Received, Sessions, Step};
-use crate::router::{BROKER_CLIENT, ClientId, Detection, Input, Output, Router, RoutesPage};
+use crate::router::{BROKER_CLIENT, ClientId, DetectorOp, Input, Output, Router, RoutesPage};
 
 /// Events the router task handles before it hands out what they produced, so that a
 /// busy connection task is woken once for many frames.
@@ -261,8 +261,11 @@ struct RouterTask {
     slow: Vec<ClientId>,
     /// The composite detection thread, if the router offloads detection.
     detection: Option<DetectionThread>,
-    /// The detector ops handed out since the last batch went to the thread.
-    detect_batch: Batch,
+    /// The detector ops handed out since the last batch went to the thread, each with
+    /// the router's time.
+    detect_batch: Vec<(u64, DetectorOp)>,
+    /// The router's time when the last batch went ([`Batch::until`]).
+    detect_until: u64,
     /// Whether the thread was found stopped (logged once).
     detection_lost: bool,
 }
@@ -332,6 +335,7 @@ pub(super) async fn run(
         slow: Vec::new(),
         detection,
         detect_batch: Vec::new(),
+        detect_until: 0,
         detection_lost: false,
     };
     for filter in filters {
@@ -362,7 +366,12 @@ pub(super) async fn run(
             let now = task.now();
             now.saturating_add(at.saturating_sub(task.wall(now)))
         });
-        let timer = [task.policy.poll_timeout(), task.sessions.poll_timeout(), router_timer]
+        // The detection thread's timers, run by the next batch (see `send_detection`).
+        let detection_timer = task.detection_due().map(|at| {
+            let now = task.now();
+            now.saturating_add(at.saturating_sub(task.wall(now)))
+        });
+        let timer = [task.policy.poll_timeout(), task.sessions.poll_timeout(), router_timer, detection_timer]
             .into_iter()
             .flatten()
             .min();
@@ -407,7 +416,7 @@ pub(super) async fn run(
             }
             Some(outputs) = recv_detected(&mut detected), if detected.is_some() => {
                 let now = task.now();
-                task.out.extend(outputs);
+                task.detected(outputs);
                 task.dispatch(now);
             }
             Some((client, frame)) = stored.recv() => {
@@ -444,6 +453,9 @@ pub(super) async fn run(
             }
         }
     }
+    // What the detectors were given last, and the matches it completes, go out before the
+    // clients are told goodbye.
+    task.stop_detection(detected).await;
     task.shut_down();
     let mut tasks = std::mem::take(&mut task.tasks);
     drop(task);
@@ -614,10 +626,7 @@ impl RouterTask {
                 let _ = reply.send(routes(&self.router, limit, offset, filter));
             }
             Event::Inspect(Inspect::Detectors { limit, offset, reply }) => {
-                let view = match &self.detection {
-                    Some(thread) => thread.with(|d| detectors(&self.router, limit, offset, Some(d))),
-                    None => detectors(&self.router, limit, offset, None),
-                };
+                let view = detectors(&self.router, limit, offset, self.detection.as_ref());
                 let _ = reply.send(view);
             }
             Event::Inspect(Inspect::History(reply)) => {
@@ -806,12 +815,22 @@ impl RouterTask {
         }
     }
 
-    /// Sends the detector ops handed out since the last call to the detection thread.
+    /// When the detection thread's timers are due and no batch sent since runs them.
+    fn detection_due(&self) -> Option<u64> {
+        self.detection.as_ref()?.due().filter(|&at| at > self.detect_until)
+    }
+
+    /// Sends the detector ops handed out since the last call to the detection thread, as
+    /// one batch; an empty one if its timers are due (a batch runs them up to its time).
     async fn send_detection(&mut self) {
-        if self.detect_batch.is_empty() {
+        let now = self.now();
+        let wall = self.wall(now);
+        let due = self.detection_due().is_some_and(|at| at <= wall);
+        if self.detect_batch.is_empty() && !due {
             return;
         }
-        let batch = std::mem::take(&mut self.detect_batch);
+        let batch = Batch { ops: std::mem::take(&mut self.detect_batch), until: wall };
+        self.detect_until = wall;
         let sent = match &self.detection {
             Some(thread) => thread.send(batch).await,
             None => false,
@@ -821,6 +840,34 @@ impl RouterTask {
             tracing::error!(
                 "the composite detection thread has stopped: composite subscriptions are not detected here"
             );
+        }
+    }
+
+    /// Outputs of the detection thread, to hand out: a composite notification for a
+    /// subscription its client has withdrawn (or a client gone) since the publication
+    /// that completed it was routed is dropped, so that none follows an acknowledged
+    /// unsubscribe.
+    fn detected(&mut self, outputs: Vec<Output>) {
+        let router = &self.router;
+        self.out.extend(outputs.into_iter().filter(|o| match o {
+            Output::CompositeNotify { client, sub, .. } => router.has_composite(*client, sub),
+            _ => true,
+        }));
+    }
+
+    /// Sends the detection thread what it was last given, lets it finish, and takes the
+    /// outputs it made.
+    async fn stop_detection(&mut self, detected: Option<mpsc::UnboundedReceiver<Vec<Output>>>) {
+        let now = self.now();
+        self.dispatch(now);
+        self.send_detection().await;
+        let Some(thread) = self.detection.take() else { return };
+        // Joining waits for the thread: not on one of the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || drop(thread.stop())).await;
+        if let Some(mut detected) = detected {
+            while let Ok(outputs) = detected.try_recv() {
+                self.detected(outputs);
+            }
         }
     }
 
@@ -1223,14 +1270,20 @@ fn routes(router: &Router, limit: u32, offset: u32, mut filter: String) -> Route
 }
 
 /// A page of `router`'s composite detectors, with their caps and totals.
-/// What the detectors hold comes from `offloaded` when detection runs on its own thread.
-fn detectors(router: &Router, limit: u32, offset: u32, offloaded: Option<&Detection>) -> DetectorsView {
+/// What the detectors hold comes from `thread` when detection runs on its own (read
+/// for the page's rows only, so that the thread waits as little as possible).
+fn detectors(router: &Router, limit: u32, offset: u32, thread: Option<&DetectionThread>) -> DetectorsView {
     let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let limit = usize_of(limit.min(MAX_ROUTES_LISTED));
-    let (total, rows) = router.detectors_page(usize_of(offset), limit, offloaded);
-    let counters = match offloaded {
-        Some(detection) => detection.counters(),
+    let (total, mut rows) = router.detectors_page(usize_of(offset), limit, None);
+    let counters = match thread {
+        Some(thread) => thread.with(|detection| {
+            for row in &mut rows {
+                row.detail = detection.detail(row.detector).unwrap_or_default();
+            }
+            detection.counters()
+        }),
         None => router.composite_counters().0,
     };
     let bounds = router.detector_bounds();

@@ -322,6 +322,12 @@ impl Router {
         self.place(&key, true, out);
     }
 
+    /// Whether client `client` holds composite subscription `sub` (an offloaded detection
+    /// stage's notification for one withdrawn since is not to be delivered).
+    pub fn has_composite(&self, client: super::ClientId, sub: &MessageId) -> bool {
+        self.composites.subscribers.contains_key(&(Hop::Client(client), sub.clone()))
+    }
+
     /// The leaves reaching into the past of client pattern `id` of `from`, if it has any:
     /// its key, and (leaf number, leaf subscription) for each.
     pub(super) fn historic_leaves(&self, from: &Hop, id: &MessageId) -> Option<(PartKey, Vec<HistoricLeaf>)> {

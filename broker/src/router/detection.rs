@@ -8,12 +8,14 @@
 //! so it needs nothing else of the router's state: it can run inside the router (the
 //! default) or after it, on another thread ([`super::Options::offload_detection`]: the
 //! router emits [`Output::Detect`] and the caller applies them here in order). Applied in
-//! the same order at the same times, the ops give the same outputs either way; what
-//! differs is only when they come out, after the outputs of the input that caused them.
+//! the same order at the same times, the ops give the same outputs either way, provided
+//! the caller runs the timers ([`Detection::handle_timeout`]) only up to a time no op
+//! still to apply precedes: a timer run ahead of them could drop a partial match that one
+//! of them completes. What differs is only when the outputs come out: after the outputs
+//! of the input that caused them.
 //!
-//! Its own timers ([`Detection::poll_timeout`], [`Detection::handle_timeout`]) drop
-//! partial matches whose window has passed and forget `until` ends; every op runs them up
-//! to its time first, as the router did before each input.
+//! Every op runs the timers up to its own time first, as the router did before each
+//! input.
 
 use std::sync::Arc;
 
