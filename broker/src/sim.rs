@@ -127,8 +127,8 @@ pub struct Sim {
     restarts: u32,
     /// How long an offloaded detection stage takes to apply an op (virtual ms).
     detection_delay: u64,
-    /// Per broker, the time of the last tick sent to its delayed detection stage.
-    ticked: Vec<u64>,
+    /// Per broker, whether a tick is on its way to its delayed detection stage.
+    tick_pending: Vec<bool>,
 }
 
 impl Sim {
@@ -171,7 +171,7 @@ impl Sim {
             adv_messages: 0,
             restarts: 0,
             detection_delay: 0,
-            ticked: vec![0; n],
+            tick_pending: vec![false; n],
         }
     }
 
@@ -232,7 +232,7 @@ impl Sim {
         self.clients.retain(|_, b| *b != broker);
         // Its detection stage dies with it, and what it had not applied yet.
         self.queue.retain(|_, e| !(e.to == broker && matches!(e.what, What::Detect(..) | What::Tick(_))));
-        self.ticked[broker] = 0;
+        self.tick_pending[broker] = false;
         // A new life: ids from the old one must not come back.
         self.restarts += 1;
         let options = Options { incarnation: self.restarts, ..self.options };
@@ -331,10 +331,10 @@ impl Sim {
         let next = self.queue.first_key_value().map(|((at, _), _)| *at);
         let timer = (0..self.routers.len())
             .filter_map(|b| {
-                // A delayed stage's timer is run by a tick behind the ops before it; until
-                // the tick is applied, it is not due again.
+                // A delayed stage's timer is run by a tick behind the ops before it; while
+                // one is on its way, it is not due again.
                 let detection = self.detections[b].as_ref().and_then(Detection::poll_timeout);
-                let detection = detection.filter(|&t| self.detection_delay == 0 || t > self.ticked[b]);
+                let detection = detection.filter(|_| !self.tick_pending[b]);
                 let router = self.routers[b].poll_timeout();
                 router.into_iter().chain(detection).min().map(|t| (t, b))
             })
@@ -342,12 +342,13 @@ impl Sim {
             .min();
         if let Some((t, broker)) = timer {
             self.now = self.now.max(t);
-            if self.detection_delay > 0 && self.detections[broker].is_some() && self.ticked[broker] < self.now
-            {
-                self.ticked[broker] = self.now;
-                self.seq += 1;
-                let tick = Event { to: broker, what: What::Tick(self.now) };
-                self.queue.insert((self.now + self.detection_delay, self.seq), tick);
+            if self.detection_delay > 0 {
+                if self.detections[broker].is_some() && !self.tick_pending[broker] {
+                    self.tick_pending[broker] = true;
+                    self.seq += 1;
+                    let tick = Event { to: broker, what: What::Tick(self.now) };
+                    self.queue.insert((self.now + self.detection_delay, self.seq), tick);
+                }
             } else if let Some(detection) = &mut self.detections[broker] {
                 detection.handle_timeout(self.now);
             }
@@ -361,6 +362,7 @@ impl Sim {
         match event.what {
             What::Detect(now, op) => self.detect(event.to, now, op),
             What::Tick(until) => {
+                self.tick_pending[event.to] = false;
                 if let Some(detection) = &mut self.detections[event.to] {
                     detection.handle_timeout(until);
                 }
