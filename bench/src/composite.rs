@@ -264,10 +264,7 @@ fn workflow_router(apps: usize, offload: bool) -> (Router, Vec<(u64, DetectorOp)
     let mut ops = Vec::new();
     let mut send = |router: &mut Router, client: u64, message: Message| {
         router.handle(0, Input::Client { client, req: Some(1), message }, &mut out);
-        ops.extend(out.drain(..).filter_map(|o| match o {
-            Output::Detect { now, op } => Some((now, op)),
-            _ => None,
-        }));
+        take_ops(&mut out, &mut ops);
     };
     let adv = "[class,eq,'job_status'],[appl,isPresent,''],[job,isPresent,''],[gid,isPresent,'']";
     send(&mut router, 0, Message::Advertise(adv.parse().expect("an advertisement")));
@@ -275,6 +272,24 @@ fn workflow_router(apps: usize, offload: bool) -> (Router, Vec<(u64, DetectorOp)
         send(&mut router, 1 + (i % 100) as u64, Message::CompositeSubscribe(workflow_pattern(i)));
     }
     (router, ops)
+}
+
+/// Moves the detector ops among `out` to `ops`, dropping the rest.
+fn take_ops(out: &mut Vec<Output>, ops: &mut Vec<(u64, DetectorOp)>) {
+    ops.extend(out.drain(..).filter_map(|o| match o {
+        Output::Detect { now, op } => Some((now, op)),
+        _ => None,
+    }));
+}
+
+/// A detection stage for `router` (offloaded) with its detectors started by `setup`.
+fn started(router: &Router, setup: Vec<(u64, DetectorOp)>) -> Detection {
+    let mut detection = Detection::new(*router.detector_bounds());
+    let mut ignored = Vec::new();
+    for (now, op) in setup {
+        detection.apply(now, op, &mut ignored);
+    }
+    detection
 }
 
 /// The messages that publish `stream`, as a broker receives them: decoded from a
@@ -334,12 +349,7 @@ fn publish_pipelined_messages(
     setup: Vec<(u64, DetectorOp)>,
     messages: Vec<Message>,
 ) -> (usize, Duration, Counters) {
-    let mut detection = Detection::new(*router.detector_bounds());
-    let mut ignored = Vec::new();
-    for (now, op) in setup {
-        detection.apply(now, op, &mut ignored);
-    }
-    let (thread, mut detected) = DetectionThread::spawn(detection).expect("a detection thread");
+    let (thread, mut detected) = DetectionThread::spawn(started(router, setup)).expect("a detection thread");
     let count =
         |outputs: Vec<Output>| outputs.iter().filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
     let mut out = Vec::new();
@@ -529,16 +539,10 @@ fn stages(apps: usize, stream: &[Publication]) {
     let start = Instant::now();
     for (n, message) in messages.into_iter().enumerate() {
         router.handle(n as u64, Input::Client { client: 0, req: None, message }, &mut out);
-        ops.extend(out.drain(..).filter_map(|o| match o {
-            Output::Detect { now, op } => Some((now, op)),
-            _ => None,
-        }));
+        take_ops(&mut out, &mut ops);
     }
     let routing = start.elapsed();
-    let mut detection = Detection::new(*router.detector_bounds());
-    for (now, op) in setup {
-        detection.apply(now, op, &mut out);
-    }
+    let mut detection = started(&router, setup);
     let mut matches = 0;
     let start = Instant::now();
     for (now, op) in ops {

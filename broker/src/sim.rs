@@ -489,11 +489,7 @@ impl Sim {
         let mut detected = Vec::new();
         detection.apply(now, op, &mut detected);
         // As a broker's router task does: nothing for a subscription withdrawn meanwhile.
-        let router = &self.routers[broker];
-        detected.retain(|o| match o {
-            Output::CompositeNotify { client, sub, .. } => router.has_composite(*client, sub),
-            _ => true,
-        });
+        self.routers[broker].keep_deliverable(&mut detected);
         self.outputs(broker, detected);
     }
 

@@ -823,10 +823,14 @@ impl RouterTask {
     /// Sends the detector ops handed out since the last call to the detection thread, as
     /// one batch; an empty one if its timers are due (a batch runs them up to its time).
     async fn send_detection(&mut self) {
+        // Nothing to send (always so without a thread): no clock read either.
+        let due = self.detection_due();
+        if self.detect_batch.is_empty() && due.is_none() {
+            return;
+        }
         let now = self.now();
         let wall = self.wall(now);
-        let due = self.detection_due().is_some_and(|at| at <= wall);
-        if self.detect_batch.is_empty() && !due {
+        if self.detect_batch.is_empty() && due.is_some_and(|at| at > wall) {
             return;
         }
         let batch = Batch { ops: std::mem::take(&mut self.detect_batch), until: wall };
@@ -843,16 +847,11 @@ impl RouterTask {
         }
     }
 
-    /// Outputs of the detection thread, to hand out: a composite notification for a
-    /// subscription its client has withdrawn (or a client gone) since the publication
-    /// that completed it was routed is dropped, so that none follows an acknowledged
-    /// unsubscribe.
-    fn detected(&mut self, outputs: Vec<Output>) {
-        let router = &self.router;
-        self.out.extend(outputs.into_iter().filter(|o| match o {
-            Output::CompositeNotify { client, sub, .. } => router.has_composite(*client, sub),
-            _ => true,
-        }));
+    /// Outputs of the detection thread, to hand out (those still deliverable:
+    /// [`Router::keep_deliverable`]).
+    fn detected(&mut self, mut outputs: Vec<Output>) {
+        self.router.keep_deliverable(&mut outputs);
+        self.out.append(&mut outputs);
     }
 
     /// Sends the detection thread what it was last given, lets it finish, and takes the
@@ -1276,7 +1275,7 @@ fn detectors(router: &Router, limit: u32, offset: u32, thread: Option<&Detection
     let usize_of = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     let limit = usize_of(limit.min(MAX_ROUTES_LISTED));
-    let (total, mut rows) = router.detectors_page(usize_of(offset), limit, None);
+    let (total, mut rows) = router.detectors_page(usize_of(offset), limit);
     let counters = match thread {
         Some(thread) => thread.with(|detection| {
             for row in &mut rows {

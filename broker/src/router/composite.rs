@@ -109,8 +109,6 @@ struct Part {
     /// The pattern as detected here: `cs` with its `&` and `||` chains regrouped by
     /// destination, so the operands bound for one neighbour form one part.
     detected: Arc<CompositeSubscription>,
-    /// Leaf `i` of `detected` is leaf `leaf_of[i]` of `cs`.
-    leaf_of: Vec<u32>,
     upstream: Option<Name>,
     /// Where its matches go, each with the id that subscriber knows it by.
     subscribers: BTreeSet<(Hop, MessageId)>,
@@ -132,7 +130,7 @@ struct Outgoing {
 }
 
 /// The composite state of one broker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Composites {
     /// By pattern (foldhash: looked up for every match a detector completes).
     parts: foldhash::HashMap<PartKey, Part>,
@@ -158,16 +156,17 @@ pub(super) enum Stage {
     Elsewhere,
 }
 
-impl Default for Stage {
-    fn default() -> Self {
-        Self::Here(Box::new(Detection::new(Bounds::default())))
-    }
-}
-
 impl Composites {
     pub(super) fn new(bounds: Bounds, offload: bool) -> Self {
         let stage = if offload { Stage::Elsewhere } else { Stage::Here(Box::new(Detection::new(bounds))) };
-        Self { stage, ..Self::default() }
+        Self {
+            parts: foldhash::HashMap::default(),
+            subscribers: HashMap::new(),
+            sent: HashMap::new(),
+            outgoing: HashMap::new(),
+            stage,
+            next_detector: 0,
+        }
     }
 
     /// The detection stage, if it runs here.
@@ -206,12 +205,7 @@ impl Composites {
 
     /// The detectors running here, by id: how many there are, and those from the
     /// `offset`-th, at most `limit`.
-    pub(super) fn detector_rows(
-        &self,
-        offset: usize,
-        limit: usize,
-        detection: Option<&Detection>,
-    ) -> (usize, Vec<DetectorRow>) {
+    pub(super) fn detector_rows(&self, offset: usize, limit: usize) -> (usize, Vec<DetectorRow>) {
         let mut here: Vec<(DetectorId, &Part)> = self
             .parts
             .values()
@@ -236,7 +230,7 @@ impl Composites {
                         .iter()
                         .map(|(id, to, node)| (id.clone(), to.clone(), part.detected.part(*node).to_string()))
                         .collect(),
-                    detail: detection.and_then(|d| d.detail(detector)).unwrap_or_default(),
+                    detail: self.detection().and_then(|d| d.detail(detector)).unwrap_or_default(),
                 })
             })
             .collect();
@@ -310,7 +304,6 @@ impl Router {
         }
         let part = Part {
             detected: cs.clone(),
-            leaf_of: (0..u32::try_from(cs.atoms().count()).unwrap_or(u32::MAX)).collect(),
             cs,
             upstream: upstream(&from),
             subscribers: BTreeSet::from([subscriber]),
@@ -322,10 +315,18 @@ impl Router {
         self.place(&key, true, out);
     }
 
-    /// Whether client `client` holds composite subscription `sub` (an offloaded detection
-    /// stage's notification for one withdrawn since is not to be delivered).
-    pub fn has_composite(&self, client: super::ClientId, sub: &MessageId) -> bool {
-        self.composites.subscribers.contains_key(&(Hop::Client(client), sub.clone()))
+    /// Keeps of `outputs`, which an offloaded detection stage made
+    /// ([`super::Options::offload_detection`]), what is still to be delivered: a composite
+    /// notification for a subscription its client has withdrawn (or a client gone) since
+    /// the publication that completed it was routed is dropped, so that none follows an
+    /// acknowledged unsubscribe.
+    pub fn keep_deliverable(&self, outputs: &mut Vec<Output>) {
+        outputs.retain(|o| match o {
+            Output::CompositeNotify { client, sub, .. } => {
+                self.composites.subscribers.contains_key(&(Hop::Client(*client), sub.clone()))
+            }
+            _ => true,
+        });
     }
 
     /// The leaves reaching into the past of client pattern `id` of `from`, if it has any:
@@ -533,7 +534,7 @@ impl Router {
                     id: detector,
                     cs: cs.clone(),
                     parts: remote,
-                    leaf_of: detected.1.iter().copied().collect(),
+                    leaf_of: Arc::from(std::mem::take(&mut detected.1)),
                     subscribers,
                 };
                 self.detector_op(add, out);
@@ -562,7 +563,7 @@ impl Router {
         if let Some(part) = self.composites.parts.get_mut(key) {
             part.dests = dests;
             part.placement = placement;
-            (part.detected, part.leaf_of) = detected;
+            part.detected = detected.0;
         }
     }
 

@@ -703,14 +703,10 @@ impl Router {
     }
 
     /// How many composite detectors run here, and those from the `offset`-th by number, at
-    /// most `limit`; what each holds comes from `offloaded` when detection is offloaded.
-    pub fn detectors_page(
-        &self,
-        offset: usize,
-        limit: usize,
-        offloaded: Option<&Detection>,
-    ) -> (usize, Vec<DetectorRow>) {
-        self.composites.detector_rows(offset, limit, self.detection().or(offloaded))
+    /// most `limit`; with detection offloaded, what each holds is the caller's to fill in
+    /// (empty here).
+    pub fn detectors_page(&self, offset: usize, limit: usize) -> (usize, Vec<DetectorRow>) {
+        self.composites.detector_rows(offset, limit)
     }
 
     /// The caps and windows the composite detectors apply.
