@@ -25,6 +25,10 @@
 //! leaves store nothing. Nodes keyed by the same variables share one map, a binding's
 //! lists for all of them in one bucket (`stores.rs`).
 //!
+//! A compiled pattern is its structure without its filters (`pattern.rs`); detectors of
+//! equal structure share one (a workflow's thousands of jobs have a few shapes), so that
+//! what every input reads of it stays in cache.
+//!
 //! # Bounds ([`Bounds`])
 //! - `within`: a stored partial match is dropped once no publication can complete it inside
 //!   the window: after its first stamp plus the window plus `lateness_ms` by this broker's
@@ -231,11 +235,14 @@ struct Ctx<'a> {
     next_generation: &'a mut u64,
     /// Stored during this input: (entry, generation, expiry).
     stored: Vec<(usize, u64, Option<u64>)>,
+    /// Matches formed at each node of the detector during this input.
+    formed: &'a mut Vec<usize>,
 }
 
 #[derive(Debug)]
 struct Detector {
-    pattern: Pattern,
+    /// Shared with the other detectors of an equal pattern: kept in cache by them all.
+    pattern: Arc<Pattern>,
     /// Per storing node, the stored matches of each side (a join's left (0) and right (1)
     /// child, an `&` chain's leaves, a `Times`'s one), by key.
     stores: Stores,
@@ -254,16 +261,12 @@ struct Detector {
     /// remembered until it goes, since it could still join a partial match of that end's
     /// binding into one that straddles the end.
     unbound: BTreeMap<Stamp, usize>,
-    /// Matches formed at each node during the current input.
-    formed: Vec<usize>,
     /// Matches completed.
     matches: u64,
 }
 
 impl Detector {
-    fn new(cs: &CompositeSubscription, parts: &[usize]) -> Self {
-        let pattern = Pattern::compile(cs, parts);
-        let n = pattern.nodes.len();
+    fn new(pattern: Arc<Pattern>) -> Self {
         Self {
             stores: Stores::new(&pattern),
             pattern,
@@ -273,7 +276,6 @@ impl Detector {
             ends: foldhash::HashMap::default(),
             ends_order: VecDeque::new(),
             unbound: BTreeMap::new(),
-            formed: vec![0; n],
             matches: 0,
         }
     }
@@ -544,7 +546,7 @@ impl Detector {
             if clash {
                 continue;
             }
-            if self.formed[parent] >= ctx.bounds.pairs_per_input {
+            if ctx.formed[parent] >= ctx.bounds.pairs_per_input {
                 ctx.counters.pairs_dropped += 1;
                 continue;
             }
@@ -560,7 +562,7 @@ impl Detector {
             if !self.admissible(&combined) {
                 continue;
             }
-            self.formed[parent] += 1;
+            ctx.formed[parent] += 1;
             self.propagate(ctx, parent, Arc::new(combined), out);
         }
         if let Partners::Taken(list) = partners {
@@ -591,14 +593,14 @@ impl Detector {
         let mut at: SmallVec<[usize; 8]> = lists.iter().map(|list| list.len() - 1).collect();
         let mut budget = TIMES_STEPS;
         loop {
-            if self.formed[node] >= ctx.bounds.pairs_per_input || budget == 0 {
+            if ctx.formed[node] >= ctx.bounds.pairs_per_input || budget == 0 {
                 ctx.counters.pairs_dropped += 1;
                 return;
             }
             budget -= 1;
             let combined = combine(&lists, &at, &bindings);
             if self.admissible(&combined) {
-                self.formed[node] += 1;
+                ctx.formed[node] += 1;
                 if self.pattern.nodes[node].parent.is_none() {
                     self.complete(ctx, combined.pubs.into_vec(), out);
                 } else {
@@ -719,7 +721,7 @@ impl Detector {
                 last,
             };
             if self.admissible(&partial) {
-                self.formed[node] += 1;
+                ctx.formed[node] += 1;
                 self.propagate(ctx, node, Arc::new(partial), out);
             }
         }
@@ -917,6 +919,11 @@ pub struct Detectors {
     detectors: Slab<Detector>,
     /// What one input stored, reused from input to input.
     just_stored: Vec<(usize, u64, Option<u64>)>,
+    /// Matches one input formed at each node, reused from input to input.
+    formed: Vec<usize>,
+    /// The compiled patterns in use, by [`Pattern::shape_hash`]: detectors of equal
+    /// patterns share one (10,000 workflow jobs have a few shapes among them).
+    patterns: foldhash::HashMap<u64, SmallVec<[Arc<Pattern>; 1]>>,
     next_generation: u64,
     /// Every stored partial match, in the order stored (stale references are skipped).
     order: VecDeque<Ref>,
@@ -946,7 +953,33 @@ impl Detectors {
     /// detected elsewhere ([`Self::part`]). A match fed to another node may be dropped as
     /// malformed: a chain of `&`s over leaves on one binding is compiled into one node.
     pub fn add_with_parts(&mut self, cs: &CompositeSubscription, parts: &[usize]) -> DetectorId {
-        self.detectors.insert(Detector::new(cs, parts)) as DetectorId
+        let pattern = Pattern::compile(cs, parts);
+        let shapes = self.patterns.entry(pattern.shape_hash()).or_default();
+        let pattern = match shapes.iter().find(|p| ***p == pattern) {
+            Some(shared) => shared.clone(),
+            None => {
+                let pattern = Arc::new(pattern);
+                shapes.push(pattern.clone());
+                pattern
+            }
+        };
+        self.detectors.insert(Detector::new(pattern)) as DetectorId
+    }
+
+    /// `detector`'s pattern is no longer used by it: forgotten if no other uses it.
+    fn release(&mut self, detector: Detector) {
+        let pattern = detector.pattern;
+        // Here, in `patterns` and in the detector's stores.
+        drop(detector.stores);
+        if Arc::strong_count(&pattern) == 2 {
+            let hash = pattern.shape_hash();
+            if let Some(shapes) = self.patterns.get_mut(&hash) {
+                shapes.retain(|p| !Arc::ptr_eq(p, &pattern));
+                if shapes.is_empty() {
+                    self.patterns.remove(&hash);
+                }
+            }
+        }
     }
 
     /// Drops detector `id` and everything it stores; false if there was none.
@@ -955,6 +988,7 @@ impl Detectors {
             Some(detector) => {
                 self.stored -= detector.entries.len();
                 self.bytes -= detector.bytes;
+                self.release(detector);
                 true
             }
             None => false,
@@ -996,7 +1030,8 @@ impl Detectors {
         let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get_mut(key)) else {
             return;
         };
-        detector.formed.fill(0);
+        self.formed.clear();
+        self.formed.resize(detector.pattern.nodes.len(), 0);
         let before = detector.bytes;
         let entries_before = detector.entries.len();
         let mut ctx = Ctx {
@@ -1004,6 +1039,7 @@ impl Detectors {
             counters: &mut self.counters,
             next_generation: &mut self.next_generation,
             stored: mem::take(&mut self.just_stored),
+            formed: &mut self.formed,
         };
         input(detector, &mut ctx);
         let mut stored = mem::take(&mut ctx.stored);
@@ -1186,6 +1222,44 @@ mod tests {
         assert!(detector.ends.values().map(SmallVec::len).sum::<usize>() <= 10);
         let c = detectors.counters();
         assert_eq!((c.stored, c.evicted), (0, 1), "the a went with the first end over the cap: {c:?}");
+    }
+
+    #[test]
+    fn detectors_of_equal_patterns_share_one_and_forget_it_with_the_last() {
+        let mut detectors = Detectors::new(Bounds::default());
+        let parse = |text: &str| -> CompositeSubscription { text.parse().expect("pattern") };
+        let a = detectors.add(&parse("{[class,eq,'a'],[g,eq,$S$g]}&{[class,eq,'b'],[g,eq,$S$g]}"));
+        let c = detectors.add(&parse("{[class,eq,'c'],[g,eq,$S$g]}&{[class,eq,'d'],[g,eq,$S$g]}"));
+        // Joined on another attribute: a pattern of its own.
+        let h = detectors.add(&parse("{[class,eq,'a'],[h,eq,$S$g]}&{[class,eq,'b'],[h,eq,$S$g]}"));
+        // Equal but for a `Times` step: not shared, and each detects with its own step.
+        let one = detectors.add(&parse("Times({[class,eq,'t'],[g,eq,$S$g]},2,x,1)"));
+        let two = detectors.add(&parse("Times({[class,eq,'t'],[g,eq,$S$g]},2,x,2)"));
+        let pattern = |id: DetectorId| detectors.detectors[usize::try_from(id).expect("id")].pattern.clone();
+        assert!(Arc::ptr_eq(&pattern(a), &pattern(c)));
+        assert!(!Arc::ptr_eq(&pattern(a), &pattern(h)));
+        assert!(!Arc::ptr_eq(&pattern(one), &pattern(two)));
+        let origin = Name::new("B").expect("name");
+        let mut out = Vec::new();
+        for (i, x) in [1, 2, 3].into_iter().enumerate() {
+            let publication: Publication =
+                format!("[class,'t'],[g,'g'],[x,{x}]").parse().expect("publication");
+            let stamp = Stamp::new(i as u64, origin.clone(), i as u64);
+            let stamped = Arc::new(Stamped { stamp, publication: Arc::new(publication) });
+            for id in [one, two] {
+                detectors.publication(id, 0, &stamped, &mut out);
+            }
+        }
+        let xs: Vec<Vec<&Value>> = out
+            .iter()
+            .map(|m| m.pubs.iter().map(|(_, p)| p.publication.get("x").expect("x")).collect())
+            .collect();
+        let int = Value::Int;
+        assert_eq!(xs, [vec![&int(1), &int(2)], vec![&int(2), &int(3)], vec![&int(1), &int(3)]]);
+        for id in [a, c, h, one, two] {
+            assert!(detectors.remove(id));
+        }
+        assert!(detectors.patterns.is_empty(), "{} shapes kept", detectors.patterns.len());
     }
 
     #[test]

@@ -8,8 +8,10 @@ use padres_lang::composite::{CompositeOp, CompositeSubscription, Expr};
 use padres_lang::value::SmolStr;
 use padres_lang::{Name, Number, Subscription, Value};
 
+use super::stores::Layout;
+
 /// What a node does with the matches of its children.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(super) enum Op {
     /// An atomic subscription: its matches are publications.
     Leaf,
@@ -38,7 +40,7 @@ pub(super) enum Op {
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(super) struct Node {
     pub(super) op: Op,
     /// The parent and which side of it this node is (0 left, 1 right; a leaf of an
@@ -54,8 +56,9 @@ pub(super) struct Node {
     pub(super) leaves: (usize, usize),
 }
 
-/// A compiled pattern.
-#[derive(Debug)]
+/// A compiled pattern: the structure of a composite subscription, without its filters
+/// (detectors of patterns that differ only in their filters' constants share one).
+#[derive(Debug, PartialEq)]
 pub(super) struct Pattern {
     pub(super) nodes: Vec<Node>,
     /// Leaf number → node index.
@@ -68,6 +71,8 @@ pub(super) struct Pattern {
     /// The `until` filter's variables as (attribute, slot).
     pub(super) until_vars: Vec<(Name, usize)>,
     pub(super) has_until: bool,
+    /// Where its stored matches go.
+    pub(super) layout: Layout,
 }
 
 /// One value of an index key: numbers by numeric value, so `3` and `3.0` meet.
@@ -202,9 +207,32 @@ impl Pattern {
             window: cs.window(),
             until_vars,
             has_until,
+            layout: Layout::default(),
         };
         pattern.gather_all(parts);
+        pattern.layout = Layout::new(&pattern);
         pattern
+    }
+
+    /// A hash of what [`PartialEq`] compares, but for a `Times`'s step (equal patterns
+    /// hash equal).
+    pub(super) fn shape_hash(&self) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut h = foldhash::fast::FixedState::default().build_hasher();
+        for node in &self.nodes {
+            match &node.op {
+                Op::Leaf => 0_u8.hash(&mut h),
+                Op::Times { count, attr, .. } => (1_u8, count, attr).hash(&mut h),
+                Op::Or => 2_u8.hash(&mut h),
+                Op::All { key } => (3_u8, key).hash(&mut h),
+                Op::Absorbed => 4_u8.hash(&mut h),
+                Op::Join { seq, key, shared } => (5_u8, seq, key, shared).hash(&mut h),
+            }
+            (node.parent, node.children, node.leaves).hash(&mut h);
+        }
+        (&self.leaf_node, &self.leaf_vars, self.slots, self.window, &self.until_vars, self.has_until)
+            .hash(&mut h);
+        h.finish()
     }
 
     /// Compiles each maximal chain of `&`s over leaves that bind the same variables (at

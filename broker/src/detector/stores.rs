@@ -32,29 +32,22 @@ type Bucket = SmallVec<[(u32, Stored); 1]>;
 /// which can hold thousands) is taken out and put back whole.
 pub(super) type List = Bucket;
 
-/// The nodes keyed by one list of slots.
-#[derive(Debug)]
-struct KeyClass {
-    /// Binding → its matches (foldhash, seeded per process: looked up for every input).
-    buckets: foldhash::HashMap<Key, Bucket>,
-    /// How to make its key from an `until` binding (the index in the filter's variables of
-    /// each key slot), when its slots are exactly the filter's variables; `None` where it
-    /// must be scanned instead.
-    until_key: Option<Vec<usize>>,
-}
-
-#[derive(Debug)]
-pub(super) struct Stores {
-    classes: Vec<KeyClass>,
+/// Where a pattern's stored matches go: a property of the pattern alone, shared by every
+/// detector of that pattern ([`Pattern::layout`]).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Layout {
     /// Per node: (key class, its first list's number in the class), for the nodes that
     /// store.
     place: Vec<Option<(usize, u32)>>,
+    /// Per key class: how to make its key from an `until` binding (the index in the
+    /// filter's variables of each key slot), when its slots are exactly the filter's
+    /// variables; `None` where it must be scanned instead.
+    until_keys: Vec<Option<Vec<usize>>>,
 }
 
-impl Stores {
+impl Layout {
     pub(super) fn new(pattern: &Pattern) -> Self {
         let mut slots_of: Vec<Vec<usize>> = Vec::new();
-        let mut classes: Vec<KeyClass> = Vec::new();
         // How many lists each class has so far: the next node's first list number.
         let mut width: Vec<u32> = Vec::new();
         let place = (0..pattern.nodes.len())
@@ -62,9 +55,8 @@ impl Stores {
                 let slots = pattern.key_slots(node)?;
                 let class = slots_of.iter().position(|c| *c == slots).unwrap_or_else(|| {
                     slots_of.push(slots);
-                    classes.push(KeyClass { buckets: foldhash::HashMap::default(), until_key: None });
                     width.push(0);
-                    classes.len() - 1
+                    slots_of.len() - 1
                 });
                 let base = width[class];
                 // A pattern has at most 4,096 nodes (`Limits`), so list numbers fit.
@@ -77,22 +69,46 @@ impl Stores {
         let until: Vec<usize> = pattern.until_vars.iter().map(|&(_, s)| s).collect();
         // A slot twice in the key or the filter: scan.
         let distinct = |v: &[usize]| v.iter().collect::<BTreeSet<_>>().len() == v.len();
-        for (class, slots) in classes.iter_mut().zip(&slots_of) {
-            if slots.len() == until.len() && distinct(slots) && distinct(&until) {
-                class.until_key = slots.iter().map(|k| until.iter().position(|u| u == k)).collect();
-            }
-        }
-        Self { classes, place }
+        let until_keys = slots_of
+            .iter()
+            .map(|slots| {
+                if slots.len() == until.len() && distinct(slots) && distinct(&until) {
+                    slots.iter().map(|k| until.iter().position(|u| u == k)).collect()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        Self { place, until_keys }
+    }
+}
+
+/// One binding's matches, for each binding of the nodes keyed by one list of slots
+/// (foldhash, seeded per process: looked up for every input).
+type KeyClass = foldhash::HashMap<Key, Bucket>;
+
+#[derive(Debug)]
+pub(super) struct Stores {
+    /// The pattern, for its [`Layout`].
+    pattern: Arc<Pattern>,
+    /// By key class (a workflow's pattern has one: inline).
+    classes: SmallVec<[KeyClass; 1]>,
+}
+
+impl Stores {
+    pub(super) fn new(pattern: &Arc<Pattern>) -> Self {
+        let classes = pattern.layout.until_keys.iter().map(|_| KeyClass::default()).collect();
+        Self { pattern: pattern.clone(), classes }
     }
 
     /// How key class `class`'s key is made from an `until` binding, if it can be.
     pub(super) fn until_key(&self, class: usize) -> Option<&[usize]> {
-        self.classes[class].until_key.as_deref()
+        self.pattern.layout.until_keys[class].as_deref()
     }
 
     /// The key class and list number of `node`'s `side`.
     fn at(&self, node: usize, side: usize) -> (usize, u32) {
-        let (class, base) = self.place[node].expect("only storing nodes store");
+        let (class, base) = self.pattern.layout.place[node].expect("only storing nodes store");
         // A pattern has at most 4,096 nodes (`Limits`).
         #[allow(clippy::cast_possible_truncation)]
         (class, base + side as u32)
@@ -100,7 +116,7 @@ impl Stores {
 
     pub(super) fn push(&mut self, node: usize, side: usize, key: Key, stored: Stored) {
         let (class, list) = self.at(node, side);
-        self.classes[class].buckets.entry(key).or_default().push((list, stored));
+        self.classes[class].entry(key).or_default().push((list, stored));
     }
 
     /// [`Self::push`] onto `node`'s `side`, and the other side's matches for the same key,
@@ -116,7 +132,7 @@ impl Stores {
     ) -> Partners {
         let (class, list) = self.at(node, side);
         let other = self.at(node, 1 - side).1;
-        let bucket = self.classes[class].buckets.entry(key).or_default();
+        let bucket = self.classes[class].entry(key).or_default();
         bucket.push((list, stored));
         if bucket.iter().filter(|(l, _)| *l == other).count() <= SHARED_PARTNERS {
             Partners::Shared(
@@ -140,7 +156,7 @@ impl Stores {
     ) -> Option<Vec<Sides>> {
         let (class, list) = self.at(node, side);
         let base = self.at(node, 0).1;
-        let bucket = self.classes[class].buckets.entry(key).or_default();
+        let bucket = self.classes[class].entry(key).or_default();
         let own = stored.partial.clone();
         if bucket.len() == bucket.capacity() {
             // Room for a publication of every side at once, not grown one doubling at a
@@ -174,7 +190,7 @@ impl Stores {
     /// [`Self::put_back`] (storing at other nodes meanwhile is allowed).
     pub(super) fn take(&mut self, node: usize, side: usize, key: &Key) -> Option<List> {
         let (class, list) = self.at(node, side);
-        let bucket = self.classes[class].buckets.get_mut(key)?;
+        let bucket = self.classes[class].get_mut(key)?;
         Some(take_list(bucket, list))
     }
 
@@ -184,7 +200,7 @@ impl Stores {
         }
         let (class, list) = self.at(node, side);
         debug_assert!(stored.iter().all(|(l, _)| *l == list), "a list goes back where it came from");
-        if let Some(bucket) = self.classes[class].buckets.get_mut(key) {
+        if let Some(bucket) = self.classes[class].get_mut(key) {
             if bucket.is_empty() {
                 *bucket = stored;
             } else {
@@ -196,7 +212,7 @@ impl Stores {
     /// Removes `entry` from the list of `node`'s `side` for `key`, and returns it.
     pub(super) fn remove(&mut self, node: usize, side: usize, key: &Key, entry: usize) -> Option<Stored> {
         let (class, list) = self.at(node, side);
-        let map = &mut self.classes[class].buckets;
+        let map = &mut self.classes[class];
         let bucket = map.get_mut(key)?;
         let removed =
             bucket.iter().position(|(l, s)| *l == list && s.entry == entry).map(|at| bucket.remove(at).1);
@@ -209,7 +225,7 @@ impl Stores {
     /// Drops, from key class `class`'s bucket for `key`, every stored match for which
     /// `drop` holds (it is told each one dropped).
     pub(super) fn drop_where(&mut self, class: usize, key: &Key, mut drop: impl FnMut(&Stored) -> bool) {
-        let map = &mut self.classes[class].buckets;
+        let map = &mut self.classes[class];
         let Some(bucket) = map.get_mut(key) else { return };
         bucket.retain(|(_, stored)| !drop(stored));
         if bucket.is_empty() {
@@ -219,7 +235,7 @@ impl Stores {
 
     /// Every stored match of key class `class`.
     pub(super) fn class(&self, class: usize) -> impl Iterator<Item = &Stored> {
-        self.classes[class].buckets.values().flat_map(|bucket| bucket.iter().map(|(_, stored)| stored))
+        self.classes[class].values().flat_map(|bucket| bucket.iter().map(|(_, stored)| stored))
     }
 
     pub(super) fn classes(&self) -> usize {
