@@ -545,8 +545,14 @@ fn stages(apps: usize, stream: &[Publication]) {
     let mut detection = started(&router, setup);
     let mut matches = 0;
     let start = Instant::now();
-    for (now, op) in ops {
-        detection.apply(now, op, &mut out);
+    // A round of the router task at a time, as the detection thread applies them.
+    let mut ops = ops.into_iter();
+    loop {
+        let round: Vec<_> = ops.by_ref().take(ROUND).collect();
+        if round.is_empty() {
+            break;
+        }
+        detection.apply_all(round, &mut out);
         matches += out.drain(..).filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
     }
     let detecting = start.elapsed();

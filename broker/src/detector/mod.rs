@@ -982,6 +982,14 @@ impl Detectors {
         }
     }
 
+    /// Asks the processor to bring detector `id`'s state into its cache, ahead of an input
+    /// for it.
+    pub fn prefetch(&self, id: DetectorId) {
+        if let Some(detector) = usize::try_from(id).ok().and_then(|key| self.detectors.get(key)) {
+            crate::memory::prefetch(std::ptr::from_ref(detector), 1);
+        }
+    }
+
     /// Drops detector `id` and everything it stores; false if there was none.
     pub fn remove(&mut self, id: DetectorId) -> bool {
         match usize::try_from(id).ok().and_then(|key| self.detectors.try_remove(key)) {

@@ -137,9 +137,7 @@ fn run(
     let mut out = Vec::new();
     while let Some(batch) = batches.blocking_recv() {
         let mut detection = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        for (now, op) in batch.ops {
-            detection.apply(now, op, &mut out);
-        }
+        detection.apply_all(batch.ops, &mut out);
         detection.handle_timeout(batch.until);
         let next = detection.poll_timeout().unwrap_or(NOT_DUE);
         drop(detection);
@@ -207,10 +205,13 @@ mod tests {
         }
         assert_eq!(expected.len(), 50, "one match per g");
         let (thread, mut detected) = DetectionThread::spawn(Detection::new(Bounds::DEFAULT)).expect("thread");
-        // In batches of three ops, as rounds of a router task would send them.
-        for batch in ops().chunks(3) {
-            let until = batch.last().map_or(0, |(now, _)| *now);
-            assert!(thread.blocking_send(Batch { ops: batch.to_vec(), until }));
+        // In batches of 1, 2, 3, ... ops, as rounds of a router task would send them (the
+        // longer ones fetched ahead: `Detection::apply_all`).
+        let mut ops = ops().into_iter();
+        for size in 1.. {
+            let batch: Vec<_> = ops.by_ref().take(size).collect();
+            let Some(&(until, _)) = batch.last() else { break };
+            assert!(thread.blocking_send(Batch { ops: batch, until }));
         }
         let detection = thread.stop();
         let mut got = Vec::new();

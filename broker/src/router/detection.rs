@@ -83,6 +83,27 @@ pub enum DetectorOp {
     },
 }
 
+impl DetectorOp {
+    /// The detector it is for, if it feeds one.
+    fn detector(&self) -> Option<DetectorId> {
+        match self {
+            Self::Publication { id, .. } | Self::End { id, .. } | Self::Part { id, .. } => Some(*id),
+            Self::Add { .. } | Self::Subscribers { .. } | Self::Remove(_) => None,
+        }
+    }
+
+    /// The publication it carries, if one.
+    fn publication(&self) -> Option<&Arc<Stamped>> {
+        match self {
+            Self::Publication { stamped, .. } | Self::End { stamped, .. } => Some(stamped),
+            _ => None,
+        }
+    }
+}
+
+/// How many ops apart [`Detection::apply_all`]'s stages of fetching run.
+const AHEAD: usize = 2;
+
 /// A detector running here, as the stage knows it.
 #[derive(Debug)]
 struct Running {
@@ -156,6 +177,38 @@ impl Detection {
             }
         }
         self.completed = matches;
+    }
+
+    /// [`Self::apply`] for each of `ops` in order. What an op reads that was last written
+    /// far away (its publication, by the router, on another core when detection runs on
+    /// its own thread; its detector, one among thousands) is fetched into the cache a few
+    /// ops ahead, so that those misses overlap with the work of the ops before it.
+    pub fn apply_all(&mut self, ops: Vec<(u64, DetectorOp)>, out: &mut Vec<Output>) {
+        let mut ops = ops.into_iter();
+        while let Some((now, op)) = ops.next() {
+            let ahead = ops.as_slice();
+            // Each stage reads what the stage before fetched.
+            if let Some((_, op)) = ahead.get(3 * AHEAD - 1)
+                && let Some(stamped) = op.publication()
+            {
+                crate::memory::prefetch(Arc::as_ptr(stamped), 1);
+            }
+            if let Some((_, op)) = ahead.get(2 * AHEAD - 1)
+                && let Some(stamped) = op.publication()
+            {
+                crate::memory::prefetch(Arc::as_ptr(&stamped.publication), 1);
+            }
+            if let Some((_, op)) = ahead.get(AHEAD - 1) {
+                if let Some(stamped) = op.publication() {
+                    let attrs = stamped.publication.attrs();
+                    crate::memory::prefetch(attrs.as_ptr(), attrs.len());
+                }
+                if let Some(running) = op.detector().and_then(|id| self.running.get(&id)) {
+                    self.detectors.prefetch(running.inner);
+                }
+            }
+            self.apply(now, op, out);
+        }
     }
 
     /// When [`Self::handle_timeout`] has something to do.
