@@ -388,6 +388,7 @@ impl Detector {
                         permuted = order.iter().map(|&i| key[i].clone()).collect();
                         &permuted
                     };
+                    prefetch_dropped(self.stores.bucket(class, store_key), &self.entries);
                     let (entries, bytes) = (&mut self.entries, &mut self.bytes);
                     self.stores.drop_where(class, store_key, |stored| {
                         let ended = stored.partial.first() < e;
@@ -834,6 +835,39 @@ impl Detector {
             self.unremember(key, &e);
         }
         Some(forget_at)
+    }
+}
+
+/// Fetches into the cache, all at once, what checking and dropping `stored` will read: a
+/// binding's partial matches are cold by the time its end is forgotten, and each is a
+/// chain of allocations (the partial match, its publications' stamps, the publications,
+/// their attributes), so fetched one by one they cost a round trip to memory per link.
+/// Each pass reads what the pass before fetched, for all of them.
+fn prefetch_dropped<'a>(stored: impl Iterator<Item = &'a Stored> + Clone, entries: &Slab<Loc>) {
+    use crate::memory::prefetch;
+    for s in stored.clone() {
+        prefetch(Arc::as_ptr(&s.partial), 1);
+        // A read, not a hint (the slab hides where an entry is), but one that does not
+        // wait for the others: they are all in flight at once.
+        if let Some(loc) = entries.get(s.entry) {
+            prefetch(std::ptr::from_ref(loc), 1);
+        }
+    }
+    for s in stored.clone() {
+        for (_, p) in &s.partial.pubs {
+            prefetch(Arc::as_ptr(p), 1);
+        }
+    }
+    for s in stored.clone() {
+        for (_, p) in &s.partial.pubs {
+            prefetch(Arc::as_ptr(&p.publication), 1);
+        }
+    }
+    for s in stored {
+        for (_, p) in &s.partial.pubs {
+            let attrs = p.publication.attrs();
+            prefetch(attrs.as_ptr(), attrs.len());
+        }
     }
 }
 

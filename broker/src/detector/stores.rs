@@ -222,6 +222,11 @@ impl Stores {
         removed
     }
 
+    /// The stored matches of key class `class`'s bucket for `key`.
+    pub(super) fn bucket(&self, class: usize, key: &Key) -> impl Iterator<Item = &Stored> + Clone {
+        self.classes[class].get(key).into_iter().flat_map(|bucket| bucket.iter().map(|(_, stored)| stored))
+    }
+
     /// Drops, from key class `class`'s bucket for `key`, every stored match for which
     /// `drop` holds (it is told each one dropped).
     pub(super) fn drop_where(&mut self, class: usize, key: &Key, mut drop: impl FnMut(&Stored) -> bool) {
