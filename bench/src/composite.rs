@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use padres_broker::detector::{Bounds, Counters, Detectors};
-use padres_broker::net::detection::{Batch, DetectionThread};
+use padres_broker::net::detection::{Batch, Detected, DetectionThread};
 use padres_broker::router::{Detection, DetectorOp, Input, Options, Output, Router};
 use padres_broker::sim::Sim;
 use padres_lang::semantics::composite::detect;
@@ -350,8 +350,10 @@ fn publish_pipelined_messages(
     messages: Vec<Message>,
 ) -> (usize, Duration, Counters) {
     let (thread, mut detected) = DetectionThread::spawn(started(router, setup)).expect("a detection thread");
-    let count =
-        |outputs: Vec<Output>| outputs.iter().filter(|o| matches!(o, Output::CompositeNotify { .. })).count();
+    // As the router task does, the publications the thread let go of are dropped here.
+    let count = |detected: Detected| {
+        detected.outputs.iter().filter(|o| matches!(o, Output::CompositeNotify { .. })).count()
+    };
     let mut out = Vec::new();
     let mut batch = Vec::new();
     let mut matches = 0;

@@ -54,11 +54,20 @@
 //!
 //! Evictions, expiry by this broker's clock, and the pair limit are where an answer can
 //! depart from the reference; each is counted.
+//!
+//! # Where publications are freed
+//! The detectors hold publications a thread of the router made. Freeing one on another
+//! thread writes to lines that thread keeps writing: the reference counts of its
+//! attribute names and its broker's name, which every publication the router decodes or
+//! stamps takes a copy of. A thread that detects beside the router calls
+//! [`keep_released`]: from then on the publications the detectors on that thread let go of
+//! (and the ones their inputs carried) are kept, and [`take_released`] hands them over to
+//! be dropped by the router's thread. Elsewhere they are dropped at once.
 
 mod pattern;
 mod stores;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::mem;
@@ -162,6 +171,38 @@ type Pubs = SmallVec<[(u32, Arc<Stamped>); 2]>;
 /// Variable slots' values: inline up to one (one allocation less per partial match).
 type Bindings = SmallVec<[Option<Value>; 1]>;
 
+thread_local! {
+    /// The publications let go of on this thread since [`take_released`], if it keeps
+    /// them ([`keep_released`]).
+    static RELEASED: RefCell<Option<Vec<Arc<Stamped>>>> = const { RefCell::new(None) };
+}
+
+/// From now on, the publications the detectors on this thread let go of are kept for
+/// [`take_released`] instead of being dropped (see the module docs).
+pub fn keep_released() {
+    RELEASED.with_borrow_mut(|released| {
+        released.get_or_insert_with(Vec::new);
+    });
+}
+
+/// The publications kept since the last call, for the thread that made them to drop.
+pub fn take_released() -> Vec<Arc<Stamped>> {
+    RELEASED.with_borrow_mut(|released| released.as_mut().map(mem::take).unwrap_or_default())
+}
+
+/// Lets go of `publications`: kept for [`take_released`] if this thread keeps them, else
+/// dropped.
+pub fn release(publications: impl IntoIterator<Item = Arc<Stamped>>) {
+    let mut publications = publications.into_iter();
+    // Dropped (after the loop) when the thread does not keep them, or its slot is gone
+    // because the thread is ending.
+    let _ = RELEASED.try_with(|released| {
+        if let Some(released) = released.borrow_mut().as_mut() {
+            released.extend(publications.by_ref());
+        }
+    });
+}
+
 /// A partial match: a match of one node, stored at its parent.
 #[derive(Debug)]
 struct Partial {
@@ -195,6 +236,15 @@ impl Partial {
     /// The values of `slots`, if all are bound.
     fn key(&self, slots: impl IntoIterator<Item = usize>) -> Option<Key> {
         slots.into_iter().map(|s| self.bindings[s].as_ref().map(KeyPart::of)).collect()
+    }
+}
+
+/// Its publications are released ([`release`]), not dropped.
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.pubs.is_empty() {
+            release(self.pubs.drain(..).map(|(_, p)| p));
+        }
     }
 }
 
@@ -251,11 +301,12 @@ struct Detector {
     bytes: u64,
     /// Entries in the order stored (stale ones are skipped).
     order: VecDeque<(usize, u64)>,
-    /// `until` publications remembered: binding → stamps (usually one: a generation ends
-    /// once).
-    ends: foldhash::HashMap<Key, SmallVec<[Stamp; 1]>>,
+    /// `until` publications remembered: binding → publications (usually one: a generation
+    /// ends once). Kept whole rather than their stamps: copying a stamp would write to
+    /// its broker name's reference count, shared with the router's thread.
+    ends: foldhash::HashMap<Key, SmallVec<[Arc<Stamped>; 1]>>,
     /// When each remembered end is forgotten.
-    ends_order: VecDeque<(u64, Key, Stamp)>,
+    ends_order: VecDeque<(u64, Key, Arc<Stamped>)>,
     /// The first stamps of the stored partial matches that do not bind the `until`
     /// filter's variables (with how many each): an end stamped after one of them is
     /// remembered until it goes, since it could still join a partial match of that end's
@@ -335,8 +386,8 @@ impl Detector {
     fn unremember(&mut self, key: Key, e: &Stamp) {
         // One lookup (the key is the queue's own copy).
         if let std::collections::hash_map::Entry::Occupied(mut stamps) = self.ends.entry(key) {
-            if let Some(at) = stamps.get().iter().position(|s| s == e) {
-                stamps.get_mut().remove(at);
+            if let Some(at) = stamps.get().iter().position(|s| s.stamp == *e) {
+                release([stamps.get_mut().remove(at)]);
             }
             if stamps.get().is_empty() {
                 stamps.remove();
@@ -357,12 +408,13 @@ impl Detector {
         let mut kept = Vec::new();
         while self.ends_order.front().is_some_and(|(at, ..)| *at <= now) {
             let (_, key, e) = self.ends_order.pop_front().expect("checked");
-            removed += self.drop_ended(&key, &e);
-            if self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) {
+            removed += self.drop_ended(&key, &e.stamp);
+            if self.unbound.first_key_value().is_some_and(|(first, _)| *first < e.stamp) {
                 kept.push((key, e));
                 continue;
             }
-            self.unremember(key, &e);
+            self.unremember(key, &e.stamp);
+            release([e]);
         }
         let again = (!kept.is_empty()).then(|| now.saturating_add(lateness.max(1)));
         for (key, e) in kept {
@@ -507,15 +559,15 @@ impl Detector {
         let Some(key) = partial.key(self.pattern.until_vars.iter().map(|&(_, s)| s)) else { return true };
         self.ends
             .get(&key)
-            .is_none_or(|stamps| !stamps.iter().any(|e| partial.first() < e && e < partial.last()))
+            .is_none_or(|ends| !ends.iter().any(|e| *partial.first() < e.stamp && e.stamp < *partial.last()))
     }
 
     /// A match of `node` was formed: hand it to the parent, or out if `node` is the root.
     fn propagate(&mut self, ctx: &mut Ctx<'_>, node: usize, partial: Arc<Partial>, out: &mut Vec<Match>) {
         let Some((parent, side)) = self.pattern.nodes[node].parent else {
             // Usually the match's only handle: its publications are taken, not copied.
-            let pubs =
-                Arc::try_unwrap(partial).map_or_else(|shared| shared.pubs.to_vec(), |p| p.pubs.into_vec());
+            let pubs = Arc::try_unwrap(partial)
+                .map_or_else(|shared| shared.pubs.to_vec(), |mut p| mem::take(&mut p.pubs).into_vec());
             return self.complete(ctx, pubs, out);
         };
         let (seq, key, shared) = match &self.pattern.nodes[parent].op {
@@ -599,11 +651,11 @@ impl Detector {
                 return;
             }
             budget -= 1;
-            let combined = combine(&lists, &at, &bindings);
+            let mut combined = combine(&lists, &at, &bindings);
             if self.admissible(&combined) {
                 ctx.formed[node] += 1;
                 if self.pattern.nodes[node].parent.is_none() {
-                    self.complete(ctx, combined.pubs.into_vec(), out);
+                    self.complete(ctx, mem::take(&mut combined.pubs).into_vec(), out);
                 } else {
                     self.propagate(ctx, node, Arc::new(combined), out);
                 }
@@ -817,22 +869,25 @@ impl Detector {
     /// once, its binding's partial matches begun before it dropped, and the longest-stored
     /// partial matches evicted until none that does not bind the filter's variables began
     /// before it (ends kept for such a partial match would otherwise pile up).
-    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Stamped) -> Option<u64> {
+    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Arc<Stamped>) -> Option<u64> {
         let mut key = Key::with_capacity(self.pattern.until_vars.len());
         for (attr, _) in &self.pattern.until_vars {
             key.push(KeyPart::of(publication.publication.get(attr)?));
         }
         // Remembered through `now + lateness_ms`: a publication arriving then is not late.
         let forget_at = now.saturating_add(ctx.bounds.lateness_ms).saturating_add(1);
-        self.ends.entry(key.clone()).or_default().push(publication.stamp.clone());
-        self.ends_order.push_back((forget_at, key, publication.stamp.clone()));
+        self.ends.entry(key.clone()).or_default().push(publication.clone());
+        self.ends_order.push_back((forget_at, key, publication.clone()));
         while self.ends_order.len() > ctx.bounds.per_detector {
             let (_, key, e) = self.ends_order.pop_front().expect("over the cap");
-            ctx.counters.ended += self.drop_ended(&key, &e) as u64;
-            while self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) && self.evict_oldest() {
+            ctx.counters.ended += self.drop_ended(&key, &e.stamp) as u64;
+            while self.unbound.first_key_value().is_some_and(|(first, _)| *first < e.stamp)
+                && self.evict_oldest()
+            {
                 ctx.counters.evicted += 1;
             }
-            self.unremember(key, &e);
+            self.unremember(key, &e.stamp);
+            release([e]);
         }
         Some(forget_at)
     }
@@ -1184,7 +1239,7 @@ impl Detectors {
 
     /// `publication` matched detector `id`'s `until` filter: its binding's partial matches
     /// stamped before it end.
-    pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
+    pub fn end(&mut self, now: u64, id: DetectorId, publication: &Arc<Stamped>) {
         let mut forget_at = None;
         self.input(id, |detector, ctx| {
             if detector.pattern.has_until {

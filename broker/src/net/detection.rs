@@ -18,6 +18,12 @@
 //! comes, the router task sends an empty one; a batch that moves the due time is answered
 //! (with no outputs, if it made none), so that the router task looks again.
 //!
+//! **Memory.** The publications the detectors let go of are handed back with the outputs
+//! ([`Detected::released`]) and dropped by the router task: freed on this thread, each
+//! would write to the reference counts of names the router's thread copies for every
+//! publication, and the two cores would pass those lines back and forth (see
+//! [`crate::detector`]).
+//!
 //! At most [`QUEUED_BATCHES`] batches wait; the router task waits for room, so a
 //! detection stage that falls behind slows the router rather than queuing without
 //! bound. The router task reads the counters and what each detector holds through
@@ -28,6 +34,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::mpsc;
+
+use padres_lang::Stamped;
 
 use crate::router::{Detection, DetectorOp, Output};
 
@@ -42,6 +50,15 @@ pub struct Batch {
     /// The router's time when it sent the batch: no later op is earlier, so the
     /// detectors' timers may run up to it.
     pub until: u64,
+}
+
+/// What the thread gives back for a batch.
+#[derive(Debug, Default)]
+pub struct Detected {
+    /// The outputs of the matches it completed.
+    pub outputs: Vec<Output>,
+    /// The publications the detectors let go of, for the router task to drop.
+    pub released: Vec<Arc<Stamped>>,
 }
 
 /// No timer due ([`DetectionThread::due`]).
@@ -60,12 +77,12 @@ pub struct DetectionThread {
 
 impl DetectionThread {
     /// Starts a thread applying batches to `detection`. Returns the handle and the
-    /// receiver of the outputs the batches produce: one `Vec` per batch that produced any
-    /// or moved the due time (then perhaps empty).
+    /// receiver of what the batches give back: one [`Detected`] per batch that produced
+    /// outputs, released publications or moved the due time (then perhaps empty).
     ///
     /// # Errors
     /// The thread could not be started.
-    pub fn spawn(detection: Detection) -> std::io::Result<(Self, mpsc::UnboundedReceiver<Vec<Output>>)> {
+    pub fn spawn(detection: Detection) -> std::io::Result<(Self, mpsc::UnboundedReceiver<Detected>)> {
         let due = Arc::new(AtomicU64::new(detection.poll_timeout().unwrap_or(NOT_DUE)));
         let shared = Arc::new(Mutex::new(detection));
         let (ops, batches) = mpsc::channel(QUEUED_BATCHES);
@@ -132,8 +149,9 @@ fn run(
     shared: &Mutex<Detection>,
     due: &AtomicU64,
     mut batches: mpsc::Receiver<Batch>,
-    outputs: &mpsc::UnboundedSender<Vec<Output>>,
+    outputs: &mpsc::UnboundedSender<Detected>,
 ) {
+    crate::detector::keep_released();
     let mut out = Vec::new();
     while let Some(batch) = batches.blocking_recv() {
         let mut detection = shared.lock().unwrap_or_else(PoisonError::into_inner);
@@ -144,9 +162,10 @@ fn run(
         // A new due time is sent too (if nothing else, as no outputs): it wakes the router
         // task, which computes its timers again.
         let moved = due.swap(next, Ordering::AcqRel) != next;
-        // The router task gone (shutting down): what it would send goes nowhere.
-        if (moved || !out.is_empty()) && outputs.send(std::mem::take(&mut out)).is_err() {
-            out.clear();
+        let released = crate::detector::take_released();
+        if moved || !out.is_empty() || !released.is_empty() {
+            // The router task gone (shutting down): what it would get is dropped here.
+            let _ = outputs.send(Detected { outputs: std::mem::take(&mut out), released });
         }
     }
 }
@@ -215,10 +234,19 @@ mod tests {
         }
         let detection = thread.stop();
         let mut got = Vec::new();
-        while let Ok(outputs) = detected.try_recv() {
-            got.extend(outputs);
+        let mut released = Vec::new();
+        while let Ok(detected) = detected.try_recv() {
+            got.extend(detected.outputs);
+            released.extend(detected.released);
         }
         assert_eq!(got, expected);
+        // Every publication comes back to be dropped here: the handle its op carried, and
+        // the stored partial match's when the detector went (the matches hold the rest).
+        assert_eq!(released.len(), 200);
+        for p in &released {
+            let copies = Arc::strong_count(p);
+            assert!(copies <= 3, "{copies} copies");
+        }
         assert_eq!(detection.counters(), inline.counters());
         assert!(detection.is_empty(), "the detector was removed");
     }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::client_sessions::{ACK_AFTER_MS, ClientSessions, Left, Queued, Resumed};
-use super::detection::{Batch, DetectionThread};
+use super::detection::{Batch, Detected, DetectionThread};
 use super::http::{BoundsView, DetectorView, DetectorsView, HistoryView, PartView, SubscriberView};
 use super::link::Dialer;
 use super::{DRAIN_TIMEOUT, Limits};
@@ -173,7 +173,7 @@ pub(super) struct Setup {
     pub(super) allow_drop_link: bool,
     /// The composite detection thread and what it sends back, if the router offloads
     /// detection to it.
-    pub(super) detection: Option<(DetectionThread, mpsc::UnboundedReceiver<Vec<Output>>)>,
+    pub(super) detection: Option<(DetectionThread, mpsc::UnboundedReceiver<Detected>)>,
 }
 
 /// The broker's reports on itself ([`crate::monitor`]).
@@ -414,9 +414,9 @@ pub(super) async fn run(
                 task.router.handle(wall, Input::HistoryAnswer { query, result }, &mut task.out);
                 task.dispatch(now);
             }
-            Some(outputs) = recv_detected(&mut detected), if detected.is_some() => {
+            Some(given) = recv_detected(&mut detected), if detected.is_some() => {
                 let now = task.now();
-                task.detected(outputs);
+                task.detected(given);
                 task.dispatch(now);
             }
             Some((client, frame)) = stored.recv() => {
@@ -475,7 +475,7 @@ pub(super) async fn run(
 }
 
 /// The detection thread's next outputs (never, without one).
-async fn recv_detected(detected: &mut Option<mpsc::UnboundedReceiver<Vec<Output>>>) -> Option<Vec<Output>> {
+async fn recv_detected(detected: &mut Option<mpsc::UnboundedReceiver<Detected>>) -> Option<Detected> {
     match detected {
         Some(detected) => detected.recv().await,
         None => std::future::pending().await,
@@ -847,16 +847,19 @@ impl RouterTask {
         }
     }
 
-    /// Outputs of the detection thread, to hand out (those still deliverable:
-    /// [`Router::keep_deliverable`]).
-    fn detected(&mut self, mut outputs: Vec<Output>) {
+    /// What the detection thread gave back: its outputs, to hand out (those still
+    /// deliverable: [`Router::keep_deliverable`]), and the publications it let go of,
+    /// dropped here (`net::detection`, "Memory").
+    fn detected(&mut self, given: Detected) {
+        let Detected { mut outputs, released } = given;
         self.router.keep_deliverable(&mut outputs);
         self.out.append(&mut outputs);
+        drop(released);
     }
 
     /// Sends the detection thread what it was last given, lets it finish, and takes the
     /// outputs it made.
-    async fn stop_detection(&mut self, detected: Option<mpsc::UnboundedReceiver<Vec<Output>>>) {
+    async fn stop_detection(&mut self, detected: Option<mpsc::UnboundedReceiver<Detected>>) {
         let now = self.now();
         self.dispatch(now);
         self.send_detection().await;
@@ -864,8 +867,8 @@ impl RouterTask {
         // Joining waits for the thread: not on one of the runtime's workers.
         let _ = tokio::task::spawn_blocking(move || drop(thread.stop())).await;
         if let Some(mut detected) = detected {
-            while let Ok(outputs) = detected.try_recv() {
-                self.detected(outputs);
+            while let Ok(given) = detected.try_recv() {
+                self.detected(given);
             }
         }
     }

@@ -158,13 +158,18 @@ impl Detection {
                 }
                 None
             }
-            DetectorOp::Publication { id, leaf, stamped } => self.running.get(&id).inspect(|running| {
-                self.detectors.publication(running.inner, leaf, &stamped, &mut matches);
-            }),
+            DetectorOp::Publication { id, leaf, stamped } => {
+                let fed = self.running.get(&id).inspect(|running| {
+                    self.detectors.publication(running.inner, leaf, &stamped, &mut matches);
+                });
+                crate::detector::release([stamped]);
+                fed
+            }
             DetectorOp::End { id, stamped } => {
                 if let Some(running) = self.running.get(&id) {
                     self.detectors.end(now, running.inner, &stamped);
                 }
+                crate::detector::release([stamped]);
                 None
             }
             DetectorOp::Part { id, node, pubs } => self.running.get(&id).inspect(|running| {
