@@ -61,8 +61,10 @@
 //! attribute names and its broker's name, which every publication the router decodes or
 //! stamps takes a copy of. A thread that detects beside the router calls
 //! [`keep_released`]: from then on the publications the detectors on that thread let go of
-//! (and the ones their inputs carried) are kept, and [`take_released`] hands them over to
-//! be dropped by the router's thread. Elsewhere they are dropped at once.
+//! (stored in partial matches, or carried by their inputs) are kept, and [`take_released`]
+//! hands them over to be dropped by the router's thread. Elsewhere they are dropped at
+//! once. Stamps the detectors keep (of `until` ends) take this thread's copy of their
+//! broker name for the same reason.
 
 mod pattern;
 mod stores;
@@ -75,7 +77,7 @@ use std::sync::Arc;
 
 pub use padres_lang::Stamped;
 use padres_lang::semantics::composite::stepped;
-use padres_lang::{CompositeSubscription, Publication, Stamp, Value};
+use padres_lang::{CompositeSubscription, Name, Publication, Stamp, Value};
 use slab::Slab;
 use smallvec::SmallVec;
 
@@ -187,7 +189,10 @@ pub fn keep_released() {
 
 /// The publications kept since the last call, for the thread that made them to drop.
 pub fn take_released() -> Vec<Arc<Stamped>> {
-    RELEASED.with_borrow_mut(|released| released.as_mut().map(mem::take).unwrap_or_default())
+    RELEASED.with_borrow_mut(|released| {
+        // About as many next time: room made here, not grown again.
+        released.as_mut().map(|r| mem::replace(r, Vec::with_capacity(r.len()))).unwrap_or_default()
+    })
 }
 
 /// Lets go of `publications`: kept for [`take_released`] if this thread keeps them, else
@@ -237,6 +242,14 @@ impl Partial {
     fn key(&self, slots: impl IntoIterator<Item = usize>) -> Option<Key> {
         slots.into_iter().map(|s| self.bindings[s].as_ref().map(KeyPart::of)).collect()
     }
+}
+
+/// A copy of `stamp` whose broker name is this thread's own ([`Name::interned`]): copying
+/// the publication's would write to a reference count the router's thread writes for every
+/// publication it stamps (see the module docs).
+fn local_stamp(stamp: &Stamp) -> Stamp {
+    let origin = Name::interned(stamp.origin.as_str()).unwrap_or_else(|_| stamp.origin.clone());
+    Stamp { origin, ..*stamp }
 }
 
 /// Its publications are released ([`release`]), not dropped.
@@ -301,12 +314,11 @@ struct Detector {
     bytes: u64,
     /// Entries in the order stored (stale ones are skipped).
     order: VecDeque<(usize, u64)>,
-    /// `until` publications remembered: binding → publications (usually one: a generation
-    /// ends once). Kept whole rather than their stamps: copying a stamp would write to
-    /// its broker name's reference count, shared with the router's thread.
-    ends: foldhash::HashMap<Key, SmallVec<[Arc<Stamped>; 1]>>,
+    /// `until` publications remembered: binding → stamps (usually one: a generation ends
+    /// once). Each stamp's broker name is this thread's copy ([`local_stamp`]).
+    ends: foldhash::HashMap<Key, SmallVec<[Stamp; 1]>>,
     /// When each remembered end is forgotten.
-    ends_order: VecDeque<(u64, Key, Arc<Stamped>)>,
+    ends_order: VecDeque<(u64, Key, Stamp)>,
     /// The first stamps of the stored partial matches that do not bind the `until`
     /// filter's variables (with how many each): an end stamped after one of them is
     /// remembered until it goes, since it could still join a partial match of that end's
@@ -386,8 +398,8 @@ impl Detector {
     fn unremember(&mut self, key: Key, e: &Stamp) {
         // One lookup (the key is the queue's own copy).
         if let std::collections::hash_map::Entry::Occupied(mut stamps) = self.ends.entry(key) {
-            if let Some(at) = stamps.get().iter().position(|s| s.stamp == *e) {
-                release([stamps.get_mut().remove(at)]);
+            if let Some(at) = stamps.get().iter().position(|s| s == e) {
+                stamps.get_mut().remove(at);
             }
             if stamps.get().is_empty() {
                 stamps.remove();
@@ -408,13 +420,12 @@ impl Detector {
         let mut kept = Vec::new();
         while self.ends_order.front().is_some_and(|(at, ..)| *at <= now) {
             let (_, key, e) = self.ends_order.pop_front().expect("checked");
-            removed += self.drop_ended(&key, &e.stamp);
-            if self.unbound.first_key_value().is_some_and(|(first, _)| *first < e.stamp) {
+            removed += self.drop_ended(&key, &e);
+            if self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) {
                 kept.push((key, e));
                 continue;
             }
-            self.unremember(key, &e.stamp);
-            release([e]);
+            self.unremember(key, &e);
         }
         let again = (!kept.is_empty()).then(|| now.saturating_add(lateness.max(1)));
         for (key, e) in kept {
@@ -559,7 +570,7 @@ impl Detector {
         let Some(key) = partial.key(self.pattern.until_vars.iter().map(|&(_, s)| s)) else { return true };
         self.ends
             .get(&key)
-            .is_none_or(|ends| !ends.iter().any(|e| *partial.first() < e.stamp && e.stamp < *partial.last()))
+            .is_none_or(|stamps| !stamps.iter().any(|e| partial.first() < e && e < partial.last()))
     }
 
     /// A match of `node` was formed: hand it to the parent, or out if `node` is the root.
@@ -789,15 +800,16 @@ impl Detector {
         out: &mut Vec<Match>,
     ) {
         pubs.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.stamp.cmp(&b.1.stamp)));
-        if !self.well_formed(node, &pubs) {
-            return;
-        }
-        let mut bindings: Bindings = smallvec::smallvec![None; self.pattern.slots];
-        for (leaf, publication) in &pubs {
-            if self.bind(*leaf as usize, &publication.publication, &mut bindings).is_none() {
-                return;
+        let bound = self.well_formed(node, &pubs).then(|| {
+            let mut bindings: Bindings = smallvec::smallvec![None; self.pattern.slots];
+            for (leaf, publication) in &pubs {
+                self.bind(*leaf as usize, &publication.publication, &mut bindings)?;
             }
-        }
+            Some(bindings)
+        });
+        let Some(bindings) = bound.flatten() else {
+            return release(pubs.into_iter().map(|(_, p)| p));
+        };
         let partial = Partial::from_pubs(pubs.into(), bindings);
         if self.admissible(&partial) {
             self.propagate(ctx, node, Arc::new(partial), out);
@@ -869,25 +881,23 @@ impl Detector {
     /// once, its binding's partial matches begun before it dropped, and the longest-stored
     /// partial matches evicted until none that does not bind the filter's variables began
     /// before it (ends kept for such a partial match would otherwise pile up).
-    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Arc<Stamped>) -> Option<u64> {
+    fn end(&mut self, ctx: &mut Ctx<'_>, now: u64, publication: &Stamped) -> Option<u64> {
         let mut key = Key::with_capacity(self.pattern.until_vars.len());
         for (attr, _) in &self.pattern.until_vars {
             key.push(KeyPart::of(publication.publication.get(attr)?));
         }
         // Remembered through `now + lateness_ms`: a publication arriving then is not late.
         let forget_at = now.saturating_add(ctx.bounds.lateness_ms).saturating_add(1);
-        self.ends.entry(key.clone()).or_default().push(publication.clone());
-        self.ends_order.push_back((forget_at, key, publication.clone()));
+        let stamp = local_stamp(&publication.stamp);
+        self.ends.entry(key.clone()).or_default().push(stamp.clone());
+        self.ends_order.push_back((forget_at, key, stamp));
         while self.ends_order.len() > ctx.bounds.per_detector {
             let (_, key, e) = self.ends_order.pop_front().expect("over the cap");
-            ctx.counters.ended += self.drop_ended(&key, &e.stamp) as u64;
-            while self.unbound.first_key_value().is_some_and(|(first, _)| *first < e.stamp)
-                && self.evict_oldest()
-            {
+            ctx.counters.ended += self.drop_ended(&key, &e) as u64;
+            while self.unbound.first_key_value().is_some_and(|(first, _)| *first < e) && self.evict_oldest() {
                 ctx.counters.evicted += 1;
             }
-            self.unremember(key, &e.stamp);
-            release([e]);
+            self.unremember(key, &e);
         }
         Some(forget_at)
     }
@@ -1230,16 +1240,19 @@ impl Detectors {
         pubs: Vec<(u32, Arc<Stamped>)>,
         out: &mut Vec<Match>,
     ) {
+        let mut pubs = Some(pubs);
         self.input(id, |detector, ctx| {
             if node < detector.pattern.nodes.len() {
-                detector.part(ctx, node, pubs, out);
+                detector.part(ctx, node, pubs.take().expect("given once"), out);
             }
         });
+        // No such detector or node.
+        release(pubs.into_iter().flatten().map(|(_, p)| p));
     }
 
     /// `publication` matched detector `id`'s `until` filter: its binding's partial matches
     /// stamped before it end.
-    pub fn end(&mut self, now: u64, id: DetectorId, publication: &Arc<Stamped>) {
+    pub fn end(&mut self, now: u64, id: DetectorId, publication: &Stamped) {
         let mut forget_at = None;
         self.input(id, |detector, ctx| {
             if detector.pattern.has_until {

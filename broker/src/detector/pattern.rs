@@ -57,7 +57,8 @@ pub(super) struct Node {
 }
 
 /// A compiled pattern: the structure of a composite subscription, without its filters
-/// (detectors of patterns that differ only in their filters' constants share one).
+/// (detectors of patterns that differ only in their filters' constants share one; a
+/// `Times` step is part of the structure).
 #[derive(Debug, PartialEq)]
 pub(super) struct Pattern {
     pub(super) nodes: Vec<Node>,

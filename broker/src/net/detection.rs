@@ -252,6 +252,69 @@ mod tests {
     }
 
     #[test]
+    fn publications_the_detectors_let_go_of_come_back_to_be_dropped() {
+        let bounds = Bounds { lateness_ms: 5, ..Bounds::DEFAULT };
+        let cs: CompositeSubscription =
+            "{[class,eq,'a'],[g,eq,$S$g]}&{[class,eq,'b'],[g,eq,$S$g]} until {[class,eq,'end'],[g,eq,$S$g]}"
+                .parse()
+                .expect("pattern");
+        let sub = MessageId::new(Name::new("B1").expect("name"), 1);
+        let add = DetectorOp::Add {
+            id: 0,
+            cs: Arc::new(cs),
+            parts: Vec::new(),
+            leaf_of: Arc::from([0, 1]),
+            subscribers: Arc::from([(Hop::Client(7), sub)]),
+        };
+        let mut given = Vec::new();
+        let mut ops = vec![(0, add)];
+        for g in 0..30 {
+            let time = 1 + 3 * g;
+            for (offset, leaf, class) in [(0, Some(0), "a"), (1, Some(1), "b"), (2, None, "end")] {
+                let p = stamped(time + offset, &format!("[class,'{class}'],[g,'{g}']"));
+                given.push(p.clone());
+                let op = match leaf {
+                    Some(leaf) => DetectorOp::Publication { id: 0, leaf, stamped: p },
+                    None => DetectorOp::End { id: 0, stamped: p },
+                };
+                ops.push((time + offset, op));
+            }
+        }
+        // A part's match for a detector that is not here: dropped, its publication given back.
+        let stray = stamped(100, "[class,'a'],[g,'x']");
+        given.push(stray.clone());
+        ops.push((100, DetectorOp::Part { id: 9, node: 0, pubs: vec![(0, stray)] }));
+        let mut inline = Detection::new(bounds);
+        let mut expected = Vec::new();
+        for (now, op) in ops.clone() {
+            inline.apply(now, op, &mut expected);
+        }
+        inline.handle_timeout(1_000);
+        let (thread, mut detected) = DetectionThread::spawn(Detection::new(bounds)).expect("thread");
+        for batch in ops.chunks(16) {
+            let until = batch.last().map_or(0, |(now, _)| *now);
+            assert!(thread.blocking_send(Batch { ops: batch.to_vec(), until }));
+        }
+        // Past every end's lateness: the ends are forgotten on the thread, and what they
+        // ended dropped there.
+        assert!(thread.blocking_send(Batch { ops: Vec::new(), until: 1_000 }));
+        let detection = thread.stop();
+        let mut got = Vec::new();
+        let mut released = Vec::new();
+        while let Ok(detected) = detected.try_recv() {
+            got.extend(detected.outputs);
+            released.extend(detected.released);
+        }
+        assert_eq!(got, expected);
+        let counters = detection.counters();
+        assert_eq!(counters, inline.counters());
+        assert_eq!((counters.matches, counters.ended, counters.stored), (30, 60, 0));
+        for p in &given {
+            assert!(released.iter().any(|r| Arc::ptr_eq(r, p)), "{} was not given back", p.stamp);
+        }
+    }
+
+    #[test]
     fn the_thread_runs_timers_up_to_the_batches_times_only() {
         let bounds = Bounds { lateness_ms: 0, ..Bounds::DEFAULT };
         let (thread, mut detected) = DetectionThread::spawn(Detection::new(bounds)).expect("thread");

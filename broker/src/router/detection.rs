@@ -172,9 +172,16 @@ impl Detection {
                 crate::detector::release([stamped]);
                 None
             }
-            DetectorOp::Part { id, node, pubs } => self.running.get(&id).inspect(|running| {
-                self.detectors.part(running.inner, node, pubs, &mut matches);
-            }),
+            DetectorOp::Part { id, node, pubs } => match self.running.get(&id) {
+                Some(running) => {
+                    self.detectors.part(running.inner, node, pubs, &mut matches);
+                    Some(running)
+                }
+                None => {
+                    crate::detector::release(pubs.into_iter().map(|(_, p)| p));
+                    None
+                }
+            },
         };
         if let Some(running) = fed {
             for m in matches.drain(..) {
