@@ -33,7 +33,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use padres_lang::Stamped;
 
@@ -72,6 +72,10 @@ pub struct DetectionThread {
     due: Arc<AtomicU64>,
     /// `None` once stopping.
     ops: Option<mpsc::Sender<Batch>>,
+    /// Batches queued so far.
+    sent: AtomicU64,
+    /// Batches the thread has applied so far.
+    applied: watch::Receiver<u64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -87,25 +91,41 @@ impl DetectionThread {
         let shared = Arc::new(Mutex::new(detection));
         let (ops, batches) = mpsc::channel(QUEUED_BATCHES);
         let (outputs, detected) = mpsc::unbounded_channel();
+        let (applied_tx, applied) = watch::channel(0);
         let (state, next) = (shared.clone(), due.clone());
         let thread = std::thread::Builder::new()
             .name("padres-detect".into())
-            .spawn(move || run(&state, &next, batches, &outputs))?;
-        Ok((Self { shared, due, ops: Some(ops), thread: Some(thread) }, detected))
+            .spawn(move || run(&state, &next, batches, &outputs, &applied_tx))?;
+        let handle =
+            Self { shared, due, ops: Some(ops), sent: AtomicU64::new(0), applied, thread: Some(thread) };
+        Ok((handle, detected))
     }
 
     /// Queues `batch`, waiting while [`QUEUED_BATCHES`] are queued; false if the thread
     /// has stopped (it panicked).
     pub async fn send(&self, batch: Batch) -> bool {
-        match &self.ops {
+        let sent = match &self.ops {
             Some(ops) => ops.send(batch).await.is_ok(),
             None => false,
-        }
+        };
+        self.sent.fetch_add(u64::from(sent), Ordering::Relaxed);
+        sent
     }
 
     /// [`Self::send`] from a thread outside any async runtime.
     pub fn blocking_send(&self, batch: Batch) -> bool {
-        self.ops.as_ref().is_some_and(|ops| ops.blocking_send(batch).is_ok())
+        let sent = self.ops.as_ref().is_some_and(|ops| ops.blocking_send(batch).is_ok());
+        self.sent.fetch_add(u64::from(sent), Ordering::Relaxed);
+        sent
+    }
+
+    /// Returns once the thread has applied every batch queued so far (at once if it has
+    /// stopped): what [`Self::with`] reads after it includes them.
+    pub async fn caught_up(&self) {
+        let target = self.sent.load(Ordering::Relaxed);
+        let mut applied = self.applied.clone();
+        // An error: the thread has stopped, and nothing more will be applied.
+        let _ = applied.wait_for(|&n| n >= target).await;
     }
 
     /// When the detectors' next timer is due (the router's time), as of the last batch
@@ -150,15 +170,19 @@ fn run(
     due: &AtomicU64,
     mut batches: mpsc::Receiver<Batch>,
     outputs: &mpsc::UnboundedSender<Detected>,
+    applied: &watch::Sender<u64>,
 ) {
     crate::detector::keep_released();
     let mut out = Vec::new();
+    let mut count = 0;
     while let Some(batch) = batches.blocking_recv() {
         let mut detection = shared.lock().unwrap_or_else(PoisonError::into_inner);
         detection.apply_all(batch.ops, &mut out);
         detection.handle_timeout(batch.until);
         let next = detection.poll_timeout().unwrap_or(NOT_DUE);
         drop(detection);
+        count += 1;
+        applied.send_replace(count);
         // A new due time is sent too (if nothing else, as no outputs): it wakes the router
         // task, which computes its timers again.
         let moved = due.swap(next, Ordering::AcqRel) != next;

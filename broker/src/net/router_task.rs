@@ -268,6 +268,9 @@ struct RouterTask {
     detect_until: u64,
     /// Whether the thread was found stopped (logged once).
     detection_lost: bool,
+    /// Clients' stats requests waiting for the detection thread to apply what the events
+    /// before them gave it (`answer_stats`), with their request numbers.
+    stats_waiting: Vec<(ClientId, u64)>,
 }
 
 /// Runs the router task until [`Event::Shutdown`]. Events are taken in batches (as many as
@@ -337,6 +340,7 @@ pub(super) async fn run(
         detect_batch: Vec::new(),
         detect_until: 0,
         detection_lost: false,
+        stats_waiting: Vec::new(),
     };
     for filter in filters {
         let now = task.now();
@@ -360,6 +364,9 @@ pub(super) async fn run(
         // What the last round gave the detectors, in one batch; waits while the thread is
         // behind.
         task.send_detection().await;
+        if !task.stats_waiting.is_empty() {
+            task.answer_stats().await;
+        }
         // The policy's timers run on the task's clock, the router's (composite windows,
         // history queries) on the wall clock.
         let router_timer = task.router.poll_timeout().map(|at| {
@@ -598,6 +605,10 @@ impl RouterTask {
                 let Some(client) = self.client_sessions.client_of(conn) else { return };
                 self.passed(client);
                 let frame = match query {
+                    // Answered once the detection thread has applied what came before.
+                    Query::Stats if self.detection.is_some() => {
+                        return self.stats_waiting.push((client, req));
+                    }
                     Query::Stats => Frame::Report { req, report: Report::Stats(Box::new(self.stats(now))) },
                     Query::Routes { limit, offset, filter } => Frame::Report {
                         req,
@@ -845,6 +856,21 @@ impl RouterTask {
                 "the composite detection thread has stopped: composite subscriptions are not detected here"
             );
         }
+    }
+
+    /// Answers the stats requests that waited for the detection thread to apply every
+    /// batch sent before them (the last round's was just sent), so that a client's stats
+    /// count what its earlier requests gave the detectors.
+    async fn answer_stats(&mut self) {
+        if let Some(thread) = &self.detection {
+            thread.caught_up().await;
+        }
+        let now = self.now();
+        for (client, req) in std::mem::take(&mut self.stats_waiting) {
+            let frame = Frame::Report { req, report: Report::Stats(Box::new(self.stats(now))) };
+            self.send_client(now, client, frame, 0);
+        }
+        self.dispatch(now);
     }
 
     /// What the detection thread gave back: its outputs, to hand out (those still
