@@ -27,7 +27,10 @@
 //! At most [`QUEUED_BATCHES`] batches wait; the router task waits for room, so a
 //! detection stage that falls behind slows the router rather than queuing without
 //! bound. The router task reads the counters and what each detector holds through
-//! [`DetectionThread::with`], which waits for the batch being applied, if any.
+//! [`DetectionThread::with`], which waits for the batch being applied, if any; a client's
+//! stats request first waits for every batch sent before it
+//! ([`DetectionThread::caught_up`]), so that it counts what the client's earlier requests
+//! gave the detectors.
 //! [`DetectionThread::stop`] ends the thread once it has applied what was queued.
 
 use std::sync::atomic::{AtomicU64, Ordering};
