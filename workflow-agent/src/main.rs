@@ -1,8 +1,9 @@
 //! `padres-agent`: runs workflow jobs when their dependency subscriptions match.
 //!
-//! Only the command-line surface exists so far; the agent needs the broker, the client
-//! library and the workflow translator, which are being built (see the README's status section). Running it says so and exits
-//! non-zero rather than pretending to serve.
+//! Only the command-line surface and the job runner (`padres_agent::job`) exist so far: the
+//! agent's loop (deployments, dependency subscriptions, `job_status`, its journal) is not
+//! built yet (see the README's status section). Running it says so and exits non-zero
+//! rather than pretending to serve.
 
 use std::process::ExitCode;
 
@@ -20,7 +21,7 @@ struct Args {}
 fn main() -> ExitCode {
     let _args = Args::parse();
     eprintln!(
-        "padres-agent {}: the job agent is not built yet; only the message language (crate padres-lang) exists so far",
+        "padres-agent {}: the job agent is not built yet; only its job runner (padres_agent::job) exists so far",
         env!("CARGO_PKG_VERSION")
     );
     ExitCode::from(2)
