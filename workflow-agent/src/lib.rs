@@ -3,8 +3,11 @@
 //! - [`job`]: one job of one generation run as real processes: its own process group,
 //!   `${gen.date}` and `${gen.gid}` substituted, a timeout that kills the whole group,
 //!   retries with backoff, output captured to files with a size cap.
+//! - [`journal`]: what ran, in SQLite in the agent's work directory, so that a job runs at
+//!   most once per generation across restarts; jobs interrupted by a restart are listed.
 //!
-//! The agent itself (deployments from `agent_ctl`, dependency subscriptions, `job_status`,
-//! the journal) is not built yet: the binary says so.
+//! The agent itself (deployments from `agent_ctl`, dependency subscriptions, `job_status`)
+//! is not built yet: the binary says so.
 
 pub mod job;
+pub mod journal;

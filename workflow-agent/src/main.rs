@@ -1,7 +1,7 @@
 //! `padres-agent`: runs workflow jobs when their dependency subscriptions match.
 //!
-//! Only the command-line surface and the job runner (`padres_agent::job`) exist so far: the
-//! agent's loop (deployments, dependency subscriptions, `job_status`, its journal) is not
+//! Only the command-line surface and the job runner and the journal (`padres_agent::job`, `::journal`) exist so far: the
+//! agent's loop (deployments, dependency subscriptions, `job_status`) is not
 //! built yet (see the README's status section). Running it says so and exits non-zero
 //! rather than pretending to serve.
 
@@ -21,7 +21,7 @@ struct Args {}
 fn main() -> ExitCode {
     let _args = Args::parse();
     eprintln!(
-        "padres-agent {}: the job agent is not built yet; only its job runner (padres_agent::job) exists so far",
+        "padres-agent {}: the job agent is not built yet; only its job runner and journal exist so far",
         env!("CARGO_PKG_VERSION")
     );
     ExitCode::from(2)

@@ -1,0 +1,233 @@
+//! The agent's journal: which jobs of which generations it has run, in SQLite in its work
+//! directory (`journal.sqlite`), so that a job runs at most once per generation across
+//! restarts of the agent.
+//!
+//! Before a job's first attempt starts, the agent claims it ([`Journal::claim`]); the claim
+//! is on disk (synchronous commit) before the process starts. A job claimed before
+//! answers with what became of it: [`Claim::Ended`] with its outcome, or
+//! [`Claim::Unfinished`]: running now (the agent knows what it runs), or interrupted when
+//! the agent stopped while it ran. An interrupted job's outcome is unknown, and it is not
+//! run again: the agent reports it as `failed`, with the reason, so that the generation
+//! goes on from there as from any failure (an operator may rerun or bypass it); at start,
+//! [`Journal::interrupted`] lists them. A generation's rows go when it ends
+//! ([`Journal::forget`]).
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// The file in the agent's work directory.
+pub const FILE: &str = "journal.sqlite";
+
+/// What the journal says of a job of a generation the agent is about to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Not run before: claimed now, to be run.
+    New,
+    /// Run before, to this outcome: not to be run again.
+    Ended {
+        /// `succeeded`, `failed`, `timeout` or `skipped`.
+        status: String,
+        /// Its exit status (as `job_status` carries it).
+        exit: i64,
+        /// Its last attempt.
+        attempt: u32,
+    },
+    /// Claimed before and not ended: running now, or interrupted by a restart of the agent
+    /// (attempt `attempt`).
+    Unfinished {
+        /// The attempt started last (0: none yet).
+        attempt: u32,
+    },
+}
+
+/// One job of one generation the journal holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The application.
+    pub appl: String,
+    /// The generation.
+    pub gid: String,
+    /// The job.
+    pub job: String,
+    /// Its last attempt started (0: none yet).
+    pub attempt: u32,
+}
+
+/// The journal (see the module docs).
+#[derive(Debug)]
+pub struct Journal {
+    db: Connection,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `work_dir`.
+    ///
+    /// # Errors
+    /// The file cannot be opened or is not a journal.
+    pub fn open(work_dir: &Path) -> rusqlite::Result<Self> {
+        let db = Connection::open(work_dir.join(FILE))?;
+        db.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = FULL;
+             CREATE TABLE IF NOT EXISTS runs (
+                 appl TEXT NOT NULL, gid TEXT NOT NULL, job TEXT NOT NULL,
+                 attempt INTEGER NOT NULL, status TEXT, exit INTEGER,
+                 PRIMARY KEY (appl, gid, job));",
+        )?;
+        Ok(Self { db })
+    }
+
+    /// Claims `job` of generation `gid` of `appl` for running, or says what became of it
+    /// if it was claimed before (see [`Claim`]).
+    ///
+    /// # Errors
+    /// The journal cannot be read or written: the job must not run.
+    pub fn claim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+        let tx = self.db.transaction()?;
+        let found: Option<(u32, Option<String>, Option<i64>)> = tx
+            .query_row(
+                "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+                params![appl, gid, job],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()?;
+        let claim = match found {
+            None => {
+                tx.execute(
+                    "INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)",
+                    params![appl, gid, job],
+                )?;
+                Claim::New
+            }
+            Some((attempt, Some(status), exit)) => Claim::Ended { status, exit: exit.unwrap_or(-1), attempt },
+            Some((attempt, None, _)) => Claim::Unfinished { attempt },
+        };
+        tx.commit()?;
+        Ok(claim)
+    }
+
+    /// Attempt `attempt` of a claimed job starts.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn attempt(&self, appl: &str, gid: &str, job: &str, attempt: u32) -> rusqlite::Result<()> {
+        self.db.execute(
+            "UPDATE runs SET attempt = ?4 WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+            params![appl, gid, job, attempt],
+        )?;
+        Ok(())
+    }
+
+    /// A claimed job ended with `status` (`exit`, at attempt `attempt`); also for a job
+    /// ended without running (`skipped`) or reported after an interruption.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn end(
+        &self,
+        appl: &str,
+        gid: &str,
+        job: &str,
+        status: &str,
+        exit: i64,
+        attempt: u32,
+    ) -> rusqlite::Result<()> {
+        self.db.execute(
+            "INSERT INTO runs (appl, gid, job, attempt, status, exit) VALUES (?1, ?2, ?3, ?6, ?4, ?5)
+             ON CONFLICT (appl, gid, job) DO UPDATE SET status = ?4, exit = ?5, attempt = ?6",
+            params![appl, gid, job, status, exit, attempt],
+        )?;
+        Ok(())
+    }
+
+    /// The jobs claimed and never ended: those running when the agent last stopped.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn interrupted(&self) -> rusqlite::Result<Vec<Entry>> {
+        let mut query = self.db.prepare(
+            "SELECT appl, gid, job, attempt FROM runs WHERE status IS NULL ORDER BY appl, gid, job",
+        )?;
+        let rows = query.query_map([], |row| {
+            Ok(Entry { appl: row.get(0)?, gid: row.get(1)?, job: row.get(2)?, attempt: row.get(3)? })
+        })?;
+        rows.collect()
+    }
+
+    /// Forgets generation `gid` of `appl` (it has ended).
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn forget(&self, appl: &str, gid: &str) -> rusqlite::Result<usize> {
+        self.db.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("padres-agent-journal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("work dir");
+        dir
+    }
+
+    #[test]
+    fn a_job_is_claimed_once_per_generation_across_reopenings() {
+        let work = dir("once");
+        let mut journal = Journal::open(&work).expect("open");
+        assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::New);
+        // Notified again (a repeated match) while it runs: not run twice.
+        assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::Unfinished { attempt: 0 });
+        // Another generation, another job: their own.
+        assert_eq!(journal.claim("payroll", "g2", "A").expect("claim"), Claim::New);
+        assert_eq!(journal.claim("payroll", "g1", "B").expect("claim"), Claim::New);
+        journal.attempt("payroll", "g1", "A", 1).expect("attempt");
+        journal.attempt("payroll", "g1", "A", 2).expect("attempt");
+        journal.end("payroll", "g1", "A", "succeeded", 0, 2).expect("end");
+        journal.attempt("payroll", "g1", "B", 1).expect("attempt");
+        drop(journal);
+        // The agent restarts: A ended, B was running, g2's A never started an attempt.
+        let mut journal = Journal::open(&work).expect("reopen");
+        let ended = Claim::Ended { status: "succeeded".to_owned(), exit: 0, attempt: 2 };
+        assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), ended);
+        let interrupted: Vec<(String, u32)> = journal
+            .interrupted()
+            .expect("list")
+            .into_iter()
+            .map(|e| (format!("{}/{}", e.gid, e.job), e.attempt))
+            .collect();
+        assert_eq!(interrupted, [("g1/B".to_owned(), 1), ("g2/A".to_owned(), 0)]);
+        // Reported failed: ended, and no longer interrupted.
+        journal.end("payroll", "g1", "B", "failed", -1, 1).expect("end");
+        let ended = Claim::Ended { status: "failed".to_owned(), exit: -1, attempt: 1 };
+        assert_eq!(journal.claim("payroll", "g1", "B").expect("claim"), ended);
+        assert_eq!(journal.forget("payroll", "g1").expect("forget"), 2);
+        assert_eq!(
+            journal.claim("payroll", "g1", "A").expect("claim"),
+            Claim::New,
+            "a forgotten generation starts again"
+        );
+    }
+
+    #[test]
+    fn a_skipped_job_is_ended_without_a_claim() {
+        let work = dir("skipped");
+        let mut journal = Journal::open(&work).expect("open");
+        journal.end("payroll", "g1", "C", "skipped", 0, 0).expect("end");
+        let ended = Claim::Ended { status: "skipped".to_owned(), exit: 0, attempt: 0 };
+        assert_eq!(journal.claim("payroll", "g1", "C").expect("claim"), ended);
+        assert!(journal.interrupted().expect("list").is_empty());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_journal_is_an_error() {
+        let work = dir("bad");
+        std::fs::write(work.join(FILE), b"not a database, just text that is long enough to be read")
+            .expect("write");
+        assert!(Journal::open(&work).is_err());
+    }
+}
