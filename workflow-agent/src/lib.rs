@@ -6,8 +6,9 @@
 //! - [`journal`]: what ran, in SQLite in the agent's work directory, so that a job runs at
 //!   most once per generation across restarts; jobs interrupted by a restart are listed.
 //!
-//! The agent itself (deployments from `agent_ctl`, dependency subscriptions, `job_status`)
-//! is not built yet: the binary says so.
+//! - [`agent`]: the agent's loop: deployments from `agent_ctl`, dependency subscriptions,
+//!   jobs run or skipped per generation, `job_status` published.
 
+pub mod agent;
 pub mod job;
 pub mod journal;

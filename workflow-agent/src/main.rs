@@ -1,28 +1,88 @@
 //! `padres-agent`: runs workflow jobs when their dependency subscriptions match.
 //!
-//! Only the command-line surface and the job runner and the journal (`padres_agent::job`, `::journal`) exist so far: the
-//! agent's loop (deployments, dependency subscriptions, `job_status`) is not
-//! built yet (see the README's status section). Running it says so and exits non-zero
-//! rather than pretending to serve.
+//! It connects to one broker (reconnecting, with its subscriptions re-issued, when the
+//! broker restarts) and serves as the agent `--name` ([`padres_agent::agent`]): jobs
+//! deployed to it through `agent_ctl` run as processes when their dependencies match, and
+//! their statuses are published. Its work directory holds its journal (what ran, so that
+//! nothing runs twice per generation) and every job's output.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use padres_agent::agent::{Options, serve};
+use padres_client::{Connect, Trust};
 
-/// A padres-rs job agent: receives workflow definitions, runs jobs as real processes when
-/// their dependencies are met, and publishes each job's status.
+/// A padres-rs job agent: receives workflow definitions through `agent_ctl` publications,
+/// runs each job as a real process when its dependencies are met in a generation, and
+/// publishes the job's status.
 ///
-/// Not built yet: this binary currently only describes itself. See the README's status
-/// section for what exists.
+/// Each job of each generation runs at most once (the journal in --work-dir survives
+/// restarts; a job running when the agent stopped is reported failed, not run again). Its
+/// output is in WORK_DIR/output/APPL/GID/JOB/ATTEMPT.stdout and .stderr.
 #[derive(Debug, Parser)]
 #[command(name = "padres-agent", version)]
-struct Args {}
+struct Args {
+    /// The agent's name: the `agent` the workflow's jobs name.
+    #[arg(long)]
+    name: String,
+    /// The broker, as quic://HOST:PORT.
+    #[arg(long, default_value = "quic://127.0.0.1:7700")]
+    broker: String,
+    /// The broker's cert.pem or the federation CA. For a broker on this machine it can be
+    /// left out: the broker registered its certificate.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Where the journal and the jobs' output go (created if missing); relative working
+    /// directories of jobs are taken from here.
+    #[arg(long, default_value = "padres-agent")]
+    work_dir: PathBuf,
+    /// Most jobs running at once.
+    #[arg(long, default_value_t = 8)]
+    max_parallel: usize,
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let rest = args.broker.strip_prefix("quic://").ok_or("--broker must look like quic://HOST:PORT")?;
+    let (host, _) = rest.rsplit_once(':').ok_or("--broker must look like quic://HOST:PORT")?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addr: SocketAddr = tokio::net::lookup_host(rest)
+        .await
+        .map_err(|e| format!("cannot resolve {rest}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("no address for {rest}"))?;
+    let mut connect = Connect::new(addr).server_name(host).name(&args.name).reconnect(true);
+    if let Some(ca) = &args.ca {
+        connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
+    }
+    let client = connect.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.broker))?;
+    tracing::info!("agent {} connected to {}", args.name, args.broker);
+    let options = Options { name: args.name, work_dir: args.work_dir, max_parallel: args.max_parallel };
+    serve(client, options).await.map_err(|e| e.to_string())
+}
 
 fn main() -> ExitCode {
-    let _args = Args::parse();
-    eprintln!(
-        "padres-agent {}: the job agent is not built yet; only its job runner and journal exist so far",
-        env!("CARGO_PKG_VERSION")
-    );
-    ExitCode::from(2)
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("padres-agent: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("padres-agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

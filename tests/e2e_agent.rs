@@ -1,0 +1,212 @@
+//! Job agents (`padres_agent::agent`) on a real broker over QUIC: the payroll application
+//! deployed through `agent_ctl` to three agents, a Friday and a Wednesday generation
+//! triggered at once, each job run as a real process once, in dependency order, C
+//! skipped on the Wednesday and D still after B.
+
+use std::path::Path;
+use std::time::Duration;
+
+use padres_agent::agent::{Options, serve};
+use padres_client::{Client, Notification};
+use padres_lang::Publication;
+use padres_tests::broker::{client, start_broker};
+use padres_workflow::{parse_application, translate};
+
+/// Payroll (DESIGN §8) whose jobs append `JOB GID DATE` to `log`.
+fn payroll(log: &Path) -> String {
+    let job = |name: &str, run: &str, agent: &str, after: &[&str]| {
+        let after: String = after.iter().map(|a| format!("<after job=\"{a}\"/>")).collect();
+        format!(
+            "<job name=\"{name}\" run=\"{run}\" agent=\"{agent}\"><command>sh</command>\
+             <arg>-c</arg><arg>echo \"{name} $1 $2\" &gt;&gt; {log}</arg><arg>sh</arg>\
+             <arg>${{gen.gid}}</arg><arg>${{gen.date}}</arg>{after}</job>",
+            log = log.display()
+        )
+    };
+    format!(
+        "<application name=\"payroll\" tz=\"UTC\" calendar=\"bank\">\
+         <calendar name=\"bank\" workdays=\"mon-fri\"/>{}{}{}{}</application>",
+        job("A", "daily", "agent-1", &[]),
+        job("B", "daily", "agent-2", &["A"]),
+        job("C", "friday", "agent-3", &["A"]),
+        job("D", "workdays", "agent-1", &["B", "C"]),
+    )
+}
+
+/// Waits until `broker`'s stats (asked through `client`) hold of `check`: agents subscribe
+/// and deploy asynchronously, and an `agent_ctl` publication sent before an agent's
+/// subscription reaches no one.
+async fn until_stats(client: &Client, what: &str, check: impl Fn(&padres_lang::wire::BrokerStats) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = client.stats().await.expect("stats");
+        if check(&stats) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn publication(text: &str) -> Publication {
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// Statuses seen by `monitor` until `done` holds of them, as `(gid, job, status)`.
+async fn statuses_until(
+    monitor: &mut Client,
+    done: impl Fn(&[(String, String, String)]) -> bool,
+) -> Vec<(String, String, String)> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done(&seen) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let next = tokio::time::timeout(left, monitor.next_notification()).await;
+        let Ok(Some(Notification::Publication { publication, .. })) = next else {
+            panic!("statuses stopped at {seen:?}");
+        };
+        let text = |a: &str| publication.get(a).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+        seen.push((text("gid"), text("job"), text("status")));
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payroll_runs_on_three_agents_friday_and_wednesday_at_once() {
+    let broker = start_broker("B1", "agent-payroll");
+    let work = broker.dir.join("agents");
+    let log = work.join("order.log");
+    std::fs::create_dir_all(&work).expect("work dir");
+    for name in ["agent-1", "agent-2", "agent-3"] {
+        let agent = client(&broker, name).await;
+        let options = Options { name: name.to_owned(), work_dir: work.join(name), max_parallel: 4 };
+        tokio::spawn(async move { serve(agent, options).await.expect("the agent serves") });
+    }
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'job_status'],[appl,eq,'payroll']").await.expect("subscribed");
+    let operator = client(&broker, "operator").await;
+    operator
+        .send("a [class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],[body,isPresent,'']")
+        .await
+        .expect("advertised");
+    operator
+        .send("a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
+        .await
+        .expect("advertised");
+    // The three agents' agent_ctl subscriptions and the monitor's.
+    until_stats(&operator, "the agents did not subscribe", |s| s.subscriptions >= 4).await;
+    let app = parse_application(&payroll(&log)).expect("a valid application");
+    let deployment = translate(&app).expect("translates");
+    for envelope in &deployment.envelopes {
+        operator.publish(envelope.publication("payroll").expect("an envelope")).await.expect("deployed");
+    }
+    // Every job's dependency subscribed (six, with APPL_START and APPL_END).
+    until_stats(&operator, "the agents did not deploy", |s| s.composites >= 6).await;
+    // 2026-11-27 is a Friday, 2026-11-25 a Wednesday.
+    operator
+        .publish(publication("[class,'trigger'],[appl,'payroll'],[gid,'fri'],[date,'2026-11-27']"))
+        .await
+        .expect("triggered");
+    operator
+        .publish(publication("[class,'trigger'],[appl,'payroll'],[gid,'wed'],[date,'2026-11-25']"))
+        .await
+        .expect("triggered");
+    let ended = |seen: &[(String, String, String)]| {
+        ["fri", "wed"].iter().all(|g| seen.iter().any(|(gid, job, _)| gid == g && job == "APPL_END"))
+    };
+    let seen = statuses_until(&mut monitor, ended).await;
+    let final_status = |gid: &str, job: &str| {
+        seen.iter().rev().find(|(g, j, s)| g == gid && j == job && s != "started").map(|(_, _, s)| s.as_str())
+    };
+    for gid in ["fri", "wed"] {
+        for job in ["APPL_START", "A", "B", "D", "APPL_END"] {
+            assert_eq!(final_status(gid, job), Some("succeeded"), "{gid}/{job}: {seen:?}");
+        }
+    }
+    assert_eq!(final_status("fri", "C"), Some("succeeded"), "{seen:?}");
+    assert_eq!(final_status("wed", "C"), Some("skipped"), "{seen:?}");
+    // Each job that ran wrote its line once, in dependency order, with its generation.
+    let written = std::fs::read_to_string(&log).expect("the jobs wrote");
+    for (gid, date, jobs) in
+        [("fri", "2026-11-27", &["A", "B", "C", "D"][..]), ("wed", "2026-11-25", &["A", "B", "D"])]
+    {
+        let lines: Vec<&str> = written.lines().filter(|l| l.contains(&format!(" {gid} "))).collect();
+        let order: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap_or_default()).collect();
+        assert_eq!(order.len(), jobs.len(), "{gid}: {written}");
+        for job in jobs.iter() {
+            assert_eq!(order.iter().filter(|j| *j == job).count(), 1, "{gid}/{job} ran once: {written}");
+        }
+        let at = |job: &str| order.iter().position(|j| *j == job).expect("ran");
+        assert!(at("A") < at("B") && at("B") < at("D"), "{gid}: {written}");
+        if gid == "fri" {
+            assert!(at("A") < at("C") && at("C") < at("D"), "{gid}: {written}");
+        }
+        assert!(lines.iter().all(|l| l.ends_with(date)), "{gid}: {written}");
+    }
+}
+
+/// A `padres-agent` process serving as `name` for `broker`, its work in `work`.
+fn agent_process(broker: &padres_tests::broker::Broker, name: &str, work: &Path) -> std::process::Child {
+    std::process::Command::new(padres_tests::binary("padres-agent"))
+        .args(["--name", name, "--broker", &format!("quic://{}", broker.addr)])
+        .arg("--ca")
+        .arg(broker.dir.join("cert.pem"))
+        .arg("--work-dir")
+        .arg(work)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("padres-agent starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_job_reports_it_failed_after_restart_and_never_runs_it_twice() {
+    let broker = start_broker("B1", "agent-restart");
+    let work = broker.dir.join("agent");
+    let marker = broker.dir.join("ran");
+    let mut agent = agent_process(&broker, "agent-1", &work);
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'job_status'],[appl,eq,'slow']").await.expect("subscribed");
+    let operator = client(&broker, "operator").await;
+    operator
+        .send("a [class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],[body,isPresent,'']")
+        .await
+        .expect("advertised");
+    operator
+        .send("a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
+        .await
+        .expect("advertised");
+    // S records each run (its process group's id), then takes 60 s.
+    let xml = format!(
+        "<application name=\"slow\" tz=\"UTC\"><job name=\"S\" run=\"daily\" agent=\"agent-1\">\
+         <command>sh</command><arg>-c</arg><arg>echo $$ &gt;&gt; {}; sleep 60</arg></job></application>",
+        marker.display()
+    );
+    let deployment = translate(&parse_application(&xml).expect("valid")).expect("translates");
+    until_stats(&operator, "the agent did not subscribe", |s| s.subscriptions >= 2).await;
+    for envelope in &deployment.envelopes {
+        operator.publish(envelope.publication("slow").expect("an envelope")).await.expect("deployed");
+    }
+    until_stats(&operator, "the agent did not deploy", |s| s.composites >= 3).await;
+    operator
+        .publish(publication("[class,'trigger'],[appl,'slow'],[gid,'g1'],[date,'2026-11-27']"))
+        .await
+        .expect("triggered");
+    statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "started")).await;
+    // The job is running: the agent is killed (its job's process group with it or not).
+    agent.kill().expect("killed");
+    let _ = agent.wait();
+    // Restarted, it finds S unfinished in its journal: failed, not run again.
+    let mut agent = agent_process(&broker, "agent-1", &work);
+    let seen =
+        statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "failed")).await;
+    assert!(seen.iter().all(|(gid, _, _)| gid == "g1"), "{seen:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let runs = std::fs::read_to_string(&marker).expect("S ran");
+    assert_eq!(runs.lines().count(), 1, "S ran once: {runs}");
+    let _ = agent.kill();
+    let _ = agent.wait();
+    // The first run's process group outlived its agent (killed with SIGKILL): stopped here.
+    for group in runs.lines() {
+        let _ = std::process::Command::new("kill").args(["-s", "KILL", "--", &format!("-{group}")]).status();
+    }
+}
