@@ -48,6 +48,18 @@ async fn until_stats(client: &Client, what: &str, check: impl Fn(&padres_lang::w
     }
 }
 
+/// A client of `broker` that deploys (`agent_ctl`) and triggers.
+async fn operator(broker: &padres_tests::broker::Broker) -> Client {
+    let operator = client(broker, "operator").await;
+    for adv in [
+        "a [class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],[body,isPresent,'']",
+        "a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']",
+    ] {
+        operator.send(adv).await.expect("advertised");
+    }
+    operator
+}
+
 fn publication(text: &str) -> Publication {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
 }
@@ -84,15 +96,7 @@ async fn payroll_runs_on_three_agents_friday_and_wednesday_at_once() {
     }
     let mut monitor = client(&broker, "monitor").await;
     monitor.send("s [class,eq,'job_status'],[appl,eq,'payroll']").await.expect("subscribed");
-    let operator = client(&broker, "operator").await;
-    operator
-        .send("a [class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],[body,isPresent,'']")
-        .await
-        .expect("advertised");
-    operator
-        .send("a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
-        .await
-        .expect("advertised");
+    let operator = operator(&broker).await;
     // The three agents' agent_ctl subscriptions and the monitor's.
     until_stats(&operator, "the agents did not subscribe", |s| s.subscriptions >= 4).await;
     let app = parse_application(&payroll(&log)).expect("a valid application");
@@ -166,15 +170,7 @@ async fn an_agent_killed_mid_job_reports_it_failed_after_restart_and_never_runs_
     let mut agent = agent_process(&broker, "agent-1", &work);
     let mut monitor = client(&broker, "monitor").await;
     monitor.send("s [class,eq,'job_status'],[appl,eq,'slow']").await.expect("subscribed");
-    let operator = client(&broker, "operator").await;
-    operator
-        .send("a [class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],[body,isPresent,'']")
-        .await
-        .expect("advertised");
-    operator
-        .send("a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
-        .await
-        .expect("advertised");
+    let operator = operator(&broker).await;
     // S records each run (its process group's id), then takes 60 s.
     let xml = format!(
         "<application name=\"slow\" tz=\"UTC\"><job name=\"S\" run=\"daily\" agent=\"agent-1\">\

@@ -238,6 +238,24 @@ impl Connect {
         }
     }
 
+    /// The broker at `uri` (`quic://HOST:PORT`, the host resolved now), verified as
+    /// `HOST`, otherwise as [`Connect::new`].
+    ///
+    /// # Errors
+    /// `uri` is not of that form, or its host does not resolve; the message says which.
+    pub async fn uri(uri: &str) -> Result<Self, String> {
+        const FORM: &str = "a broker must be given as quic://HOST:PORT";
+        let rest = uri.strip_prefix("quic://").ok_or(FORM)?;
+        let (host, _) = rest.rsplit_once(':').ok_or(FORM)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let addr: SocketAddr = tokio::net::lookup_host(rest)
+            .await
+            .map_err(|e| format!("cannot resolve {rest}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("no address for {rest}"))?;
+        Ok(Self::new(addr).server_name(host))
+    }
+
     /// The name the broker's certificate must carry (the host name dialled).
     pub fn server_name(mut self, name: &str) -> Self {
         name.clone_into(&mut self.server_name);

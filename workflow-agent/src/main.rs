@@ -6,7 +6,6 @@
 //! their statuses are published. Its work directory holds its journal (what ran, so that
 //! nothing runs twice per generation) and every job's output.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -44,15 +43,11 @@ struct Args {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let rest = args.broker.strip_prefix("quic://").ok_or("--broker must look like quic://HOST:PORT")?;
-    let (host, _) = rest.rsplit_once(':').ok_or("--broker must look like quic://HOST:PORT")?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let addr: SocketAddr = tokio::net::lookup_host(rest)
+    let mut connect = Connect::uri(&args.broker)
         .await
-        .map_err(|e| format!("cannot resolve {rest}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("no address for {rest}"))?;
-    let mut connect = Connect::new(addr).server_name(host).name(&args.name).reconnect(true);
+        .map_err(|e| format!("--broker: {e}"))?
+        .name(&args.name)
+        .reconnect(true);
     if let Some(ca) = &args.ca {
         connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
     }

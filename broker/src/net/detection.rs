@@ -213,10 +213,11 @@ mod tests {
         Arc::new(Stamped { stamp: Stamp::new(time, origin, time), publication: Arc::new(publication) })
     }
 
-    /// A detector for a two-leaf pattern joined on `g`, its matches for client 7.
-    fn add(id: u64, window: &str) -> DetectorOp {
+    /// A detector for a two-leaf pattern joined on `g` (`options` after it: `within`,
+    /// `until`), its matches for client 7.
+    fn add(id: u64, options: &str) -> DetectorOp {
         let cs: CompositeSubscription =
-            format!("{{[class,eq,'a'],[g,eq,$S$g]}}&{{[class,eq,'b'],[g,eq,$S$g]}}{window}")
+            format!("{{[class,eq,'a'],[g,eq,$S$g]}}&{{[class,eq,'b'],[g,eq,$S$g]}}{options}")
                 .parse()
                 .expect("pattern");
         let sub = MessageId::new(Name::new("B1").expect("name"), 1);
@@ -227,6 +228,21 @@ mod tests {
             leaf_of: Arc::from([0, 1]),
             subscribers: Arc::from([(Hop::Client(7), sub)]),
         }
+    }
+
+    /// Stops `thread`; returns its detection stage, and the outputs and the released
+    /// publications it gave back.
+    fn stopped(
+        thread: DetectionThread,
+        detected: &mut mpsc::UnboundedReceiver<Detected>,
+    ) -> (Detection, Vec<Output>, Vec<Arc<Stamped>>) {
+        let detection = thread.stop();
+        let (mut got, mut released) = (Vec::new(), Vec::new());
+        while let Ok(given) = detected.try_recv() {
+            got.extend(given.outputs);
+            released.extend(given.released);
+        }
+        (detection, got, released)
     }
 
     fn ops() -> Vec<(u64, DetectorOp)> {
@@ -259,13 +275,7 @@ mod tests {
             let Some(&(until, _)) = batch.last() else { break };
             assert!(thread.blocking_send(Batch { ops: batch, until }));
         }
-        let detection = thread.stop();
-        let mut got = Vec::new();
-        let mut released = Vec::new();
-        while let Ok(detected) = detected.try_recv() {
-            got.extend(detected.outputs);
-            released.extend(detected.released);
-        }
+        let (detection, got, released) = stopped(thread, &mut detected);
         assert_eq!(got, expected);
         // Every publication comes back to be dropped here: the handle its op carried, and
         // the stored partial match's when the detector went (the matches hold the rest).
@@ -281,20 +291,8 @@ mod tests {
     #[test]
     fn publications_the_detectors_let_go_of_come_back_to_be_dropped() {
         let bounds = Bounds { lateness_ms: 5, ..Bounds::DEFAULT };
-        let cs: CompositeSubscription =
-            "{[class,eq,'a'],[g,eq,$S$g]}&{[class,eq,'b'],[g,eq,$S$g]} until {[class,eq,'end'],[g,eq,$S$g]}"
-                .parse()
-                .expect("pattern");
-        let sub = MessageId::new(Name::new("B1").expect("name"), 1);
-        let add = DetectorOp::Add {
-            id: 0,
-            cs: Arc::new(cs),
-            parts: Vec::new(),
-            leaf_of: Arc::from([0, 1]),
-            subscribers: Arc::from([(Hop::Client(7), sub)]),
-        };
         let mut given = Vec::new();
-        let mut ops = vec![(0, add)];
+        let mut ops = vec![(0, add(0, " until {[class,eq,'end'],[g,eq,$S$g]}"))];
         for g in 0..30 {
             let time = 1 + 3 * g;
             for (offset, leaf, class) in [(0, Some(0), "a"), (1, Some(1), "b"), (2, None, "end")] {
@@ -325,13 +323,7 @@ mod tests {
         // Past every end's lateness: the ends are forgotten on the thread, and what they
         // ended dropped there.
         assert!(thread.blocking_send(Batch { ops: Vec::new(), until: 1_000 }));
-        let detection = thread.stop();
-        let mut got = Vec::new();
-        let mut released = Vec::new();
-        while let Ok(detected) = detected.try_recv() {
-            got.extend(detected.outputs);
-            released.extend(detected.released);
-        }
+        let (detection, got, released) = stopped(thread, &mut detected);
         assert_eq!(got, expected);
         let counters = detection.counters();
         assert_eq!(counters, inline.counters());

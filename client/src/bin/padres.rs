@@ -1,7 +1,6 @@
 //! `padres`: the padres-rs command-line tool.
 
 use std::io::{self, BufRead};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -247,15 +246,8 @@ struct BrokerArgs {
 
 impl BrokerArgs {
     async fn connect(&self) -> Result<Client, String> {
-        let rest = self.broker.strip_prefix("quic://").ok_or("--broker must look like quic://HOST:PORT")?;
-        let (host, _) = rest.rsplit_once(':').ok_or("--broker must look like quic://HOST:PORT")?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let addr: SocketAddr = tokio::net::lookup_host(rest)
-            .await
-            .map_err(|e| format!("cannot resolve {rest}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("no address for {rest}"))?;
-        let mut connect = Connect::new(addr).server_name(host).name(&self.name);
+        let mut connect =
+            Connect::uri(&self.broker).await.map_err(|e| format!("--broker: {e}"))?.name(&self.name);
         if self.insecure {
             eprintln!(
                 "padres: WARNING: --insecure: the broker's certificate is NOT verified (development only)"
