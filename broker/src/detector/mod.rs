@@ -73,7 +73,7 @@ use std::cell::{Cell, RefCell};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::mem;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 pub use padres_lang::Stamped;
 use padres_lang::semantics::composite::stepped;
@@ -451,7 +451,7 @@ impl Detector {
                         permuted = order.iter().map(|&i| key[i].clone()).collect();
                         &permuted
                     };
-                    prefetch_dropped(self.stores.bucket(class, store_key), &self.entries);
+                    prefetch_dropped(self.stores.bucket(class, store_key));
                     let (entries, bytes) = (&mut self.entries, &mut self.bytes);
                     self.stores.drop_where(class, store_key, |stored| {
                         let ended = stored.partial.first() < e;
@@ -908,15 +908,10 @@ impl Detector {
 /// chain of allocations (the partial match, its publications' stamps, the publications,
 /// their attributes), so fetched one by one they cost a round trip to memory per link.
 /// Each pass reads what the pass before fetched, for all of them.
-fn prefetch_dropped<'a>(stored: impl Iterator<Item = &'a Stored> + Clone, entries: &Slab<Loc>) {
+fn prefetch_dropped<'a>(stored: impl Iterator<Item = &'a Stored> + Clone) {
     use crate::memory::prefetch;
     for s in stored.clone() {
         prefetch(Arc::as_ptr(&s.partial), 1);
-        // A read, not a hint (the slab hides where an entry is), but one that does not
-        // wait for the others: they are all in flight at once.
-        if let Some(loc) = entries.get(s.entry) {
-            prefetch(std::ptr::from_ref(loc), 1);
-        }
     }
     for s in stored.clone() {
         for (_, p) in &s.partial.pubs {
@@ -1021,8 +1016,9 @@ pub struct Detectors {
     /// Matches one input formed at each node, reused from input to input.
     formed: Vec<usize>,
     /// The compiled patterns in use, by [`Pattern::shape_hash`]: detectors of equal
-    /// patterns share one (10,000 workflow jobs have a few shapes among them).
-    patterns: foldhash::HashMap<u64, SmallVec<[Arc<Pattern>; 1]>>,
+    /// patterns share one (10,000 workflow jobs have a few shapes among them). Held by
+    /// the detectors; a pattern goes with the last of them.
+    patterns: foldhash::HashMap<u64, SmallVec<[Weak<Pattern>; 1]>>,
     next_generation: u64,
     /// Every stored partial match, in the order stored (stale references are skipped).
     order: VecDeque<Ref>,
@@ -1054,31 +1050,15 @@ impl Detectors {
     pub fn add_with_parts(&mut self, cs: &CompositeSubscription, parts: &[usize]) -> DetectorId {
         let pattern = Pattern::compile(cs, parts);
         let shapes = self.patterns.entry(pattern.shape_hash()).or_default();
-        let pattern = match shapes.iter().find(|p| ***p == pattern) {
-            Some(shared) => shared.clone(),
+        let pattern = match shapes.iter().filter_map(Weak::upgrade).find(|p| **p == pattern) {
+            Some(shared) => shared,
             None => {
                 let pattern = Arc::new(pattern);
-                shapes.push(pattern.clone());
+                shapes.push(Arc::downgrade(&pattern));
                 pattern
             }
         };
         self.detectors.insert(Detector::new(pattern)) as DetectorId
-    }
-
-    /// `detector`'s pattern is no longer used by it: forgotten if no other uses it.
-    fn release(&mut self, detector: Detector) {
-        let pattern = detector.pattern;
-        // Here, in `patterns` and in the detector's stores.
-        drop(detector.stores);
-        if Arc::strong_count(&pattern) == 2 {
-            let hash = pattern.shape_hash();
-            if let Some(shapes) = self.patterns.get_mut(&hash) {
-                shapes.retain(|p| !Arc::ptr_eq(p, &pattern));
-                if shapes.is_empty() {
-                    self.patterns.remove(&hash);
-                }
-            }
-        }
     }
 
     /// Asks the processor to bring detector `id`'s state into its cache, ahead of an input
@@ -1095,7 +1075,15 @@ impl Detectors {
             Some(detector) => {
                 self.stored -= detector.entries.len();
                 self.bytes -= detector.bytes;
-                self.release(detector);
+                let hash = detector.pattern.shape_hash();
+                drop(detector);
+                // Its pattern, if no other detector holds it, is gone: so is its entry.
+                if let Some(shapes) = self.patterns.get_mut(&hash) {
+                    shapes.retain(|p| p.strong_count() > 0);
+                    if shapes.is_empty() {
+                        self.patterns.remove(&hash);
+                    }
+                }
                 true
             }
             None => false,
