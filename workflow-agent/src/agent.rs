@@ -63,6 +63,9 @@ pub enum AgentError {
     /// The journal cannot be read or written.
     #[error("journal: {0}")]
     Journal(#[from] rusqlite::Error),
+    /// The work directory cannot be created.
+    #[error("work directory {0}: {1}")]
+    WorkDir(PathBuf, std::io::Error),
 }
 
 /// A job deployed here.
@@ -111,7 +114,8 @@ struct Agent {
 /// # Errors
 /// The broker refused the agent's own subscription, or the journal cannot be opened.
 pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentError> {
-    std::fs::create_dir_all(&options.work_dir).map_err(|e| AgentError::Journal(io_error(e)))?;
+    std::fs::create_dir_all(&options.work_dir)
+        .map_err(|e| AgentError::WorkDir(options.work_dir.clone(), e))?;
     let journal = Journal::open(&options.work_dir)?;
     let mut notifications = client.take_notifications();
     let client = Arc::new(client);
@@ -156,10 +160,6 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     drop(agent);
     let _ = publisher.await;
     Ok(())
-}
-
-fn io_error(e: std::io::Error) -> rusqlite::Error {
-    rusqlite::Error::ToSqlConversionFailure(Box::new(e))
 }
 
 /// The `job_status` publication of `status`, by agent `agent`.
@@ -301,13 +301,10 @@ impl Agent {
         let claim = self.journal().claim(&key.0, &key.1, &key.2);
         match claim {
             Ok(Claim::New) => {}
-            Ok(Claim::Ended { .. } | Claim::Unfinished { .. }) => {
-                self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-                return;
-            }
+            Ok(Claim::Ended { .. } | Claim::Unfinished { .. }) => return self.not_running(&key),
             Err(e) => {
                 tracing::error!("{}/{}/{}: the journal failed, not run: {e}", key.0, key.1, key.2);
-                return;
+                return self.not_running(&key);
             }
         }
         let (appl, gid, job) = key.clone();
@@ -327,20 +324,17 @@ impl Agent {
             {
                 tracing::warn!("{appl}/{gid}: forgetting the generation: {e}");
             }
-            self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-            return;
+            return self.not_running(&key);
         };
         let day = date.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
         let Some(day) = day else {
             tracing::warn!("{appl}/{gid}/{job}: the trigger has no date (YYYY-MM-DD): failed");
             self.finish(&key, end("failed", -1, 0));
-            self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-            return;
+            return self.not_running(&key);
         };
         if !schedule.runs_on(day, &deployed.calendar) {
             self.finish(&key, end("skipped", 0, 0));
-            self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-            return;
+            return self.not_running(&key);
         }
         let (info, journal, statuses, slots, running) = (
             info.clone(),
@@ -400,6 +394,11 @@ impl Agent {
             let _ = statuses.send(status);
             running.lock().unwrap_or_else(PoisonError::into_inner).remove(&(appl, gid, job));
         });
+    }
+
+    /// `key` (appl, gid, job) is no longer running here.
+    fn not_running(&self, key: &(String, String, String)) {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
     }
 
     /// `key` ended without running a process: journal, then status.
