@@ -11,18 +11,24 @@
 //! - [`translate`]: [`translate()`] an application into per-job dependency subscriptions and
 //!   advertisements, grouped into `agent_ctl` [`Envelope`]s.
 //!
+//! - [`control`]: commands to agents (`agent_ctl`) and their replies (`agent_reply`).
+//! - [`progress`]: what became of a generation, from its jobs' statuses.
+//!
 //! The format is documented in `docs/workflow-xml.md`. This crate depends on `padres-lang`
 //! only (no I/O): brokers never compile XML or calendars; the CLI and the agents do.
 
 pub mod calendar;
+pub mod control;
 pub mod duration;
 pub mod model;
 pub mod parse;
+pub mod progress;
 pub mod translate;
 
 pub use calendar::{Calendar, HolidayRule, RunTerm, Schedule};
 pub use model::{Application, Dependency, Job, Pos, Runner, StatusCondition, Trigger};
 pub use parse::{WorkflowError, WorkflowErrors, parse_application};
 pub use translate::{
-    APPL_END, APPL_START, BodyJob, Deployment, Envelope, EnvelopeBody, JobDeployment, JobInfo, translate,
+    APPL_END, APPL_START, BodyJob, Deployment, Envelope, EnvelopeBody, JobDeployment, JobInfo, Need,
+    translate,
 };

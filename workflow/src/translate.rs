@@ -25,9 +25,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use padres_lang::composite::{CompositeOp, CompositeSubscription};
-use padres_lang::{Advertisement, InvalidMessage, Name, Publication, Subscription, Value};
+use padres_lang::{Advertisement, InvalidMessage, Publication, Subscription, Value};
 
 use super::calendar::weekdays_text;
+use super::control::{Command, Control};
 use super::model::{Application, Dependency, Job, StatusCondition};
 
 /// The virtual job before every start job.
@@ -101,6 +102,38 @@ pub struct BodyJob {
     /// How it runs; absent for the virtual jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info: Option<JobInfo>,
+    /// What it waits for (all of them), as its dependency subscription says: for those who
+    /// follow a generation (`padres workflow status` and `wait`) and need not read the
+    /// subscription.
+    #[serde(default)]
+    pub after: Vec<Need>,
+}
+
+/// One dependency of a job, in an envelope body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Need {
+    /// A status of a job of the same generation.
+    After {
+        /// The job.
+        job: String,
+        /// Its statuses that satisfy the dependency.
+        statuses: Vec<String>,
+    },
+    /// One of these.
+    AnyOf(Vec<Self>),
+}
+
+impl Need {
+    fn of(dep: &Dependency) -> Self {
+        match dep {
+            Dependency::After { job, status, .. } => Self::After {
+                job: job.clone(),
+                statuses: status.statuses().iter().map(|s| (*s).to_owned()).collect(),
+            },
+            Dependency::AnyOf(deps) => Self::AnyOf(deps.iter().map(Self::of).collect()),
+        }
+    }
 }
 
 /// An `agent_ctl` envelope's body: the application's calendar and the agent's jobs.
@@ -123,6 +156,12 @@ impl EnvelopeBody {
     pub fn from_json(text: &str) -> Result<Self, String> {
         serde_json::from_str(text).map_err(|e| format!("bad agent_ctl body: {e}"))
     }
+
+    /// The body as JSON, as an envelope carries it.
+    pub fn to_json(&self) -> String {
+        // Plain data of strings and numbers: serialising cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
 }
 
 /// What one job (real or virtual) is deployed as.
@@ -138,6 +177,8 @@ pub struct JobDeployment {
     pub advertisement: Advertisement,
     /// Its predecessors (for a virtual job, the start or end jobs).
     pub predecessors: Vec<String>,
+    /// Its dependencies (for a virtual job, the start or end jobs).
+    pub after: Vec<Need>,
     /// How it runs; `None` for the virtual jobs.
     pub info: Option<JobInfo>,
 }
@@ -207,11 +248,13 @@ pub fn status_subscription(appl: &str, job: &str, status: StatusCondition) -> Su
     parse_sub(&text)
 }
 
-/// The advertisement of `job`'s `job_status` publications.
+/// The advertisement of `job`'s `job_status` publications. `reason`, when present, says
+/// why a job ended as it did without its process saying so (it could not start, its agent
+/// stopped while it ran, an operator bypassed it).
 pub fn status_advertisement(appl: &str, job: &str) -> Advertisement {
     let text = format!(
         "[class,eq,'job_status'],[appl,eq,{}],[gid,isPresent,''],[job,eq,{}],[agent,isPresent,''],\
-         [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0]",
+         [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0],[reason,isPresent,'']",
         quoted(appl),
         quoted(job)
     );
@@ -277,6 +320,7 @@ fn deployment(
         dependency,
         advertisement: status_advertisement(appl, job),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
+        after: deps.iter().map(Need::of).collect(),
         info: None,
     })
 }
@@ -325,7 +369,12 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
 impl Envelope {
     /// The envelope's body, as JSON ([`EnvelopeBody`]).
     pub fn body(&self, appl: &str) -> String {
-        let body = EnvelopeBody {
+        self.envelope_body(appl).to_json()
+    }
+
+    /// The envelope's body.
+    pub fn envelope_body(&self, appl: &str) -> EnvelopeBody {
+        EnvelopeBody {
             appl: appl.to_owned(),
             tz: self.tz.clone(),
             workdays: self.workdays.clone(),
@@ -338,23 +387,26 @@ impl Envelope {
                     subscription: format!("cs {}", j.dependency),
                     advertisement: format!("a {}", j.advertisement),
                     info: j.info.clone(),
+                    after: j.after.clone(),
                 })
                 .collect(),
-        };
-        // Plain data of strings and numbers: serialising cannot fail.
-        serde_json::to_string(&body).unwrap_or_default()
+        }
+    }
+
+    /// The `agent_ctl` command that deploys this envelope for application `appl`, with
+    /// the operator's reference `reference` (see [`crate::control`]).
+    pub fn control(&self, appl: &str, reference: &str) -> Control {
+        Control {
+            agent: self.agent.clone(),
+            appl: appl.to_owned(),
+            reference: reference.to_owned(),
+            command: Command::Deploy(Box::new(self.envelope_body(appl))),
+        }
     }
 
     /// The `agent_ctl` publication that deploys this envelope for application `appl`.
     pub fn publication(&self, appl: &str) -> Result<Publication, InvalidMessage> {
-        let attr = |name: &str, value: &str| Ok::<_, InvalidMessage>((Name::new(name)?, Value::str(value)));
-        Publication::new(vec![
-            attr("class", "agent_ctl")?,
-            attr("agent", &self.agent)?,
-            attr("cmd", "deploy")?,
-            attr("appl", appl)?,
-            attr("body", &self.body(appl))?,
-        ])
+        self.control(appl, "").publication()
     }
 }
 

@@ -337,6 +337,6 @@ fn envelopes_carry_everything_an_agent_needs() {
         (d.run.as_str(), d.command.as_str(), d.timeout_ms, d.retries),
         ("workdays", "./post.sh", Some(7_200_000), 0)
     );
-    assert_eq!(d.workdir.as_deref(), Some("/srv/payroll"));
+    assert_eq!(d.args, ["${gen.date}"]);
     assert!(body.jobs[0].info.is_none(), "virtual jobs run no command");
 }

@@ -1,0 +1,353 @@
+//! What became of a generation: each job's state from the `job_status` publications seen
+//! (live or historic, in any order, repeated or not), and whether the generation has
+//! ended, can still go on, or is stuck after a failure (what `padres workflow status`,
+//! `watch` and `wait` show).
+//!
+//! A job's latest status is the one with the highest attempt, an end above a `started` of
+//! the same attempt: a rerun's attempts follow the failed ones, and an operator's bypass
+//! is published as the attempt after the last, so seeing statuses out of order or twice
+//! changes nothing.
+//!
+//! A generation is stuck when `APPL_END` can no longer run (some dependency on its way
+//! waits for a status that a job ended without) and nothing runs or is about to: no job
+//! has started without ending and no job waits with its dependencies met. An operator's
+//! rerun or bypass unsticks it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use padres_lang::{Publication, Value};
+
+use super::translate::{APPL_END, EnvelopeBody, Need};
+
+/// The jobs of a deployed application, from its agents' envelope bodies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Each job (virtual ones included): its agent and dependencies.
+    pub jobs: BTreeMap<String, Planned>,
+}
+
+/// A job of a [`Plan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// The agent that runs it.
+    pub agent: String,
+    /// What it waits for (all of them).
+    pub after: Vec<Need>,
+}
+
+impl Plan {
+    /// Adds the jobs of agent `agent`'s envelope `body`.
+    pub fn add(&mut self, agent: &str, body: &EnvelopeBody) {
+        for job in &body.jobs {
+            let planned = Planned { agent: agent.to_owned(), after: job.after.clone() };
+            self.jobs.insert(job.job.clone(), planned);
+        }
+    }
+
+    /// Removes the jobs of agent `agent`.
+    pub fn remove_agent(&mut self, agent: &str) {
+        self.jobs.retain(|_, planned| planned.agent != agent);
+    }
+}
+
+/// One `job_status` publication, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusEvent {
+    /// The generation.
+    pub gid: String,
+    /// The job.
+    pub job: String,
+    /// The agent that published it.
+    pub agent: String,
+    /// `started`, `succeeded`, `failed`, `timeout` or `skipped`.
+    pub status: String,
+    /// The exit status.
+    pub exit: i64,
+    /// The attempt (0 for a job that did not run).
+    pub attempt: u32,
+    /// Why, when the process did not say (see [`crate::translate::status_advertisement`]).
+    pub reason: Option<String>,
+    /// When its broker received it (epoch milliseconds).
+    pub time: Option<i64>,
+}
+
+impl StatusEvent {
+    /// Reads a `job_status` publication of `appl`; `None` for anything else.
+    pub fn from_publication(appl: &str, publication: &Publication) -> Option<Self> {
+        let text = |name: &str| publication.get(name).and_then(Value::as_str).map(str::to_owned);
+        let int = |name: &str| match publication.get(name) {
+            Some(Value::Int(n)) => Some(*n),
+            _ => None,
+        };
+        if publication.class() != "job_status" || text("appl")? != appl {
+            return None;
+        }
+        Some(Self {
+            gid: text("gid")?,
+            job: text("job")?,
+            agent: text("agent").unwrap_or_default(),
+            status: text("status")?,
+            exit: int("exit").unwrap_or(0),
+            attempt: int("attempt").and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
+            reason: text("reason").filter(|r| !r.is_empty()),
+            time: publication.time().map(padres_lang::Timestamp::millis),
+        })
+    }
+
+    fn ended(&self) -> bool {
+        self.status != "started"
+    }
+
+    /// Its place among a job's statuses: later attempts above, an end above a start.
+    fn rank(&self) -> (u32, bool) {
+        (self.attempt, self.ended())
+    }
+}
+
+/// A job's state in a generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// No status yet.
+    Waiting,
+    /// Started (this attempt) and not ended.
+    Running(StatusEvent),
+    /// Ended.
+    Ended(StatusEvent),
+}
+
+impl State {
+    /// A word for it: `waiting`, `running`, or the status it ended with.
+    pub fn word(&self) -> &str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Running(_) => "running",
+            Self::Ended(e) => &e.status,
+        }
+    }
+}
+
+/// Where a generation stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Jobs run or are about to.
+    Running,
+    /// `APPL_END` succeeded: every job ended as its successors needed.
+    Succeeded,
+    /// Nothing can proceed: these jobs failed or timed out (and `APPL_END` cannot run).
+    Stuck(Vec<String>),
+}
+
+/// One generation's jobs, as their statuses say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Generation {
+    /// Each job's latest status.
+    latest: HashMap<String, StatusEvent>,
+    /// Every distinct status seen, in the order first seen.
+    pub events: Vec<StatusEvent>,
+}
+
+impl Generation {
+    /// Records a status; a repeat (same job, attempt and status) is ignored. True if it
+    /// was new.
+    pub fn record(&mut self, event: StatusEvent) -> bool {
+        let repeat = self
+            .events
+            .iter()
+            .any(|e| e.job == event.job && e.attempt == event.attempt && e.status == event.status);
+        if repeat {
+            return false;
+        }
+        let newer = self.latest.get(&event.job).is_none_or(|seen| event.rank() > seen.rank());
+        if newer {
+            self.latest.insert(event.job.clone(), event.clone());
+        }
+        self.events.push(event);
+        true
+    }
+
+    /// Job `job`'s state.
+    pub fn state(&self, job: &str) -> State {
+        match self.latest.get(job) {
+            None => State::Waiting,
+            Some(e) if e.ended() => State::Ended(e.clone()),
+            Some(e) => State::Running(e.clone()),
+        }
+    }
+
+    /// The generation's outcome under `plan`.
+    pub fn outcome(&self, plan: &Plan) -> Outcome {
+        if let State::Ended(end) = self.state(APPL_END)
+            && end.status == "succeeded"
+        {
+            return Outcome::Succeeded;
+        }
+        let mut possible: HashMap<&str, bool> = HashMap::new();
+        let end_possible = self.possible(plan, APPL_END, &mut possible, 0);
+        let active = plan.jobs.iter().any(|(job, planned)| match self.state(job) {
+            State::Running(_) => true,
+            State::Waiting => planned.after.iter().all(|need| self.met(need)),
+            State::Ended(_) => false,
+        });
+        if end_possible || active {
+            return Outcome::Running;
+        }
+        let failed = plan
+            .jobs
+            .keys()
+            .filter(|job| matches!(self.state(job), State::Ended(e) if e.status == "failed" || e.status == "timeout"))
+            .cloned()
+            .collect();
+        Outcome::Stuck(failed)
+    }
+
+    /// Whether `need` is met now.
+    fn met(&self, need: &Need) -> bool {
+        match need {
+            Need::After { job, statuses } => {
+                matches!(self.state(job), State::Ended(e) if statuses.contains(&e.status))
+            }
+            Need::AnyOf(needs) => needs.iter().any(|n| self.met(n)),
+        }
+    }
+
+    /// Whether `job` has ended or may still run (its dependencies can still be met).
+    fn possible<'p>(
+        &self,
+        plan: &'p Plan,
+        job: &str,
+        memo: &mut HashMap<&'p str, bool>,
+        depth: usize,
+    ) -> bool {
+        if !matches!(self.state(job), State::Waiting) {
+            return true;
+        }
+        let Some((name, planned)) = plan.jobs.get_key_value(job) else { return true };
+        if let Some(known) = memo.get(name.as_str()) {
+            return *known;
+        }
+        // Definitions are acyclic; the depth guard only stops a malformed plan.
+        let answer = depth > plan.jobs.len()
+            || planned.after.iter().all(|need| self.satisfiable(plan, need, memo, depth + 1));
+        memo.insert(name.as_str(), answer);
+        answer
+    }
+
+    fn satisfiable<'p>(
+        &self,
+        plan: &'p Plan,
+        need: &Need,
+        memo: &mut HashMap<&'p str, bool>,
+        depth: usize,
+    ) -> bool {
+        match need {
+            Need::After { job, statuses } => match self.state(job) {
+                State::Ended(e) => statuses.contains(&e.status),
+                State::Running(_) => true,
+                State::Waiting => self.possible(plan, job, memo, depth),
+            },
+            Need::AnyOf(needs) => needs.iter().any(|n| self.satisfiable(plan, n, memo, depth)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse_application, translate};
+
+    /// Payroll with E after D's failure (an error handler).
+    const XML: &str = r#"<application name="p" tz="UTC"><calendar name="c" workdays="mon-fri"/>
+        <job name="A" run="daily" agent="a1"><command>true</command></job>
+        <job name="B" run="daily" agent="a2"><command>true</command><after job="A"/></job>
+        <job name="C" run="friday" agent="a3"><command>true</command><after job="A"/></job>
+        <job name="D" run="workdays" agent="a1"><command>true</command><after job="B"/><after job="C"/></job>
+        </application>"#;
+
+    fn plan() -> Plan {
+        let deployment = translate(&parse_application(XML).expect("valid")).expect("translates");
+        let mut plan = Plan::default();
+        for envelope in &deployment.envelopes {
+            plan.add(&envelope.agent, &envelope.envelope_body("p"));
+        }
+        plan
+    }
+
+    fn event(job: &str, status: &str, attempt: u32) -> StatusEvent {
+        StatusEvent {
+            gid: "g".into(),
+            job: job.into(),
+            agent: "a".into(),
+            status: status.into(),
+            exit: 0,
+            attempt,
+            reason: None,
+            time: None,
+        }
+    }
+
+    #[test]
+    fn a_generation_runs_until_appl_end_succeeds() {
+        let plan = plan();
+        let mut g = Generation::default();
+        assert_eq!(g.outcome(&plan), Outcome::Running, "APPL_START is about to run");
+        for (job, status, attempt) in [
+            ("APPL_START", "succeeded", 0),
+            ("A", "started", 1),
+            ("A", "succeeded", 1),
+            ("C", "skipped", 0),
+            ("B", "started", 1),
+        ] {
+            g.record(event(job, status, attempt));
+            assert_eq!(g.outcome(&plan), Outcome::Running, "after {job} {status}");
+        }
+        for (job, status, attempt) in
+            [("B", "succeeded", 1), ("D", "started", 1), ("D", "succeeded", 1), ("APPL_END", "succeeded", 0)]
+        {
+            g.record(event(job, status, attempt));
+        }
+        assert_eq!(g.outcome(&plan), Outcome::Succeeded);
+        assert_eq!(g.state("C").word(), "skipped");
+    }
+
+    #[test]
+    fn a_failure_sticks_once_nothing_else_runs_and_a_bypass_or_rerun_releases_it() {
+        let plan = plan();
+        let mut g = Generation::default();
+        for (job, status, attempt) in [
+            ("APPL_START", "succeeded", 0),
+            ("A", "started", 1),
+            ("A", "succeeded", 1),
+            ("B", "started", 1),
+            ("C", "started", 1),
+            ("B", "failed", 1),
+        ] {
+            g.record(event(job, status, attempt));
+        }
+        assert_eq!(g.outcome(&plan), Outcome::Running, "C still runs");
+        g.record(event("C", "succeeded", 1));
+        assert_eq!(g.outcome(&plan), Outcome::Stuck(vec!["B".into()]));
+        // Seen again (history and live overlap), or its start seen late: nothing changes.
+        assert!(!g.record(event("B", "failed", 1)));
+        assert!(!g.record(event("B", "started", 1)));
+        assert_eq!(g.outcome(&plan), Outcome::Stuck(vec!["B".into()]));
+        // Rerun: attempt 2 starts.
+        let mut rerun = g.clone();
+        rerun.record(event("B", "started", 2));
+        assert_eq!(rerun.outcome(&plan), Outcome::Running);
+        assert_eq!(rerun.state("B").word(), "running");
+        // Bypass: published succeeded as the attempt after the last: D is ready.
+        g.record(event("B", "succeeded", 2));
+        assert_eq!(g.outcome(&plan), Outcome::Running);
+    }
+
+    #[test]
+    fn statuses_out_of_order_keep_the_latest() {
+        let mut g = Generation::default();
+        g.record(event("A", "failed", 1));
+        g.record(event("A", "succeeded", 2));
+        g.record(event("A", "started", 2));
+        g.record(event("A", "started", 1));
+        assert_eq!(g.state("A").word(), "succeeded");
+        assert_eq!(g.events.len(), 4);
+    }
+}
