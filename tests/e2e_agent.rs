@@ -52,12 +52,11 @@ async fn until_stats(client: &Client, what: &str, check: impl Fn(&padres_lang::w
 /// A client of `broker` that deploys (`agent_ctl`) and triggers.
 async fn operator(broker: &padres_tests::broker::Broker) -> Client {
     let operator = client(broker, "operator").await;
-    for adv in [
-        "a [class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],[body,isPresent,'']",
-        "a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']",
-    ] {
-        operator.send(adv).await.expect("advertised");
-    }
+    operator.advertise(padres_workflow::control::control_advertisement()).await.expect("advertised");
+    operator
+        .send("a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
+        .await
+        .expect("advertised");
     operator
 }
 

@@ -1,11 +1,18 @@
-//! The agent's loop: deployments from `agent_ctl`, jobs run when their dependencies match,
+//! The agent's loop: commands from `agent_ctl`, jobs run when their dependencies match,
 //! `job_status` published (DESIGN §8, the PADRES paper §4).
 //!
-//! The agent subscribes to `agent_ctl` publications for its name. A `deploy` carries an
-//! [`EnvelopeBody`]: for each job, the agent advertises its `job_status` and issues its
-//! composite dependency subscription (the generation's trigger and its predecessors'
-//! statuses, joined on the generation id, ended by the generation's `APPL_END`); a
-//! `deploy` of an application already deployed replaces it; `undeploy` withdraws it.
+//! The agent subscribes to `agent_ctl` publications for its name and answers each command
+//! with an `agent_reply` ([`padres_workflow::control`]):
+//! - `deploy` carries an [`EnvelopeBody`]: for each job, the agent advertises its
+//!   `job_status` and issues its composite dependency subscription (the generation's
+//!   trigger and its predecessors' statuses, joined on the generation id, ended by the
+//!   generation's `APPL_END`). A deploy of the body deployed already is answered and changes
+//!   nothing; another body for the application replaces it. Deployments are kept in the
+//!   journal and deployed again when the agent restarts.
+//! - `undeploy` withdraws the application.
+//! - `rerun` runs a job of a generation that failed or timed out again (its attempts
+//!   numbered on from the last); `bypass` publishes it `succeeded`, as the attempt after its
+//!   last, with the reason `bypassed`, without running it, so its successors proceed.
 //!
 //! A match of a job's dependency carries the generation's trigger, so its `gid` and
 //! `date`. The agent claims the job for that generation in its [`Journal`] (a job runs at
@@ -15,20 +22,23 @@
 //! - for a job its run term does not select on the generation's date publishes `skipped`
 //!   (which satisfies its successors, DESIGN §8);
 //! - else runs it ([`crate::job`]), at most `max_parallel` at once, publishing `started` for
-//!   each attempt and then its outcome (`succeeded`, `failed` or `timeout`, with `exit` and
-//!   `attempt`).
+//!   each attempt and then its outcome (`succeeded`, `failed` or `timeout`, with `exit`,
+//!   `attempt` and, when the process did not say, a `reason`).
 //!
-//! Statuses are published in the order they happen, by one task. A job found running in
-//! the journal when the agent starts (it stopped while the job ran) is published `failed`
-//! with exit -1: its outcome is unknown, and it is not run again.
+//! Statuses and replies are published in the order they happen, by one task, each
+//! acknowledged by the broker: one that cannot be sent (the broker is away) is sent again
+//! until it is taken, so a broker restart loses none. A job found running in the journal
+//! when the agent starts (it stopped while the job ran) is published `failed` with exit -1
+//! and the reason: its outcome is unknown, and it is not run again.
 //!
-//! What is not built yet: acknowledging deployments, triggers from the agent (cron,
-//! events), deployments kept across agent restarts, the operator's rerun and bypass.
+//! What is not built yet: triggers from the agent (cron, events), and statuses kept on
+//! disk until sent (a status waiting for the broker is lost if the agent stops too).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use chrono::NaiveDate;
 use tokio::sync::{Semaphore, mpsc};
@@ -36,6 +46,7 @@ use tokio::sync::{Semaphore, mpsc};
 use padres_client::{Client, ClientError, Notification};
 use padres_lang::{MessageId, Name, Publication, Value};
 use padres_workflow::calendar::parse_weekdays;
+use padres_workflow::control::{Command, Control, Reply, control_subscription, reply_advertisement};
 use padres_workflow::translate::status_advertisement;
 use padres_workflow::{APPL_END, Calendar, EnvelopeBody, HolidayRule, JobInfo, RunTerm, Schedule};
 
@@ -79,10 +90,12 @@ struct Deployed {
     calendar: Arc<Calendar>,
 }
 
-/// An application deployed here: its subscriptions and advertisements.
-#[derive(Debug, Default)]
+/// An application deployed here: what it was deployed from, its subscriptions (by job)
+/// and advertisements.
+#[derive(Debug)]
 struct Application {
-    subscriptions: Vec<MessageId>,
+    body: EnvelopeBody,
+    subscriptions: HashMap<String, MessageId>,
     advertisements: Vec<MessageId>,
 }
 
@@ -95,7 +108,38 @@ struct Status {
     status: &'static str,
     exit: i64,
     attempt: u32,
+    reason: Option<String>,
 }
+
+impl Status {
+    fn new(key: &(String, String, String), status: &'static str, exit: i64, attempt: u32) -> Self {
+        Self {
+            appl: key.0.clone(),
+            gid: key.1.clone(),
+            job: key.2.clone(),
+            status,
+            exit,
+            attempt,
+            reason: None,
+        }
+    }
+
+    fn because(mut self, reason: Option<String>) -> Self {
+        self.reason = reason;
+        self
+    }
+}
+
+/// What the agent publishes, in order.
+#[derive(Debug)]
+enum Outgoing {
+    Status(Status),
+    Reply(Reply),
+}
+
+/// The publisher's first wait before sending again, and its longest.
+const RESEND_FIRST: Duration = Duration::from_millis(100);
+const RESEND_MOST: Duration = Duration::from_secs(2);
 
 struct Agent {
     options: Options,
@@ -106,7 +150,7 @@ struct Agent {
     /// (appl, gid, job) running now.
     running: Arc<Mutex<HashSet<(String, String, String)>>>,
     slots: Arc<Semaphore>,
-    statuses: mpsc::UnboundedSender<Status>,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -119,24 +163,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let journal = Journal::open(&options.work_dir)?;
     let mut notifications = client.take_notifications();
     let client = Arc::new(client);
-    let (statuses, mut to_publish) = mpsc::unbounded_channel::<Status>();
-    let name = options.name.clone();
-    let publisher = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            while let Some(status) = to_publish.recv().await {
-                let Ok(publication) = status_publication(&name, &status) else { continue };
-                if let Err(e) = client.publish(publication).await {
-                    tracing::warn!(
-                        "publishing the status of {}/{}/{}: {e}",
-                        status.appl,
-                        status.gid,
-                        status.job
-                    );
-                }
-            }
-        })
-    };
+    let (outgoing, to_publish) = mpsc::unbounded_channel::<Outgoing>();
+    let publisher = tokio::spawn(publish_in_order(client.clone(), options.name.clone(), to_publish));
     let mut agent = Agent {
         slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
         options,
@@ -145,11 +173,12 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         jobs: HashMap::new(),
         applications: HashMap::new(),
         running: Arc::default(),
-        statuses,
+        outgoing,
     };
+    agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
+    agent.restore().await?;
     agent.report_interrupted().await?;
-    let ctl = format!("s [class,eq,'agent_ctl'],[agent,eq,{}]", Value::str(&agent.options.name));
-    agent.client.send(&ctl).await?;
+    agent.client.send(&control_subscription(&agent.options.name)).await?;
     while let Some(notification) = notifications.next().await {
         match notification {
             Notification::Publication { publication, .. } => agent.control(&publication).await,
@@ -162,10 +191,50 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     Ok(())
 }
 
+/// Publishes what the agent sends, in order, each acknowledged by the broker; one the
+/// broker cannot take now (it is away) is sent again until it is taken.
+async fn publish_in_order(
+    client: Arc<Client>,
+    agent: String,
+    mut to_publish: mpsc::UnboundedReceiver<Outgoing>,
+) {
+    while let Some(outgoing) = to_publish.recv().await {
+        let (publication, what) = match &outgoing {
+            Outgoing::Status(s) => (
+                status_publication(&agent, s),
+                format!("the status {} of {}/{}/{}", s.status, s.appl, s.gid, s.job),
+            ),
+            Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl)),
+        };
+        let publication = match publication {
+            Ok(publication) => publication,
+            Err(e) => {
+                tracing::error!("{what}: not a valid publication: {e}");
+                continue;
+            }
+        };
+        let mut wait = RESEND_FIRST;
+        loop {
+            match client.publish_acked(publication.clone()).await {
+                Ok(()) => break,
+                Err(e @ ClientError::Refused { .. }) => {
+                    tracing::error!("{what}: refused by the broker: {e}");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!("{what}: not sent ({e}); sending again in {} ms", wait.as_millis());
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RESEND_MOST);
+                }
+            }
+        }
+    }
+}
+
 /// The `job_status` publication of `status`, by agent `agent`.
 fn status_publication(agent: &str, status: &Status) -> Result<Publication, padres_lang::InvalidMessage> {
     let name = |n: &str| Name::interned(n);
-    Publication::new(vec![
+    let mut attrs = vec![
         (name("class")?, Value::str("job_status")),
         (name("appl")?, Value::str(&status.appl)),
         (name("gid")?, Value::str(&status.gid)),
@@ -174,7 +243,11 @@ fn status_publication(agent: &str, status: &Status) -> Result<Publication, padre
         (name("status")?, Value::str(status.status)),
         (name("exit")?, Value::Int(status.exit)),
         (name("attempt")?, Value::Int(i64::from(status.attempt))),
-    ])
+    ];
+    if let Some(reason) = &status.reason {
+        attrs.push((name("reason")?, Value::str(reason)));
+    }
+    Publication::new(attrs)
 }
 
 fn text<'a>(publication: &'a Publication, attr: &str) -> Option<&'a str> {
@@ -186,8 +259,30 @@ impl Agent {
         self.journal.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn send(&self, status: Status) {
+        let _ = self.outgoing.send(Outgoing::Status(status));
+    }
+
+    /// Deploys again what the journal says was deployed when the agent last stopped.
+    async fn restore(&mut self) -> Result<(), AgentError> {
+        let kept = self.journal().deployments()?;
+        for (appl, body) in kept {
+            let deployed = match EnvelopeBody::from_json(&body) {
+                Ok(body) => self.deploy(body).await,
+                Err(e) => Err(e),
+            };
+            match deployed {
+                Ok(()) => tracing::info!("{appl}: deployed again from the journal"),
+                Err(e) => tracing::error!(
+                    "{appl}: the deployment kept in the journal cannot be deployed again: {e}"
+                ),
+            }
+        }
+        Ok(())
+    }
+
     /// Jobs that were running when the agent last stopped: `failed`, not run again (their
-    /// status advertised first: the agent's deployments are not kept across restarts).
+    /// status advertised first, in case their application is no longer deployed).
     async fn report_interrupted(&self) -> Result<(), AgentError> {
         let interrupted = self.journal().interrupted()?;
         for entry in interrupted {
@@ -200,42 +295,64 @@ impl Agent {
                 entry.attempt
             );
             self.journal().end(&entry.appl, &entry.gid, &entry.job, "failed", -1, entry.attempt)?;
-            let status = Status {
-                appl: entry.appl,
-                gid: entry.gid,
-                job: entry.job,
-                status: "failed",
-                exit: -1,
-                attempt: entry.attempt,
-            };
-            let _ = self.statuses.send(status);
+            let key = (entry.appl, entry.gid, entry.job);
+            let reason = "the agent stopped while it ran; its outcome is unknown";
+            self.send(Status::new(&key, "failed", -1, entry.attempt).because(Some(reason.to_owned())));
         }
         Ok(())
     }
 
-    /// An `agent_ctl` publication for this agent.
+    /// An `agent_ctl` publication for this agent: done, and answered.
     async fn control(&mut self, publication: &Publication) {
-        let (Some(cmd), Some(appl)) = (text(publication, "cmd"), text(publication, "appl")) else {
-            tracing::warn!("an agent_ctl publication without cmd or appl: {publication}");
-            return;
+        let control = match Control::from_publication(publication) {
+            Ok(control) => control,
+            Err(why) => {
+                tracing::warn!("agent_ctl refused: {why}");
+                if let (Some(appl), Some(cmd)) = (text(publication, "appl"), text(publication, "cmd")) {
+                    let reply = Reply {
+                        agent: self.options.name.clone(),
+                        appl: appl.to_owned(),
+                        cmd: cmd.to_owned(),
+                        reference: text(publication, "ref").unwrap_or_default().to_owned(),
+                        refused: Some(why),
+                    };
+                    let _ = self.outgoing.send(Outgoing::Reply(reply));
+                }
+                return;
+            }
         };
-        let appl = appl.to_owned();
-        match cmd {
-            "deploy" | "modify" => {
-                let body = text(publication, "body").unwrap_or_default();
-                match EnvelopeBody::from_json(body) {
-                    Ok(body) => {
-                        self.undeploy(&appl).await;
-                        if let Err(e) = self.deploy(body).await {
-                            tracing::warn!("deploying {appl}: {e}");
-                        }
+        if control.agent != self.options.name {
+            return;
+        }
+        let appl = control.appl.clone();
+        let outcome = match &control.command {
+            Command::Deploy(body) => {
+                let unchanged = self.applications.get(&appl).is_some_and(|a| a.body == **body);
+                if unchanged {
+                    Ok(())
+                } else {
+                    self.undeploy(&appl).await;
+                    let deployed = self.deploy((**body).clone()).await;
+                    if deployed.is_ok()
+                        && let Err(e) = self.journal().keep_deployment(&appl, &body.to_json())
+                    {
+                        tracing::error!("{appl}: deployed, but not kept in the journal: {e}");
                     }
-                    Err(e) => tracing::warn!("deploying {appl}: {e}"),
+                    deployed
                 }
             }
-            "undeploy" => self.undeploy(&appl).await,
-            other => tracing::warn!("agent_ctl for {appl}: unknown cmd '{other}'"),
+            Command::Undeploy => {
+                self.undeploy(&appl).await;
+                self.journal().drop_deployment(&appl).map_err(|e| format!("journal: {e}"))
+            }
+            Command::Rerun { gid, job } => self.rerun(&appl, gid, job),
+            Command::Bypass { gid, job } => self.bypass(&appl, gid, job),
+        };
+        match &outcome {
+            Ok(()) => tracing::info!("{} {appl}: done", control.command.name()),
+            Err(why) => tracing::warn!("{} {appl}: refused: {why}", control.command.name()),
         }
+        let _ = self.outgoing.send(Outgoing::Reply(Reply::to(&control, outcome.err())));
     }
 
     async fn deploy(&mut self, body: EnvelopeBody) -> Result<(), String> {
@@ -248,15 +365,30 @@ impl Agent {
                 .map(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|e| format!("holiday {d}: {e}")))
                 .collect::<Result<_, _>>()?,
         });
-        let mut application = Application::default();
+        let schedules = body
+            .jobs
+            .iter()
+            .map(|job| job.info.as_ref().map(schedule_of).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut application =
+            Application { body: body.clone(), subscriptions: HashMap::new(), advertisements: Vec::new() };
         let mut jobs = Vec::new();
-        for job in body.jobs {
-            let schedule = job.info.as_ref().map(schedule_of).transpose()?;
-            let adv = self.client.send(&job.advertisement).await.map_err(|e| e.to_string())?;
-            application.advertisements.extend(adv);
-            let sub = self.client.send(&job.subscription).await.map_err(|e| e.to_string())?;
-            let sub = sub.ok_or("the broker gave the dependency subscription no id")?;
-            application.subscriptions.push(sub.clone());
+        for (job, schedule) in body.jobs.into_iter().zip(schedules) {
+            let issued = async {
+                let adv = self.client.send(&job.advertisement).await.map_err(|e| e.to_string())?;
+                application.advertisements.extend(adv);
+                let sub = self.client.send(&job.subscription).await.map_err(|e| e.to_string())?;
+                sub.ok_or_else(|| "the broker gave the dependency subscription no id".to_owned())
+            };
+            let sub = match issued.await {
+                Ok(sub) => sub,
+                Err(e) => {
+                    // Withdraw what this deploy issued: it is refused as a whole.
+                    self.withdraw(&application).await;
+                    return Err(format!("job {}: {e}", job.job));
+                }
+            };
+            application.subscriptions.insert(job.job.clone(), sub.clone());
             let info = job.info.map(Arc::new);
             jobs.push((
                 sub,
@@ -275,15 +407,93 @@ impl Agent {
         Ok(())
     }
 
+    async fn withdraw(&self, application: &Application) {
+        for sub in application.subscriptions.values() {
+            let _ = self.client.unsubscribe(sub.clone()).await;
+        }
+        for adv in &application.advertisements {
+            let _ = self.client.unadvertise(adv.clone()).await;
+        }
+    }
+
     async fn undeploy(&mut self, appl: &str) {
         let Some(application) = self.applications.remove(appl) else { return };
-        for sub in application.subscriptions {
-            self.jobs.remove(&sub);
-            let _ = self.client.unsubscribe(sub).await;
+        for sub in application.subscriptions.values() {
+            self.jobs.remove(sub);
         }
-        for adv in application.advertisements {
-            let _ = self.client.unadvertise(adv).await;
+        self.withdraw(&application).await;
+    }
+
+    /// The deployed job `job` of `appl`.
+    fn deployed(&self, appl: &str, job: &str) -> Result<&Deployed, String> {
+        self.applications
+            .get(appl)
+            .ok_or_else(|| format!("{appl} is not deployed on this agent"))?
+            .subscriptions
+            .get(job)
+            .and_then(|sub| self.jobs.get(sub))
+            .ok_or_else(|| format!("{appl} has no job {job} on this agent"))
+    }
+
+    /// An operator's rerun of a failed job.
+    fn rerun(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
+        let deployed = self.deployed(appl, job)?;
+        let (Some(info), Some(_)) = (&deployed.info, &deployed.schedule) else {
+            return Err(format!("{job} is a virtual job: it has nothing to run"));
+        };
+        let date = self
+            .journal()
+            .generation_date(appl, gid)
+            .map_err(|e| format!("journal: {e}"))?
+            .ok_or_else(|| format!("generation {gid} of {appl} has not run here or has ended"))?;
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+            return Err(format!("{job} of {gid} is running"));
         }
+        let reclaimed = self.journal().reclaim(appl, gid, job);
+        let last = match reclaimed {
+            Ok(Ok(last)) => last,
+            other => {
+                self.not_running(&key);
+                return Err(match other {
+                    Ok(Err(claim)) => format!("{job} of {gid} {}: only a failed job is rerun", said(&claim)),
+                    Err(e) => format!("journal: {e}"),
+                    Ok(Ok(_)) => unreachable!("handled above"),
+                });
+            }
+        };
+        tracing::info!("{appl}/{gid}/{job}: rerun by an operator, from attempt {}", last + 1);
+        self.spawn_run(key, info.clone(), date, last + 1);
+        Ok(())
+    }
+
+    /// An operator's bypass: the job is published `succeeded` without running.
+    fn bypass(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
+        self.deployed(appl, job)?;
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+            return Err(format!("{job} of {gid} is running"));
+        }
+        let claim = self.journal().look(appl, gid, job);
+        let attempt = match claim {
+            Ok(Claim::Ended { ref status, attempt, .. }) if status != "succeeded" && status != "skipped" => {
+                attempt
+            }
+            Ok(Claim::New) => 0,
+            Ok(other) => {
+                self.not_running(&key);
+                return Err(format!("{job} of {gid} {}: nothing to bypass", said(&other)));
+            }
+            Err(e) => {
+                self.not_running(&key);
+                return Err(format!("journal: {e}"));
+            }
+        };
+        tracing::info!("{appl}/{gid}/{job}: bypassed by an operator");
+        let status = Status::new(&key, "succeeded", 0, attempt + 1).because(Some("bypassed".to_owned()));
+        self.finish(&key, status);
+        self.not_running(&key);
+        Ok(())
     }
 
     /// A match of dependency `sub`: the job's generation is ready for it.
@@ -307,83 +517,69 @@ impl Agent {
                 return self.not_running(&key);
             }
         }
-        let (appl, gid, job) = key.clone();
-        let end = |status: &'static str, exit: i64, attempt: u32| Status {
-            appl: appl.clone(),
-            gid: gid.clone(),
-            job: job.clone(),
-            status,
-            exit,
-            attempt,
-        };
         let (Some(info), Some(schedule)) = (&deployed.info, &deployed.schedule) else {
             // A virtual job.
-            self.finish(&key, end("succeeded", 0, 0));
-            if job == APPL_END
-                && let Err(e) = self.journal().forget(&appl, &gid)
+            self.finish(&key, Status::new(&key, "succeeded", 0, 0));
+            if key.2 == APPL_END
+                && let Err(e) = self.journal().forget(&key.0, &key.1)
             {
-                tracing::warn!("{appl}/{gid}: forgetting the generation: {e}");
+                tracing::warn!("{}/{}: forgetting the generation: {e}", key.0, key.1);
             }
             return self.not_running(&key);
         };
         let day = date.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
         let Some(day) = day else {
-            tracing::warn!("{appl}/{gid}/{job}: the trigger has no date (YYYY-MM-DD): failed");
-            self.finish(&key, end("failed", -1, 0));
+            tracing::warn!("{}/{}/{}: the trigger has no date (YYYY-MM-DD): failed", key.0, key.1, key.2);
+            let reason = "the generation's trigger has no date (YYYY-MM-DD)".to_owned();
+            self.finish(&key, Status::new(&key, "failed", -1, 0).because(Some(reason)));
             return self.not_running(&key);
         };
         if !schedule.runs_on(day, &deployed.calendar) {
-            self.finish(&key, end("skipped", 0, 0));
+            self.finish(&key, Status::new(&key, "skipped", 0, 0));
             return self.not_running(&key);
         }
-        let (info, journal, statuses, slots, running) = (
-            info.clone(),
-            self.journal.clone(),
-            self.statuses.clone(),
-            self.slots.clone(),
-            self.running.clone(),
-        );
-        let (work_dir, date) = (self.options.work_dir.clone(), day.format("%Y-%m-%d").to_string());
+        let date = day.format("%Y-%m-%d").to_string();
+        if let Err(e) = self.journal().generation(&key.0, &key.1, &date) {
+            tracing::warn!("{}/{}: journal: {e}", key.0, key.1);
+        }
+        self.spawn_run(key, info.clone(), date, 1);
+    }
+
+    /// Runs job `key` (claimed, and marked running) from attempt `first`: `started` for
+    /// each attempt, its outcome at the end, in the journal and published.
+    fn spawn_run(&self, key: (String, String, String), info: Arc<JobInfo>, date: String, first: u32) {
+        let (journal, outgoing, slots, running) =
+            (self.journal.clone(), self.outgoing.clone(), self.slots.clone(), self.running.clone());
+        let work_dir = self.options.work_dir.clone();
         tokio::spawn(async move {
             let _slot = slots.acquire_owned().await;
-            let output = work_dir.join("output").join(&appl).join(&gid).join(&job);
+            let (appl, gid, job) = &key;
+            let output = work_dir.join("output").join(appl).join(gid).join(job);
             let run = Run {
                 info: &info,
                 date: &date,
-                gid: &gid,
+                gid,
                 work_dir: &work_dir,
                 output: &output,
                 output_cap: DEFAULT_OUTPUT_CAP,
+                first_attempt: first,
             };
             let attempts = run
                 .run(|n| {
                     let journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
-                    if let Err(e) = journal.attempt(&appl, &gid, &job, n) {
+                    if let Err(e) = journal.attempt(appl, gid, job, n) {
                         tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
                     }
-                    let _ = statuses.send(Status {
-                        appl: appl.clone(),
-                        gid: gid.clone(),
-                        job: job.clone(),
-                        status: "started",
-                        exit: 0,
-                        attempt: n,
-                    });
+                    let _ = outgoing.send(Outgoing::Status(Status::new(&key, "started", 0, n)));
                 })
                 .await;
             let last = attempts.last().expect("at least one attempt");
-            let status = Status {
-                appl: appl.clone(),
-                gid: gid.clone(),
-                job: job.clone(),
-                status: last.ended.status(),
-                exit: last.ended.exit(),
-                attempt: last.number,
-            };
+            let status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
+                .because(last.ended.reason());
             let ended = journal.lock().unwrap_or_else(PoisonError::into_inner).end(
-                &appl,
-                &gid,
-                &job,
+                appl,
+                gid,
+                job,
                 status.status,
                 status.exit,
                 status.attempt,
@@ -391,8 +587,8 @@ impl Agent {
             if let Err(e) = ended {
                 tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
             }
-            let _ = statuses.send(status);
-            running.lock().unwrap_or_else(PoisonError::into_inner).remove(&(appl, gid, job));
+            let _ = outgoing.send(Outgoing::Status(status));
+            running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
         });
     }
 
@@ -407,7 +603,16 @@ impl Agent {
         {
             tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
         }
-        let _ = self.statuses.send(status);
+        self.send(status);
+    }
+}
+
+/// What the journal's `claim` says, in words.
+fn said(claim: &Claim) -> String {
+    match claim {
+        Claim::New => "has not run here".to_owned(),
+        Claim::Ended { status, .. } => format!("is {status}"),
+        Claim::Unfinished { .. } => "is running".to_owned(),
     }
 }
 

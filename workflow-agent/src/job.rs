@@ -54,6 +54,9 @@ pub struct Run<'a> {
     pub output: &'a Path,
     /// Most bytes kept of each output stream per attempt.
     pub output_cap: u64,
+    /// The first attempt's number: 1, or after the attempts of an earlier run (an
+    /// operator's rerun) the next.
+    pub first_attempt: u32,
 }
 
 /// How one attempt ended.
@@ -81,6 +84,15 @@ impl Ended {
             Self::Exited(0) => "succeeded",
             Self::TimedOut => "timeout",
             Self::Exited(_) | Self::Signalled(_) | Self::NotStarted(_) => "failed",
+        }
+    }
+
+    /// Why, when the process did not say: the reason a command could not start.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            Self::NotStarted(why) => Some(format!("could not start: {why}")),
+            Self::TimedOut => Some("timed out: its process group was killed".to_owned()),
+            Self::Exited(_) | Self::Signalled(_) => None,
         }
     }
 
@@ -127,9 +139,10 @@ impl Run<'_> {
     /// then). Returns every attempt, the last one the job's outcome.
     pub async fn run(&self, mut started: impl FnMut(u32)) -> Vec<Attempt> {
         let mut attempts = Vec::new();
-        for number in 1..=self.info.retries.saturating_add(1) {
-            if number > 1 {
-                tokio::time::sleep(self.backoff(number - 1)).await;
+        let first = self.first_attempt.max(1);
+        for number in first..=first.saturating_add(self.info.retries) {
+            if number > first {
+                tokio::time::sleep(self.backoff(number - first)).await;
             }
             started(number);
             let attempt = self.attempt(number).await;
@@ -273,7 +286,15 @@ mod tests {
     }
 
     fn run<'a>(info: &'a JobInfo, work: &'a Path, output: &'a Path) -> Run<'a> {
-        Run { info, date: "2026-11-27", gid: "g7", work_dir: work, output, output_cap: DEFAULT_OUTPUT_CAP }
+        Run {
+            info,
+            date: "2026-11-27",
+            gid: "g7",
+            work_dir: work,
+            output,
+            output_cap: DEFAULT_OUTPUT_CAP,
+            first_attempt: 1,
+        }
     }
 
     #[tokio::test]

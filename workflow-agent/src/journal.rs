@@ -73,7 +73,11 @@ impl Journal {
              CREATE TABLE IF NOT EXISTS runs (
                  appl TEXT NOT NULL, gid TEXT NOT NULL, job TEXT NOT NULL,
                  attempt INTEGER NOT NULL, status TEXT, exit INTEGER,
-                 PRIMARY KEY (appl, gid, job));",
+                 PRIMARY KEY (appl, gid, job));
+             CREATE TABLE IF NOT EXISTS generations (
+                 appl TEXT NOT NULL, gid TEXT NOT NULL, date TEXT NOT NULL,
+                 PRIMARY KEY (appl, gid));
+             CREATE TABLE IF NOT EXISTS deployments (appl TEXT PRIMARY KEY, body TEXT NOT NULL);",
         )?;
         Ok(Self { db })
     }
@@ -155,12 +159,124 @@ impl Journal {
         rows.collect()
     }
 
-    /// Forgets generation `gid` of `appl` (it has ended).
+    /// Forgets generation `gid` of `appl` (it has ended): its jobs and its date.
     ///
     /// # Errors
     /// The journal cannot be written.
     pub fn forget(&self, appl: &str, gid: &str) -> rusqlite::Result<usize> {
+        self.db.execute("DELETE FROM generations WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
         self.db.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])
+    }
+
+    /// Records generation `gid`'s run day, for an operator's rerun of one of its jobs.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn generation(&self, appl: &str, gid: &str, date: &str) -> rusqlite::Result<()> {
+        self.db.execute(
+            "INSERT OR IGNORE INTO generations (appl, gid, date) VALUES (?1, ?2, ?3)",
+            params![appl, gid, date],
+        )?;
+        Ok(())
+    }
+
+    /// Generation `gid`'s run day, if the agent has run a job of it and it has not ended.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn generation_date(&self, appl: &str, gid: &str) -> rusqlite::Result<Option<String>> {
+        self.db
+            .query_row(
+                "SELECT date FROM generations WHERE appl = ?1 AND gid = ?2",
+                params![appl, gid],
+                |row| row.get(0),
+            )
+            .optional()
+    }
+
+    /// Claims again, for an operator's rerun, job `job` of generation `gid`, which failed
+    /// or timed out: returns its last attempt. Anything else is left as it is and returned
+    /// as the reason it cannot be rerun.
+    ///
+    /// # Errors
+    /// The journal cannot be read or written.
+    pub fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Result<u32, Claim>> {
+        let tx = self.db.transaction()?;
+        let found: Option<(u32, Option<String>, Option<i64>)> = tx
+            .query_row(
+                "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+                params![appl, gid, job],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()?;
+        let answer = match found {
+            None => Err(Claim::New),
+            Some((attempt, Some(status), _)) if status == "failed" || status == "timeout" => {
+                tx.execute(
+                    "UPDATE runs SET status = NULL, exit = NULL WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+                    params![appl, gid, job],
+                )?;
+                Ok(attempt)
+            }
+            Some((attempt, Some(status), exit)) => {
+                Err(Claim::Ended { status, exit: exit.unwrap_or(-1), attempt })
+            }
+            Some((attempt, None, _)) => Err(Claim::Unfinished { attempt }),
+        };
+        tx.commit()?;
+        Ok(answer)
+    }
+
+    /// What the journal says of a job of a generation, without claiming it.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn look(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+        let found: Option<(u32, Option<String>, Option<i64>)> = self
+            .db
+            .query_row(
+                "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+                params![appl, gid, job],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()?;
+        Ok(match found {
+            None => Claim::New,
+            Some((attempt, Some(status), exit)) => Claim::Ended { status, exit: exit.unwrap_or(-1), attempt },
+            Some((attempt, None, _)) => Claim::Unfinished { attempt },
+        })
+    }
+
+    /// Keeps application `appl`'s deployment here (its envelope body, as JSON), so that
+    /// the agent deploys it again when it restarts.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn keep_deployment(&self, appl: &str, body: &str) -> rusqlite::Result<()> {
+        self.db.execute(
+            "INSERT INTO deployments (appl, body) VALUES (?1, ?2) ON CONFLICT (appl) DO UPDATE SET body = ?2",
+            params![appl, body],
+        )?;
+        Ok(())
+    }
+
+    /// Drops application `appl`'s deployment.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn drop_deployment(&self, appl: &str) -> rusqlite::Result<()> {
+        self.db.execute("DELETE FROM deployments WHERE appl = ?1", params![appl])?;
+        Ok(())
+    }
+
+    /// Every deployment kept, as (appl, body), by application.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn deployments(&self) -> rusqlite::Result<Vec<(String, String)>> {
+        let mut query = self.db.prepare("SELECT appl, body FROM deployments ORDER BY appl")?;
+        let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        rows.collect()
     }
 }
 
@@ -211,6 +327,35 @@ mod tests {
             Claim::New,
             "a forgotten generation starts again"
         );
+    }
+
+    #[test]
+    fn only_a_failed_job_is_reclaimed_and_deployments_survive_reopening() {
+        let work = dir("reclaim");
+        let mut journal = Journal::open(&work).expect("open");
+        journal.generation("payroll", "g1", "2026-11-27").expect("generation");
+        assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::New);
+        journal.end("payroll", "g1", "A", "failed", 3, 2).expect("end");
+        journal.end("payroll", "g1", "B", "succeeded", 0, 1).expect("end");
+        assert_eq!(journal.reclaim("payroll", "g1", "A").expect("reclaim"), Ok(2));
+        // Now running again: not claimed twice.
+        assert_eq!(
+            journal.reclaim("payroll", "g1", "A").expect("reclaim"),
+            Err(Claim::Unfinished { attempt: 2 })
+        );
+        let succeeded = Claim::Ended { status: "succeeded".into(), exit: 0, attempt: 1 };
+        assert_eq!(journal.reclaim("payroll", "g1", "B").expect("reclaim"), Err(succeeded));
+        assert_eq!(journal.reclaim("payroll", "g1", "Z").expect("reclaim"), Err(Claim::New));
+        journal.keep_deployment("payroll", "{\"v\":1}").expect("keep");
+        journal.keep_deployment("payroll", "{\"v\":2}").expect("keep");
+        journal.keep_deployment("other", "{}").expect("keep");
+        journal.drop_deployment("other").expect("drop");
+        drop(journal);
+        let journal = Journal::open(&work).expect("reopen");
+        assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{\"v\":2}".to_owned())]);
+        assert_eq!(journal.generation_date("payroll", "g1").expect("date").as_deref(), Some("2026-11-27"));
+        journal.forget("payroll", "g1").expect("forget");
+        assert_eq!(journal.generation_date("payroll", "g1").expect("date"), None);
     }
 
     #[test]
