@@ -14,9 +14,12 @@ use padres_lang::Message;
 /// ends quietly as other command-line tools do, rather than panicking.
 macro_rules! out {
     ($($arg:tt)*) => {
-        write_out(format_args!($($arg)*))
+        $crate::write_out(format_args!($($arg)*))
     };
 }
+
+mod demo;
+mod workflow;
 
 fn write_out(line: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
@@ -129,10 +132,29 @@ enum Command {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Workflow definitions (XML): check them, and see what they are deployed as.
+    /// Workflows: check and translate definitions (XML), deploy them to agents, trigger
+    /// generations, follow them and act on their jobs.
     Workflow {
         #[command(subcommand)]
         command: WorkflowCommand,
+    },
+    /// Run the payroll workflow (examples/payroll.xml) on a local federation: brokers in
+    /// a chain on loopback ports, keeping the workflow classes' history, and three agents
+    /// running its jobs as shell scripts; deploy it, trigger a Friday and a Wednesday
+    /// generation at once, show them live, and end with a summary checked against the
+    /// dependencies and calendar. Exits 0 if every check holds.
+    Demo {
+        /// Where the brokers', agents' and jobs' files go (must be new or empty) [default:
+        /// a new directory under the system's temporary directory].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Brokers in the chain (3 to 5).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=5))]
+        brokers: u8,
+        /// Keep the federation and agents running after the summary, until Ctrl-C, to try
+        /// `padres workflow` commands on it.
+        #[arg(long)]
+        stay: bool,
     },
     /// Inspect a broker: its counters or its routing tables.
     Broker {
@@ -176,6 +198,129 @@ enum WorkflowCommand {
         /// A generation date, YYYY-MM-DD: list the jobs that run and those skipped.
         #[arg(long, value_name = "YYYY-MM-DD")]
         date: Option<String>,
+    },
+    /// Deploy a definition: one agent_ctl command per agent it names, sent again until
+    /// every agent has answered. Exits 0 once all have deployed, 1 naming those that
+    /// refused (with their reasons) or did not answer in time. Deploying an application
+    /// again replaces it on each agent; an unchanged agent's part is left as it is.
+    Deploy {
+        /// The XML file.
+        file: PathBuf,
+        /// How long to wait for the agents' answers.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        timeout: u64,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Withdraw an application from every agent it is deployed on (read from the brokers'
+    /// history of agent_ctl).
+    Undeploy {
+        /// The application.
+        appl: String,
+        /// How long to wait for the agents' answers.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        timeout: u64,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Start a generation: publish its trigger, and print its gid.
+    Trigger {
+        /// The application.
+        appl: String,
+        /// The generation's run day (its jobs' run terms are read against it) [default:
+        /// today, UTC].
+        #[arg(long, value_name = "YYYY-MM-DD")]
+        date: Option<String>,
+        /// The generation's id [default: the date and a unique suffix].
+        #[arg(long)]
+        gid: Option<String>,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Every job's state in each generation since --since (from the brokers' history of
+    /// agent_ctl, trigger and job_status).
+    Status {
+        /// The application.
+        appl: String,
+        /// Only this generation.
+        #[arg(long)]
+        gid: Option<String>,
+        /// Generations with a status or trigger since then (1h, 7d, an RFC 3339 time).
+        #[arg(long, value_name = "WHEN", default_value = "1d")]
+        since: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Follow generations live: a table redrawn in place on a terminal, one line per status
+    /// otherwise. With --gid, exits when that generation ends.
+    Watch {
+        /// The application.
+        appl: String,
+        /// Only this generation.
+        #[arg(long)]
+        gid: Option<String>,
+        /// Start from generations seen since then.
+        #[arg(long, value_name = "WHEN", default_value = "1h")]
+        since: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Wait for a generation to end: exit 0 when it succeeded, 1 when a job failed and
+    /// nothing can proceed, 2 on timeout.
+    Wait {
+        /// The application.
+        appl: String,
+        /// The generation.
+        #[arg(long)]
+        gid: String,
+        /// Longest wait [default: none].
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<f64>,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Past generations and their outcomes, one line each.
+    History {
+        /// The application.
+        appl: String,
+        /// Generations since then.
+        #[arg(long, value_name = "WHEN", default_value = "7d")]
+        since: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Run a job of a generation that failed or timed out again, on its agent.
+    Rerun {
+        /// The application.
+        appl: String,
+        /// The generation.
+        #[arg(long)]
+        gid: String,
+        /// The job.
+        #[arg(long)]
+        job: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Mark a job of a generation succeeded without running it (published with the reason
+    /// "bypassed"), so that its successors proceed.
+    Bypass {
+        /// The application.
+        appl: String,
+        /// The generation.
+        #[arg(long)]
+        gid: String,
+        /// The job.
+        #[arg(long)]
+        job: String,
+        #[command(flatten)]
+        broker: BrokerArgs,
     },
 }
 
@@ -227,25 +372,25 @@ enum BrokerCommand {
 
 /// Where the broker is and how to trust it.
 #[derive(Debug, Args)]
-struct BrokerArgs {
+pub(crate) struct BrokerArgs {
     /// The broker, quic://HOST:PORT.
     #[arg(long, value_name = "URI", default_value = "quic://127.0.0.1:7700")]
-    broker: String,
+    pub(crate) broker: String,
     /// Certificate (PEM) to trust: the broker's cert.pem or the federation CA. Left out,
     /// a broker on this machine is trusted through the certificate it registered locally.
     #[arg(long, value_name = "FILE")]
-    ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// Do not verify the broker's certificate. DEVELOPMENT ONLY: anyone can pose as the
     /// broker.
     #[arg(long, conflicts_with = "ca")]
-    insecure: bool,
+    pub(crate) insecure: bool,
     /// This client's name, as the broker logs it.
     #[arg(long, default_value = "padres")]
-    name: String,
+    pub(crate) name: String,
 }
 
 impl BrokerArgs {
-    async fn connect(&self) -> Result<Client, String> {
+    pub(crate) async fn connect(&self) -> Result<Client, String> {
         let mut connect =
             Connect::uri(&self.broker).await.map_err(|e| format!("--broker: {e}"))?.name(&self.name);
         if self.insecure {
@@ -286,7 +431,23 @@ fn main() -> ExitCode {
                 }
             })
         }),
-        Command::Workflow { command } => workflow(command),
+        Command::Demo { dir, brokers, stay } => {
+            let dir = dir.unwrap_or_else(|| {
+                let stamp = padres_client::check::now().millis();
+                std::env::temp_dir().join(format!("padres-demo-{}-{stamp}", std::process::id()))
+            });
+            match runtime()
+                .map_err(|e| e.to_string())
+                .and_then(|rt| rt.block_on(demo::run(dir, usize::from(brokers), stay)))
+            {
+                Ok(code) => return code,
+                Err(error) => Err(error),
+            }
+        }
+        Command::Workflow { command } => match workflow(command) {
+            Ok(code) => return code,
+            Err(error) => Err(error),
+        },
         Command::Broker { command } => {
             runtime().map_err(|e| e.to_string()).and_then(|rt| rt.block_on(inspect(command)))
         }
@@ -459,20 +620,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// Reads and validates a workflow file, naming the file in every problem.
-fn read_workflow(file: &std::path::Path) -> Result<padres_workflow::Application, String> {
-    let xml = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    padres_workflow::parse_application(&xml).map_err(|errors| {
-        let lines: Vec<String> = errors
-            .0
-            .iter()
-            .map(|e| format!("{}:{}:{}: {}", file.display(), e.at.line, e.at.column, e.message))
-            .collect();
-        lines.join("\n")
-    })
-}
-
-fn workflow(command: WorkflowCommand) -> Result<(), String> {
+fn workflow(command: WorkflowCommand) -> Result<ExitCode, String> {
+    use workflow::{Act, act, deploy, history, read_workflow, status, trigger, undeploy, wait, watch};
+    let runtime =
+        || tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string());
+    let done = |r: Result<(), String>| r.map(|()| ExitCode::SUCCESS);
     match command {
         WorkflowCommand::Check { file } => {
             let app = read_workflow(&file)?;
@@ -498,8 +650,35 @@ fn workflow(command: WorkflowCommand) -> Result<(), String> {
                 out!("{publication}");
             }
         }
+        WorkflowCommand::Deploy { file, timeout, broker } => {
+            return done(runtime()?.block_on(deploy(&file, Duration::from_secs(timeout), &broker)));
+        }
+        WorkflowCommand::Undeploy { appl, timeout, broker } => {
+            return done(runtime()?.block_on(undeploy(&appl, Duration::from_secs(timeout), &broker)));
+        }
+        WorkflowCommand::Trigger { appl, date, gid, broker } => {
+            return done(runtime()?.block_on(trigger(&appl, date.as_deref(), gid.as_deref(), &broker)));
+        }
+        WorkflowCommand::Status { appl, gid, since, json, broker } => {
+            return done(runtime()?.block_on(status(&appl, gid.as_deref(), Some(&since), json, &broker)));
+        }
+        WorkflowCommand::Watch { appl, gid, since, broker } => {
+            return done(runtime()?.block_on(watch(&appl, gid.as_deref(), Some(&since), &broker)));
+        }
+        WorkflowCommand::Wait { appl, gid, timeout, broker } => {
+            return runtime()?.block_on(wait(&appl, &gid, timeout, &broker));
+        }
+        WorkflowCommand::History { appl, since, json, broker } => {
+            return done(runtime()?.block_on(history(&appl, Some(&since), json, &broker)));
+        }
+        WorkflowCommand::Rerun { appl, gid, job, broker } => {
+            return done(runtime()?.block_on(act(Act::Rerun, &appl, &gid, &job, &broker)));
+        }
+        WorkflowCommand::Bypass { appl, gid, job, broker } => {
+            return done(runtime()?.block_on(act(Act::Bypass, &appl, &gid, &job, &broker)));
+        }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn adv(advertisement: &str, hold: Option<f64>, broker: &BrokerArgs) -> Result<(), String> {
