@@ -161,16 +161,12 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
         out!("padres workflow trigger payroll --date {date} --gid {gid}   ({})", date.format("%A"));
         gids.push((gid, date));
     }
-    let publisher = operator.connect().await?;
-    publisher.advertise(workflow::trigger_advertisement()).await.map_err(|e| e.to_string())?;
+    let since = padres_client::check::now();
     for (gid, date) in &gids {
-        let trigger =
-            workflow::trigger_publication("payroll", gid, &date.to_string()).map_err(|e| e.to_string())?;
-        publisher.publish_acked(trigger).await.map_err(|e| format!("the trigger was refused: {e}"))?;
+        workflow::trigger("payroll", Some(&date.to_string()), Some(gid), None, &operator).await?;
     }
 
     out!("\nlive (padres workflow watch payroll):");
-    let since = padres_client::check::now();
     let mut follow = workflow::Follow::start(&operator, "payroll", Some((None, since))).await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     let mut printed = 0;

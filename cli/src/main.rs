@@ -223,7 +223,8 @@ enum WorkflowCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Start a generation: publish its trigger, and print its gid.
+    /// Start a generation: its home agent (the one running APPL_START, found in the
+    /// brokers' history of agent_ctl, or --agent) publishes its trigger; prints its gid.
     Trigger {
         /// The application.
         appl: String,
@@ -234,6 +235,9 @@ enum WorkflowCommand {
         /// The generation's id [default: the date and a unique suffix].
         #[arg(long)]
         gid: Option<String>,
+        /// The application's home agent, if the brokers keep no history of agent_ctl.
+        #[arg(long)]
+        agent: Option<String>,
         #[command(flatten)]
         broker: BrokerArgs,
     },
@@ -656,8 +660,15 @@ fn workflow(command: WorkflowCommand) -> Result<ExitCode, String> {
         WorkflowCommand::Undeploy { appl, timeout, broker } => {
             return done(runtime()?.block_on(undeploy(&appl, Duration::from_secs(timeout), &broker)));
         }
-        WorkflowCommand::Trigger { appl, date, gid, broker } => {
-            return done(runtime()?.block_on(trigger(&appl, date.as_deref(), gid.as_deref(), &broker)));
+        WorkflowCommand::Trigger { appl, date, gid, agent, broker } => {
+            let gid = runtime()?.block_on(trigger(
+                &appl,
+                date.as_deref(),
+                gid.as_deref(),
+                agent.as_deref(),
+                &broker,
+            ))?;
+            out!("{gid}");
         }
         WorkflowCommand::Status { appl, gid, since, json, broker } => {
             return done(runtime()?.block_on(status(&appl, gid.as_deref(), Some(&since), json, &broker)));

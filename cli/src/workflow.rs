@@ -164,7 +164,7 @@ impl Known {
                         self.plan.add(&control.agent, &body);
                     }
                     Command::Undeploy => self.plan.remove_agent(&control.agent),
-                    Command::Rerun { .. } | Command::Bypass { .. } => return false,
+                    Command::Rerun { .. } | Command::Bypass { .. } | Command::Trigger { .. } => return false,
                 }
                 true
             }
@@ -448,6 +448,15 @@ pub(crate) async fn wait(
             Some(at) => match tokio::time::timeout_at(at, follow.next()).await {
                 Ok(next) => next?,
                 Err(_) => {
+                    let (date, generation) = follow
+                        .known
+                        .generations
+                        .get(gid)
+                        .map(|(d, g, _)| (d.clone(), g.clone()))
+                        .unwrap_or_default();
+                    for line in render(&follow.known.plan, gid, date.as_deref(), &generation) {
+                        out!("{line}");
+                    }
                     eprintln!("padres: {appl} generation {gid} has not ended (timeout)");
                     return Ok(ExitCode::from(2));
                 }
@@ -517,13 +526,16 @@ pub(crate) async fn watch(
     }
 }
 
-/// `padres workflow trigger`: publishes a generation's trigger; prints its gid.
+/// `padres workflow trigger`: asks the application's home agent (the one running
+/// `APPL_START`, read from the brokers' history unless given) to publish a generation's
+/// trigger; prints its gid once the agent has.
 pub(crate) async fn trigger(
     appl: &str,
     date: Option<&str>,
     gid: Option<&str>,
+    agent: Option<&str>,
     broker: &BrokerArgs,
-) -> Result<(), String> {
+) -> Result<String, String> {
     let date = match date {
         Some(d) => chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d")
             .map_err(|_| format!("--date {d}: expected YYYY-MM-DD"))?,
@@ -533,35 +545,27 @@ pub(crate) async fn trigger(
     };
     let date = date.format("%Y-%m-%d").to_string();
     let gid = gid.map_or_else(|| format!("{date}-{}", reference()), str::to_owned);
-    let client = broker.connect().await?;
-    client.advertise(trigger_advertisement()).await.map_err(|e| format!("advertising the trigger: {e}"))?;
-    let publication = trigger_publication(appl, &gid, &date).map_err(|e| e.to_string())?;
-    client.publish_acked(publication).await.map_err(|e| format!("the trigger was refused: {e}"))?;
-    out!("{gid}");
-    Ok(())
-}
-
-/// The advertisement of triggers.
-pub(crate) fn trigger_advertisement() -> padres_lang::Advertisement {
-    "[class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']"
-        .parse()
-        .unwrap_or_else(|e| panic!("the trigger advertisement: {e}"))
-}
-
-/// The trigger of generation `gid` of `appl`, run on `date`.
-pub(crate) fn trigger_publication(
-    appl: &str,
-    gid: &str,
-    date: &str,
-) -> Result<Publication, padres_lang::InvalidMessage> {
-    let attr =
-        |n: &str, v: &str| Ok::<_, padres_lang::InvalidMessage>((padres_lang::Name::new(n)?, Value::str(v)));
-    Publication::new(vec![
-        attr("class", "trigger")?,
-        attr("appl", appl)?,
-        attr("gid", gid)?,
-        attr("date", date)?,
-    ])
+    let (mut client, home) = match agent {
+        Some(agent) => (broker.connect().await?, agent.to_owned()),
+        None => {
+            let follow = Follow::start(broker, appl, None).await?;
+            let home = follow.known.plan.jobs.get(APPL_START).map(|p| p.agent.clone());
+            let home = home.ok_or_else(|| format!("{appl}'s deployment has no {APPL_START}"))?;
+            (follow.client, home)
+        }
+    };
+    let control = Control {
+        agent: home.clone(),
+        appl: appl.to_owned(),
+        reference: reference(),
+        command: Command::Trigger { gid: gid.clone(), date },
+    };
+    let answers =
+        command_agents(&mut client, std::slice::from_ref(&control), Duration::from_secs(30), false).await?;
+    match answers.get(&home) {
+        Some(Some(why)) => Err(format!("{home} refused: {why}")),
+        _ => Ok(gid),
+    }
 }
 
 /// The operator's actions on a generation's job.

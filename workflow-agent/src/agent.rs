@@ -10,6 +10,8 @@
 //!   nothing; another body for the application replaces it. Deployments are kept in the
 //!   journal and deployed again when the agent restarts.
 //! - `undeploy` withdraws the application.
+//! - `trigger` (to the home agent, the one running `APPL_START`, which advertises the
+//!   application's triggers for as long as it is deployed) publishes a generation's trigger.
 //! - `rerun` runs a job of a generation that failed or timed out again (its attempts
 //!   numbered on from the last); `bypass` publishes it `succeeded`, as the attempt after its
 //!   last, with the reason `bypassed`, without running it, so its successors proceed.
@@ -46,9 +48,14 @@ use tokio::sync::{Semaphore, mpsc};
 use padres_client::{Client, ClientError, Notification};
 use padres_lang::{MessageId, Name, Publication, Value};
 use padres_workflow::calendar::parse_weekdays;
-use padres_workflow::control::{Command, Control, Reply, control_subscription, reply_advertisement};
+use padres_workflow::control::{
+    Command, Control, Reply, control_subscription, reply_advertisement, trigger_advertisement,
+    trigger_publication,
+};
 use padres_workflow::translate::status_advertisement;
-use padres_workflow::{APPL_END, Calendar, EnvelopeBody, HolidayRule, JobInfo, RunTerm, Schedule};
+use padres_workflow::{
+    APPL_END, APPL_START, Calendar, EnvelopeBody, HolidayRule, JobInfo, RunTerm, Schedule,
+};
 
 use crate::job::{DEFAULT_OUTPUT_CAP, Run};
 use crate::journal::{Claim, Journal};
@@ -95,6 +102,8 @@ struct Deployed {
 #[derive(Debug)]
 struct Application {
     body: EnvelopeBody,
+    /// Whether this is its home agent (it runs `APPL_START` and publishes its triggers).
+    home: bool,
     subscriptions: HashMap<String, MessageId>,
     advertisements: Vec<MessageId>,
 }
@@ -135,6 +144,8 @@ impl Status {
 enum Outgoing {
     Status(Status),
     Reply(Reply),
+    /// A generation's trigger: appl, gid, date.
+    Trigger(String, String, String),
 }
 
 /// The publisher's first wait before sending again, and its longest.
@@ -205,6 +216,9 @@ async fn publish_in_order(
                 format!("the status {} of {}/{}/{}", s.status, s.appl, s.gid, s.job),
             ),
             Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl)),
+            Outgoing::Trigger(appl, gid, date) => {
+                (trigger_publication(appl, gid, date), format!("the trigger of {appl}/{gid}"))
+            }
         };
         let publication = match publication {
             Ok(publication) => publication,
@@ -347,6 +361,7 @@ impl Agent {
             }
             Command::Rerun { gid, job } => self.rerun(&appl, gid, job),
             Command::Bypass { gid, job } => self.bypass(&appl, gid, job),
+            Command::Trigger { gid, date } => self.trigger(&appl, gid, date),
         };
         match &outcome {
             Ok(()) => tracing::info!("{} {appl}: done", control.command.name()),
@@ -370,8 +385,18 @@ impl Agent {
             .iter()
             .map(|job| job.info.as_ref().map(schedule_of).transpose())
             .collect::<Result<Vec<_>, _>>()?;
-        let mut application =
-            Application { body: body.clone(), subscriptions: HashMap::new(), advertisements: Vec::new() };
+        let home = body.jobs.iter().any(|j| j.job == APPL_START);
+        let mut application = Application {
+            body: body.clone(),
+            home,
+            subscriptions: HashMap::new(),
+            advertisements: Vec::new(),
+        };
+        if home {
+            let adv =
+                self.client.advertise(trigger_advertisement(&body.appl)).await.map_err(|e| e.to_string())?;
+            application.advertisements.push(adv);
+        }
         let mut jobs = Vec::new();
         for (job, schedule) in body.jobs.into_iter().zip(schedules) {
             let issued = async {
@@ -464,6 +489,22 @@ impl Agent {
         };
         tracing::info!("{appl}/{gid}/{job}: rerun by an operator, from attempt {}", last + 1);
         self.spawn_run(key, info.clone(), date, last + 1);
+        Ok(())
+    }
+
+    /// A generation started by an operator: its trigger published from here, the home agent.
+    fn trigger(&self, appl: &str, gid: &str, date: &str) -> Result<(), String> {
+        let application =
+            self.applications.get(appl).ok_or_else(|| format!("{appl} is not deployed on this agent"))?;
+        if !application.home {
+            return Err(format!(
+                "this agent does not run {appl}'s {APPL_START}: its triggers come from the agent that does"
+            ));
+        }
+        NaiveDate::parse_from_str(date, "%Y-%m-%d")
+            .map_err(|_| format!("date {date}: expected YYYY-MM-DD"))?;
+        tracing::info!("{appl}/{gid}: triggered by an operator, run on {date}");
+        let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), gid.to_owned(), date.to_owned()));
         Ok(())
     }
 

@@ -8,7 +8,13 @@
 //! - `undeploy`: the application's jobs are withdrawn from the agent;
 //! - `rerun`: job `job` of generation `gid`, which failed or timed out, runs again;
 //! - `bypass`: job `job` of generation `gid` is published `succeeded` without running (with
-//!   the reason `bypassed`), so that its successors proceed.
+//!   the reason `bypassed`), so that its successors proceed;
+//! - `trigger`: the application's home agent (the one running `APPL_START`) publishes the
+//!   trigger of generation `gid` run on `date`. Triggers come from the home agent, which
+//!   advertises them for as long as the application is deployed there, rather than from
+//!   short-lived clients: an advertisement that comes and goes moves the composite
+//!   patterns it feeds, and a pattern moved loses its partial matches
+//!   (`docs/composite.md`).
 //!
 //! The agent answers each with one `agent_reply` [agent, appl, cmd, ref, outcome, reason]:
 //! `outcome` is `ok` or `refused` (`reason` says why). `ref` is the operator's: it names the
@@ -45,6 +51,13 @@ pub enum Command {
         /// The job.
         job: String,
     },
+    /// Start a generation (the home agent publishes its trigger).
+    Trigger {
+        /// The generation.
+        gid: String,
+        /// Its run day, YYYY-MM-DD.
+        date: String,
+    },
 }
 
 impl Command {
@@ -55,6 +68,7 @@ impl Command {
             Self::Undeploy => "undeploy",
             Self::Rerun { .. } => "rerun",
             Self::Bypass { .. } => "bypass",
+            Self::Trigger { .. } => "trigger",
         }
     }
 }
@@ -83,7 +97,7 @@ fn attr(name: &str, value: &str) -> Result<(Name, Value), InvalidMessage> {
 /// The advertisement an operator issues before publishing commands.
 pub fn control_advertisement() -> Advertisement {
     "[class,eq,'agent_ctl'],[agent,isPresent,''],[cmd,isPresent,''],[appl,isPresent,''],\
-     [ref,isPresent,''],[body,isPresent,''],[gid,isPresent,''],[job,isPresent,'']"
+     [ref,isPresent,''],[body,isPresent,''],[gid,isPresent,''],[job,isPresent,''],[date,isPresent,'']"
         .parse()
         .unwrap_or_else(|e| panic!("the agent_ctl advertisement: {e}"))
 }
@@ -124,7 +138,10 @@ impl Control {
                 let (gid, job) = generation_job()?;
                 Command::Bypass { gid, job }
             }
-            other => return Err(format!("unknown cmd '{other}' (deploy, undeploy, rerun, bypass)")),
+            "trigger" => {
+                Command::Trigger { gid: needed("gid")?.to_owned(), date: needed("date")?.to_owned() }
+            }
+            other => return Err(format!("unknown cmd '{other}' (deploy, undeploy, rerun, bypass, trigger)")),
         };
         Ok(Self { agent, appl, reference, command })
     }
@@ -148,9 +165,33 @@ impl Control {
                 attrs.push(attr("gid", gid)?);
                 attrs.push(attr("job", job)?);
             }
+            Command::Trigger { gid, date } => {
+                attrs.push(attr("gid", gid)?);
+                attrs.push(attr("date", date)?);
+            }
         }
         Publication::new(attrs)
     }
+}
+
+/// The advertisement of `appl`'s triggers (its home agent's).
+pub fn trigger_advertisement(appl: &str) -> Advertisement {
+    let text =
+        format!("[class,eq,'trigger'],[appl,eq,{}],[gid,isPresent,''],[date,isPresent,'']", Value::str(appl));
+    text.parse().unwrap_or_else(|e| panic!("the trigger advertisement {text}: {e}"))
+}
+
+/// The trigger of generation `gid` of `appl`, run on `date` (YYYY-MM-DD).
+///
+/// # Errors
+/// A name too long for a message.
+pub fn trigger_publication(appl: &str, gid: &str, date: &str) -> Result<Publication, InvalidMessage> {
+    Publication::new(vec![
+        attr("class", "trigger")?,
+        attr("appl", appl)?,
+        attr("gid", gid)?,
+        attr("date", date)?,
+    ])
 }
 
 /// An agent's answer to a command.
@@ -249,6 +290,7 @@ mod tests {
             Command::Undeploy,
             Command::Rerun { gid: "g1".into(), job: "A".into() },
             Command::Bypass { gid: "g1".into(), job: "A".into() },
+            Command::Trigger { gid: "g1".into(), date: "2026-11-27".into() },
         ];
         for command in commands {
             let control = Control { agent: "a1".into(), appl: "p".into(), reference: "r1".into(), command };

@@ -1,0 +1,329 @@
+//! Workflows end to end with real processes only: five `padres-broker` processes in a
+//! chain keeping the workflow classes' history, three `padres-agent` processes on
+//! different brokers, and the `padres workflow` commands (deploy, trigger, wait, status,
+//! history, rerun, bypass).
+//!
+//! - payroll, a Friday and a Wednesday generation at once: on Friday A, then B (which
+//!   fails once and succeeds on its retry) and C, then D; on Wednesday C is skipped and D
+//!   still runs after A via B; each ends with APPL_END; `status` and `history` agree with
+//!   what ran;
+//! - a job over its timeout is killed with its grandchildren;
+//! - a failed job leaves its successors waiting (`wait` exits 1); `rerun` and `bypass`
+//!   release them;
+//! - an agent SIGKILLed mid-job and restarted: the job is reported failed (not run again),
+//!   and after a rerun the generation finishes; no job ran twice on its own.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use padres_tests::broker::{Broker, neighbour_of, start_with};
+
+/// The history filters every broker here keeps.
+fn history_flags() -> Vec<String> {
+    ["[class,eq,'agent_ctl']", "[class,eq,'trigger']", "[class,eq,'job_status']"]
+        .iter()
+        .flat_map(|f| ["--history".to_owned(), (*f).to_owned()])
+        .collect()
+}
+
+/// Five brokers in a chain, B1 - B2 - B3 - B4 - B5.
+fn chain(test: &str) -> Vec<Broker> {
+    let mut brokers: Vec<Broker> = Vec::new();
+    for i in 1..=5 {
+        let mut flags = history_flags();
+        if let Some(previous) = brokers.last() {
+            flags.extend(neighbour_of(previous));
+        }
+        brokers.push(start_with(&format!("B{i}"), test, &flags));
+    }
+    brokers
+}
+
+fn broker_flags(broker: &Broker) -> Vec<String> {
+    vec![
+        "--broker".into(),
+        format!("quic://{}", broker.addr),
+        "--ca".into(),
+        broker.dir.join("cert.pem").display().to_string(),
+    ]
+}
+
+/// Runs `padres ARGS` against `broker`.
+fn padres(broker: &Broker, args: &[&str]) -> Output {
+    Command::new(padres_tests::binary("padres"))
+        .args(args)
+        .args(broker_flags(broker))
+        .output()
+        .expect("padres runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn explain(output: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        stdout(output),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A `padres-agent` process, killed when dropped.
+struct Agent {
+    child: Child,
+    name: String,
+    work: PathBuf,
+}
+
+impl Agent {
+    fn start(broker: &Broker, name: &str, work: &Path) -> Self {
+        let child = Command::new(padres_tests::binary("padres-agent"))
+            .args(["--name", name])
+            .args(broker_flags(broker))
+            .arg("--work-dir")
+            .arg(work)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("padres-agent starts");
+        Self { child, name: name.to_owned(), work: work.to_owned() }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A job of the test's applications: `script` run by `sh -c` in its agent's work
+/// directory, with the generation's id as `$1`; it appends `JOB GID` to `log` first.
+fn job(name: &str, run: &str, agent: &str, after: &[&str], script: &str, extra: &str, log: &Path) -> String {
+    let after: String = after.iter().map(|a| format!("<after job=\"{a}\"/>")).collect();
+    let script = script.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    format!(
+        "<job name=\"{name}\" run=\"{run}\" agent=\"{agent}\" {extra}><command>sh</command><arg>-c</arg>\
+         <arg>echo \"{name} $1\" &gt;&gt; {log}; {script}</arg><arg>sh</arg><arg>${{gen.gid}}</arg>{after}</job>",
+        log = log.display()
+    )
+}
+
+fn application(name: &str, jobs: &[String]) -> String {
+    format!(
+        "<application name=\"{name}\" tz=\"UTC\" calendar=\"bank\"><calendar name=\"bank\" workdays=\"mon-fri\"/>{}</application>",
+        jobs.concat()
+    )
+}
+
+/// The lines `log` holds for generation `gid`, as job names in order.
+fn ran(log: &Path, gid: &str) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' ').filter(|(_, g)| *g == gid).map(|(job, _)| job.to_owned()))
+        .collect()
+}
+
+/// Deploys `xml` (written to `dir`) through `broker`, retrying while agents connect.
+fn deploy(broker: &Broker, dir: &Path, name: &str, xml: &str) {
+    let file = dir.join(format!("{name}.xml"));
+    std::fs::write(&file, xml).expect("written");
+    let out = padres(broker, &["workflow", "deploy", file.to_str().expect("utf-8"), "--timeout", "30"]);
+    assert!(out.status.success(), "deploy {name}: {}", explain(&out));
+}
+
+fn trigger(broker: &Broker, appl: &str, gid: &str, date: &str) {
+    let out = padres(broker, &["workflow", "trigger", appl, "--gid", gid, "--date", date]);
+    assert!(out.status.success(), "trigger {appl} {gid}: {}", explain(&out));
+    assert_eq!(stdout(&out).trim(), gid);
+}
+
+fn wait(broker: &Broker, appl: &str, gid: &str) -> Output {
+    padres(broker, &["workflow", "wait", appl, "--gid", gid, "--timeout", "60"])
+}
+
+/// The JSON status of generation `gid`: each job's state.
+fn states(broker: &Broker, appl: &str, gid: &str) -> Vec<(String, String)> {
+    let out = padres(broker, &["workflow", "status", appl, "--gid", gid, "--json"]);
+    assert!(out.status.success(), "status: {}", explain(&out));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let generation = &value["generations"][0];
+    assert_eq!(generation["gid"], gid, "{value}");
+    generation["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| (j["job"].as_str().unwrap_or("").to_owned(), j["state"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+fn state_of(states: &[(String, String)], job: &str) -> String {
+    states.iter().find(|(j, _)| j == job).map(|(_, s)| s.clone()).unwrap_or_default()
+}
+
+#[test]
+fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
+    let brokers = chain("workflow");
+    let dir = brokers[0].dir.join("test");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("ran.log");
+    let mut agents = [
+        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
+        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
+        Agent::start(&brokers[4], "agent-3", &dir.join("agent-3")),
+    ];
+    let operator = &brokers[4];
+
+    // Payroll. B fails its first attempt in each generation and succeeds on its retry.
+    let flaky = "if [ -e \"b-$1\" ]; then exit 0; fi; touch \"b-$1\"; exit 3";
+    let payroll = application(
+        "payroll",
+        &[
+            job("A", "daily", "agent-1", &[], "true", "", &log),
+            job("B", "daily", "agent-2", &["A"], flaky, "retries=\"1\" backoff=\"PT1S\"", &log),
+            job("C", "friday", "agent-3", &["A"], "true", "", &log),
+            job("D", "workdays", "agent-1", &["B", "C"], "true", "", &log),
+        ],
+    );
+    deploy(operator, &dir, "payroll", &payroll);
+    // 2026-11-27 is a Friday, 2026-11-25 a Wednesday.
+    trigger(operator, "payroll", "fri", "2026-11-27");
+    trigger(operator, "payroll", "wed", "2026-11-25");
+    for gid in ["fri", "wed"] {
+        let out = wait(operator, "payroll", gid);
+        assert_eq!(out.status.code(), Some(0), "payroll {gid}: {}", explain(&out));
+    }
+    let fri = ran(&log, "fri");
+    let wed = ran(&log, "wed");
+    let at = |order: &[String], job: &str| order.iter().position(|j| j == job).unwrap_or(usize::MAX);
+    assert_eq!(fri.len(), 5, "A, B twice (its retry), C, D: {fri:?}");
+    assert!(at(&fri, "A") < at(&fri, "B") && at(&fri, "A") < at(&fri, "C"), "{fri:?}");
+    assert!(
+        fri.iter().rposition(|j| j == "B") < Some(at(&fri, "D")) && at(&fri, "C") < at(&fri, "D"),
+        "{fri:?}"
+    );
+    assert_eq!(wed.iter().filter(|j| *j == "C").count(), 0, "C does not run on Wednesdays: {wed:?}");
+    assert!(
+        at(&wed, "A") < at(&wed, "B") && wed.iter().rposition(|j| j == "B") < Some(at(&wed, "D")),
+        "{wed:?}"
+    );
+    // status agrees with what ran.
+    let fri_states = states(operator, "payroll", "fri");
+    let wed_states = states(operator, "payroll", "wed");
+    for job in ["A", "B", "C", "D", "APPL_END"] {
+        assert_eq!(state_of(&fri_states, job), "succeeded", "fri {job}: {fri_states:?}");
+    }
+    assert_eq!(state_of(&wed_states, "C"), "skipped", "{wed_states:?}");
+    assert_eq!(state_of(&wed_states, "D"), "succeeded", "{wed_states:?}");
+    let out = padres(operator, &["workflow", "status", "payroll", "--gid", "fri"]);
+    assert!(
+        stdout(&out).contains("B                succeeded  agent-2      attempt 2, exit 0"),
+        "{}",
+        explain(&out)
+    );
+    let out = padres(operator, &["workflow", "history", "payroll", "--json"]);
+    let history: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let outcome = |gid: &str| {
+        history["generations"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["gid"] == gid))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(outcome("fri")["outcome"], "succeeded", "{history}");
+    assert_eq!(
+        (outcome("fri")["succeeded"].as_u64(), outcome("fri")["skipped"].as_u64()),
+        (Some(4), Some(0))
+    );
+    assert_eq!(
+        (outcome("wed")["succeeded"].as_u64(), outcome("wed")["skipped"].as_u64()),
+        (Some(3), Some(1))
+    );
+
+    // Operations: T outlives its timeout (its grandchild too, until killed); F fails
+    // unless its agent's work directory holds `ok`; G follows F.
+    let grandchild = dir.join("grandchild.pid");
+    let sleeper = format!("sh -c 'echo $$ > {}; sleep 60' & sleep 60", grandchild.display());
+    let ops = application(
+        "ops",
+        &[
+            job("T", "daily", "agent-3", &[], &sleeper, "timeout=\"PT1S\" retries=\"0\"", &log),
+            job("F", "daily", "agent-2", &[], "test -e ok", "retries=\"0\"", &log),
+            job("G", "daily", "agent-1", &["F"], "true", "", &log),
+        ],
+    );
+    deploy(operator, &dir, "ops", &ops);
+    trigger(operator, "ops", "o1", "2026-11-27");
+    let out = wait(operator, "ops", "o1");
+    assert_eq!(out.status.code(), Some(1), "F failed and T timed out: {}", explain(&out));
+    let o1 = states(operator, "ops", "o1");
+    assert_eq!(
+        (state_of(&o1, "T"), state_of(&o1, "F"), state_of(&o1, "G")),
+        ("timeout".into(), "failed".into(), "waiting".into())
+    );
+    let pid = std::fs::read_to_string(&grandchild).expect("the grandchild started");
+    // Gone, or a zombie waiting for whoever adopted it to reap it: not running.
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).unwrap_or("gone");
+    assert!(
+        matches!(state, "gone" | "Z" | "X"),
+        "the timed-out job's grandchild {pid} was killed with its group: {stat}"
+    );
+    // Rerun F once `ok` exists: G runs, and the generation can end but for T.
+    std::fs::write(agents[1].work.join("ok"), "").expect("ok");
+    let out = padres(operator, &["workflow", "rerun", "ops", "--gid", "o1", "--job", "F"]);
+    assert!(out.status.success(), "rerun: {}", explain(&out));
+    // T's timeout still holds APPL_END back: bypass it.
+    let out = padres(operator, &["workflow", "bypass", "ops", "--gid", "o1", "--job", "T"]);
+    assert!(out.status.success(), "bypass: {}", explain(&out));
+    let out = wait(operator, "ops", "o1");
+    assert_eq!(out.status.code(), Some(0), "released: {}", explain(&out));
+    assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "F").count(), 2, "F ran, and once more on rerun");
+    assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "G").count(), 1);
+    // A rerun of a job that succeeded is refused, with the reason.
+    let out = padres(operator, &["workflow", "rerun", "ops", "--gid", "o1", "--job", "G"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only a failed job is rerun"), "{}", explain(&out));
+
+    // agent-3 SIGKILLed while K runs, and restarted: K is reported failed, not run again.
+    let marker = dir.join("k-started");
+    let k = format!("echo $$ > {}; sleep 30", marker.display());
+    let crash = application(
+        "crash",
+        &[
+            job("K", "daily", "agent-3", &[], &k, "", &log),
+            job("L", "daily", "agent-1", &["K"], "true", "", &log),
+        ],
+    );
+    deploy(operator, &dir, "crash", &crash);
+    trigger(operator, "crash", "c1", "2026-11-27");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !marker.exists() {
+        assert!(std::time::Instant::now() < deadline, "K did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    agents[2].kill();
+    let (name, work) = (agents[2].name.clone(), agents[2].work.clone());
+    agents[2] = Agent::start(operator, &name, &work);
+    let out = wait(operator, "crash", "c1");
+    assert_eq!(out.status.code(), Some(1), "K reported failed: {}", explain(&out));
+    assert!(stdout(&out).contains("the agent stopped while it ran"), "{}", explain(&out));
+    assert_eq!(ran(&log, "c1"), ["K"], "K not run again after the restart");
+    // The first run's process group outlived its agent (SIGKILL gives no chance to stop
+    // it): stopped here.
+    let group = std::fs::read_to_string(&marker).expect("K's group");
+    let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", group.trim())]).status();
+    // The restarted agent kept its deployment: the operator's bypass reaches it.
+    let out = padres(operator, &["workflow", "bypass", "crash", "--gid", "c1", "--job", "K"]);
+    assert!(out.status.success(), "bypass after the restart: {}", explain(&out));
+    let out = wait(operator, "crash", "c1");
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert_eq!(ran(&log, "c1"), ["K", "L"]);
+}
