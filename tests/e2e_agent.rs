@@ -212,3 +212,100 @@ async fn an_agent_killed_mid_job_reports_it_failed_after_restart() {
         let _ = std::process::Command::new("kill").args(["-s", "KILL", "--", &format!("-{group}")]).status();
     }
 }
+
+/// Deploys `xml` through `operator` by `agent_ctl`, waiting for each agent's reply.
+async fn deploy_acked(operator: &mut Client, xml: &str) {
+    let app = parse_application(xml).expect("valid");
+    let deployment = translate(&app).expect("translates");
+    operator.send(&padres_workflow::control::reply_subscription(&app.name)).await.expect("subscribed");
+    let mut waiting: Vec<String> = deployment.envelopes.iter().map(|e| e.agent.clone()).collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !waiting.is_empty() {
+        for envelope in &deployment.envelopes {
+            if waiting.contains(&envelope.agent) {
+                let control = envelope.control(&app.name, "t1");
+                operator.publish(control.publication().expect("an envelope")).await.expect("sent");
+            }
+        }
+        let until = (tokio::time::Instant::now() + Duration::from_secs(1)).min(deadline);
+        while let Ok(Some(n)) = tokio::time::timeout_at(until, operator.next_notification()).await {
+            let Some((_, p)) = n.into_publication() else { continue };
+            if let Some(reply) = padres_workflow::control::Reply::from_publication(&p) {
+                assert_eq!(reply.refused, None, "{reply:?}");
+                waiting.retain(|a| *a != reply.agent);
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no reply from {waiting:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_agent_fires_a_missed_cron_run_event_triggers_and_holds_to_max_generations() {
+    let broker = start_broker("B1", "agent-triggers");
+    let work = broker.dir.join("agent");
+    let log = broker.dir.join("ran.log");
+    std::fs::create_dir_all(&work).expect("work dir");
+    // The agent was home to "nightly" before, and last fired it three days ago: the latest
+    // run missed since is made up once when it starts again.
+    let three_days_ago = padres_client::check::now().millis() - 3 * 86_400_000;
+    padres_agent::journal::Journal::open(&work)
+        .expect("journal")
+        .cron_fired("nightly", "0 18 * * *", three_days_ago)
+        .expect("recorded");
+    let agent = client(&broker, "agent-1").await;
+    let options = Options { name: "agent-1".to_owned(), work_dir: work.clone(), max_parallel: 4 };
+    tokio::spawn(async move { serve(agent, options).await.expect("the agent serves") });
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'job_status'],[job,eq,'APPL_END']").await.expect("subscribed");
+    let mut operator = operator(&broker).await;
+    until_stats(&operator, "the agent did not subscribe", |s| s.subscriptions >= 2).await;
+    let job = |appl: &str, sleep: &str| {
+        format!(
+            "<job name=\"J\" run=\"daily\" agent=\"agent-1\"><command>sh</command><arg>-c</arg>\
+             <arg>echo \"{appl} $1 start\" &gt;&gt; {log}; sleep {sleep}; echo \"{appl} $1 end\" &gt;&gt; {log}</arg>\
+             <arg>sh</arg><arg>${{gen.gid}}</arg></job>",
+            log = log.display()
+        )
+    };
+    let nightly = format!(
+        "<application name=\"nightly\" tz=\"UTC\"><trigger cron=\"0 18 * * *\"/>{}</application>",
+        job("nightly", "0")
+    );
+    deploy_acked(&mut operator, &nightly).await;
+    let seen =
+        statuses_until(&mut monitor, |seen| seen.iter().any(|(gid, _, _)| gid.starts_with("cron-"))).await;
+    let gid = &seen.iter().find(|(gid, _, _)| gid.starts_with("cron-")).expect("a cron generation").0;
+    assert!(gid.ends_with("T1800"), "named after its occurrence: {gid}");
+    // An event trigger, and at most one generation at a time: three events in a row run
+    // one after the other.
+    let events = format!(
+        "<application name=\"events\" tz=\"UTC\" max-generations=\"1\">\
+         <trigger event=\"[class,eq,'file_arrived'],[dir,eq,'inbox']\"/>{}</application>",
+        job("events", "0.3")
+    );
+    deploy_acked(&mut operator, &events).await;
+    operator
+        .send("a [class,eq,'file_arrived'],[dir,isPresent,''],[name,isPresent,'']")
+        .await
+        .expect("advertised");
+    for name in ["a", "b", "c"] {
+        let text = format!("[class,'file_arrived'],[dir,'inbox'],[name,'{name}']");
+        operator.publish_acked(publication(&text)).await.expect("published");
+    }
+    operator
+        .publish_acked(publication("[class,'file_arrived'],[dir,'elsewhere'],[name,'d']"))
+        .await
+        .expect("published");
+    let events_ended = |seen: &[(String, String, String)]| {
+        seen.iter().filter(|(g, _, _)| g.starts_with("event-")).count() >= 3
+    };
+    statuses_until(&mut monitor, events_ended).await;
+    let written = std::fs::read_to_string(&log).expect("the jobs wrote");
+    let lines: Vec<&str> = written.lines().filter(|l| l.starts_with("events ")).collect();
+    assert_eq!(lines.len(), 6, "three generations (not the event elsewhere): {written}");
+    for pair in lines.chunks(2) {
+        let gid = |l: &str| l.split(' ').nth(1).unwrap_or_default().to_owned();
+        assert!(pair[0].ends_with(" start") && pair[1].ends_with(" end"), "one at a time: {written}");
+        assert_eq!(gid(pair[0]), gid(pair[1]), "one at a time: {written}");
+    }
+}

@@ -33,10 +33,17 @@
 //! when the agent starts (it stopped while the job ran) is published `failed` with exit -1
 //! and the reason: its outcome is unknown, and it is not run again.
 //!
-//! What is not built yet: triggers from the agent (cron, events), and statuses kept on
-//! disk until sent (a status waiting for the broker is lost if the agent stops too).
+//! The home agent of an application (the one running `APPL_START`) starts its generations:
+//! on an operator's `trigger`, on each of its cron triggers ([`crate::trigger`]: in the
+//! application's time zone, with the run missed while it was down made up once), and on
+//! each publication matching one of its event triggers. It holds a trigger back while the
+//! application's `max-generations` generations run (started here, their `APPL_END` not
+//! yet run), and publishes it when one ends.
+//!
+//! What is not built yet: statuses kept on disk until sent (a status waiting for the
+//! broker is lost if the agent stops too).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,11 +61,12 @@ use padres_workflow::control::{
 };
 use padres_workflow::translate::status_advertisement;
 use padres_workflow::{
-    APPL_END, APPL_START, Calendar, EnvelopeBody, HolidayRule, JobInfo, RunTerm, Schedule,
+    APPL_END, APPL_START, Calendar, EnvelopeBody, HolidayRule, JobInfo, RunTerm, Schedule, TriggerSpec,
 };
 
 use crate::job::{DEFAULT_OUTPUT_CAP, Run};
 use crate::journal::{Claim, Journal};
+use crate::trigger::{CronTrigger, now};
 
 /// How an agent runs.
 #[derive(Clone, Debug)]
@@ -106,6 +114,17 @@ struct Application {
     home: bool,
     subscriptions: HashMap<String, MessageId>,
     advertisements: Vec<MessageId>,
+    /// Its event triggers' subscriptions (home agent).
+    events: Vec<MessageId>,
+    /// Its cron triggers' tasks (home agent).
+    crons: Vec<tokio::task::AbortHandle>,
+}
+
+/// What the agent's own tasks ask of its loop.
+#[derive(Debug)]
+enum Internal {
+    /// A cron trigger fired: start generation `gid` of `appl` on `date`.
+    Fire { appl: String, gid: String, date: String },
 }
 
 /// A `job_status` publication to make.
@@ -162,6 +181,13 @@ struct Agent {
     running: Arc<Mutex<HashSet<(String, String, String)>>>,
     slots: Arc<Semaphore>,
     outgoing: mpsc::UnboundedSender<Outgoing>,
+    internal: mpsc::UnboundedSender<Internal>,
+    /// Event trigger subscriptions, to their application.
+    event_subs: HashMap<MessageId, String>,
+    /// Generations in flight per application this agent is home to (triggered, APPL_END
+    /// not run yet), and triggers held back by the application's `max-generations`.
+    in_flight: HashMap<String, HashSet<String>>,
+    held: HashMap<String, VecDeque<(String, String)>>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -175,6 +201,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let mut notifications = client.take_notifications();
     let client = Arc::new(client);
     let (outgoing, to_publish) = mpsc::unbounded_channel::<Outgoing>();
+    let (internal, mut from_tasks) = mpsc::unbounded_channel::<Internal>();
     let publisher = tokio::spawn(publish_in_order(client.clone(), options.name.clone(), to_publish));
     let mut agent = Agent {
         slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
@@ -185,14 +212,31 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         applications: HashMap::new(),
         running: Arc::default(),
         outgoing,
+        internal,
+        event_subs: HashMap::new(),
+        in_flight: HashMap::new(),
+        held: HashMap::new(),
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
     agent.restore().await?;
     agent.report_interrupted().await?;
     agent.client.send(&control_subscription(&agent.options.name)).await?;
-    while let Some(notification) = notifications.next().await {
+    loop {
+        let notification = tokio::select! {
+            notification = notifications.next() => notification,
+            Some(Internal::Fire { appl, gid, date }) = from_tasks.recv() => {
+                agent.start_generation(&appl, gid, date);
+                continue;
+            }
+        };
+        let Some(notification) = notification else { break };
         match notification {
-            Notification::Publication { publication, .. } => agent.control(&publication).await,
+            Notification::Publication { subs, publication } => {
+                match subs.iter().find_map(|s| agent.event_subs.get(s)).cloned() {
+                    Some(appl) => agent.event(&appl, &publication),
+                    None => agent.control(&publication).await,
+                }
+            }
             Notification::Composite { sub, pubs } => agent.dependency(&sub, &pubs),
             Notification::EndOfHistory { .. } => {}
         }
@@ -361,7 +405,7 @@ impl Agent {
             }
             Command::Rerun { gid, job } => self.rerun(&appl, gid, job),
             Command::Bypass { gid, job } => self.bypass(&appl, gid, job),
-            Command::Trigger { gid, date } => self.trigger(&appl, gid, date),
+            Command::Trigger { gid, date } => self.trigger(&appl, gid.clone(), date.clone()),
         };
         match &outcome {
             Ok(()) => tracing::info!("{} {appl}: done", control.command.name()),
@@ -386,11 +430,23 @@ impl Agent {
             .map(|job| job.info.as_ref().map(schedule_of).transpose())
             .collect::<Result<Vec<_>, _>>()?;
         let home = body.jobs.iter().any(|j| j.job == APPL_START);
+        let crons = body
+            .triggers
+            .iter()
+            .filter_map(|t| match t {
+                TriggerSpec::Cron(pattern) => {
+                    Some(CronTrigger::new(pattern, &body.tz).map(|c| (pattern.clone(), c)))
+                }
+                TriggerSpec::Event(_) => None,
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut application = Application {
             body: body.clone(),
             home,
             subscriptions: HashMap::new(),
             advertisements: Vec::new(),
+            events: Vec::new(),
+            crons: Vec::new(),
         };
         if home {
             let adv =
@@ -426,6 +482,27 @@ impl Agent {
                 },
             ));
         }
+        if home {
+            for spec in &body.triggers {
+                let TriggerSpec::Event(subscription) = spec else { continue };
+                let sub = match self.client.send(&format!("s {subscription}")).await {
+                    Ok(Some(sub)) => sub,
+                    other => {
+                        self.withdraw(&application).await;
+                        let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
+                        return Err(format!("event trigger {subscription}: {why}"));
+                    }
+                };
+                self.event_subs.insert(sub.clone(), body.appl.clone());
+                application.events.push(sub);
+            }
+            for (pattern, trigger) in crons {
+                application.crons.push(self.spawn_cron(&body.appl, &pattern, trigger));
+            }
+            let started =
+                self.journal().generations_started(&body.appl).map_err(|e| format!("journal: {e}"))?;
+            self.in_flight.entry(body.appl.clone()).or_default().extend(started);
+        }
         self.jobs.extend(jobs);
         tracing::info!("deployed {} ({} jobs here)", body.appl, application.subscriptions.len());
         self.applications.insert(body.appl, application);
@@ -433,7 +510,10 @@ impl Agent {
     }
 
     async fn withdraw(&self, application: &Application) {
-        for sub in application.subscriptions.values() {
+        for cron in &application.crons {
+            cron.abort();
+        }
+        for sub in application.subscriptions.values().chain(&application.events) {
             let _ = self.client.unsubscribe(sub.clone()).await;
         }
         for adv in &application.advertisements {
@@ -446,6 +526,10 @@ impl Agent {
         for sub in application.subscriptions.values() {
             self.jobs.remove(sub);
         }
+        for sub in &application.events {
+            self.event_subs.remove(sub);
+        }
+        self.held.remove(appl);
         self.withdraw(&application).await;
     }
 
@@ -493,7 +577,7 @@ impl Agent {
     }
 
     /// A generation started by an operator: its trigger published from here, the home agent.
-    fn trigger(&self, appl: &str, gid: &str, date: &str) -> Result<(), String> {
+    fn trigger(&mut self, appl: &str, gid: String, date: String) -> Result<(), String> {
         let application =
             self.applications.get(appl).ok_or_else(|| format!("{appl} is not deployed on this agent"))?;
         if !application.home {
@@ -501,11 +585,106 @@ impl Agent {
                 "this agent does not run {appl}'s {APPL_START}: its triggers come from the agent that does"
             ));
         }
-        NaiveDate::parse_from_str(date, "%Y-%m-%d")
+        NaiveDate::parse_from_str(&date, "%Y-%m-%d")
             .map_err(|_| format!("date {date}: expected YYYY-MM-DD"))?;
         tracing::info!("{appl}/{gid}: triggered by an operator, run on {date}");
-        let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), gid.to_owned(), date.to_owned()));
+        self.start_generation(appl, gid, date);
         Ok(())
+    }
+
+    /// A publication matching one of `appl`'s event triggers: a generation, named after
+    /// the publication's time and content, run on the day of its time in the application's
+    /// zone.
+    fn event(&mut self, appl: &str, publication: &Publication) {
+        let Some(application) = self.applications.get(appl) else { return };
+        let tz: chrono_tz::Tz = application.body.tz.parse().unwrap_or(chrono_tz::UTC);
+        let at = publication.time().and_then(|t| chrono::DateTime::from_timestamp_millis(t.millis()));
+        let at = at.unwrap_or_else(now);
+        let date = at.with_timezone(&tz).format("%Y-%m-%d").to_string();
+        let digest = publication
+            .to_string()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let gid = format!("event-{}-{:08x}", at.timestamp_millis(), digest & 0xffff_ffff);
+        tracing::info!("{appl}/{gid}: triggered by {publication}");
+        self.start_generation(appl, gid, date);
+    }
+
+    /// Starts generation `gid` of `appl` (this agent is its home): its trigger published,
+    /// or held back while `max-generations` run.
+    fn start_generation(&mut self, appl: &str, gid: String, date: String) {
+        let Some(application) = self.applications.get(appl) else { return };
+        let most = usize::try_from(application.body.max_generations.max(1)).unwrap_or(usize::MAX);
+        let in_flight = self.in_flight.entry(appl.to_owned()).or_default();
+        if in_flight.contains(&gid) {
+            return;
+        }
+        if in_flight.len() >= most {
+            tracing::info!(
+                "{appl}/{gid}: held back, {} generations running (max-generations {most})",
+                in_flight.len()
+            );
+            self.held.entry(appl.to_owned()).or_default().push_back((gid, date));
+            return;
+        }
+        in_flight.insert(gid.clone());
+        let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), gid, date));
+    }
+
+    /// Generation `gid` of `appl` ended here (its `APPL_END` ran): a held trigger goes.
+    fn generation_ended(&mut self, appl: &str, gid: &str) {
+        if let Some(in_flight) = self.in_flight.get_mut(appl) {
+            in_flight.remove(gid);
+        }
+        if let Some((gid, date)) = self.held.get_mut(appl).and_then(VecDeque::pop_front) {
+            self.start_generation(appl, gid, date);
+        }
+    }
+
+    /// Runs cron trigger `trigger` (`pattern`) of `appl` until aborted: the run missed while
+    /// the agent was down made up (see [`crate::trigger`]), then each occurrence.
+    fn spawn_cron(&self, appl: &str, pattern: &str, trigger: CronTrigger) -> tokio::task::AbortHandle {
+        let (journal, internal) = (self.journal.clone(), self.internal.clone());
+        let (appl, pattern) = (appl.to_owned(), pattern.to_owned());
+        let task = async move {
+            let with_journal = |f: &mut dyn FnMut(&Journal) -> rusqlite::Result<()>| {
+                if let Err(e) = f(&journal.lock().unwrap_or_else(PoisonError::into_inner)) {
+                    tracing::warn!("cron trigger journal: {e}");
+                }
+            };
+            let fire = |at: chrono::DateTime<chrono::Utc>| {
+                let (gid, date) = trigger.generation(at);
+                with_journal(&mut |j| j.cron_fired(&appl, &pattern, at.timestamp_millis()));
+                tracing::info!("{appl}/{gid}: cron trigger '{pattern}' fired");
+                let _ = internal.send(Internal::Fire { appl: appl.clone(), gid, date });
+            };
+            let mut last = None;
+            with_journal(&mut |j| {
+                last = j.cron_last(&appl, &pattern)?;
+                Ok(())
+            });
+            let mut after = now();
+            match last.and_then(chrono::DateTime::from_timestamp_millis) {
+                Some(last) => {
+                    if let Some((missed, skipped)) = trigger.missed(last, after) {
+                        if skipped > 0 {
+                            tracing::warn!(
+                                "{appl}: cron trigger '{pattern}': {skipped} runs missed while down are skipped, the latest made up"
+                            );
+                        }
+                        fire(missed);
+                    }
+                }
+                None => with_journal(&mut |j| j.cron_fired(&appl, &pattern, after.timestamp_millis())),
+            }
+            while let Some(next) = trigger.next_after(after) {
+                let wait = (next - now()).to_std().unwrap_or_default();
+                tokio::time::sleep(wait).await;
+                fire(next);
+                after = next;
+            }
+        };
+        tokio::spawn(task).abort_handle()
     }
 
     /// An operator's bypass: the job is published `succeeded` without running.
@@ -538,7 +717,7 @@ impl Agent {
     }
 
     /// A match of dependency `sub`: the job's generation is ready for it.
-    fn dependency(&self, sub: &MessageId, pubs: &[(u32, Publication)]) {
+    fn dependency(&mut self, sub: &MessageId, pubs: &[(u32, Publication)]) {
         let Some(deployed) = self.jobs.get(sub) else { return };
         let Some(trigger) = pubs.iter().map(|(_, p)| p).find(|p| p.class() == "trigger") else {
             tracing::warn!("{}/{}: a dependency match without its trigger", deployed.appl, deployed.job);
@@ -561,10 +740,11 @@ impl Agent {
         let (Some(info), Some(schedule)) = (&deployed.info, &deployed.schedule) else {
             // A virtual job.
             self.finish(&key, Status::new(&key, "succeeded", 0, 0));
-            if key.2 == APPL_END
-                && let Err(e) = self.journal().forget(&key.0, &key.1)
-            {
-                tracing::warn!("{}/{}: forgetting the generation: {e}", key.0, key.1);
+            if key.2 == APPL_END {
+                if let Err(e) = self.journal().forget(&key.0, &key.1) {
+                    tracing::warn!("{}/{}: forgetting the generation: {e}", key.0, key.1);
+                }
+                self.generation_ended(&key.0, &key.1);
             }
             return self.not_running(&key);
         };

@@ -77,7 +77,10 @@ impl Journal {
              CREATE TABLE IF NOT EXISTS generations (
                  appl TEXT NOT NULL, gid TEXT NOT NULL, date TEXT NOT NULL,
                  PRIMARY KEY (appl, gid));
-             CREATE TABLE IF NOT EXISTS deployments (appl TEXT PRIMARY KEY, body TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS deployments (appl TEXT PRIMARY KEY, body TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS cron_fired (
+                 appl TEXT NOT NULL, pattern TEXT NOT NULL, at_ms INTEGER NOT NULL,
+                 PRIMARY KEY (appl, pattern));",
         )?;
         Ok(Self { db })
     }
@@ -267,6 +270,45 @@ impl Journal {
     pub fn drop_deployment(&self, appl: &str) -> rusqlite::Result<()> {
         self.db.execute("DELETE FROM deployments WHERE appl = ?1", params![appl])?;
         Ok(())
+    }
+
+    /// The last occurrence (epoch milliseconds) cron trigger `pattern` of `appl` fired for.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn cron_last(&self, appl: &str, pattern: &str) -> rusqlite::Result<Option<i64>> {
+        self.db
+            .query_row(
+                "SELECT at_ms FROM cron_fired WHERE appl = ?1 AND pattern = ?2",
+                params![appl, pattern],
+                |row| row.get(0),
+            )
+            .optional()
+    }
+
+    /// Cron trigger `pattern` of `appl` fired for the occurrence at `at_ms`.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn cron_fired(&self, appl: &str, pattern: &str, at_ms: i64) -> rusqlite::Result<()> {
+        self.db.execute(
+            "INSERT INTO cron_fired (appl, pattern, at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (appl, pattern) DO UPDATE SET at_ms = ?3",
+            params![appl, pattern, at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// The generations of `appl` this agent started (`APPL_START` ran) that have not
+    /// ended here (`APPL_END` forgets them): those in flight, for the home agent.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn generations_started(&self, appl: &str) -> rusqlite::Result<Vec<String>> {
+        let mut query =
+            self.db.prepare("SELECT gid FROM runs WHERE appl = ?1 AND job = 'APPL_START' ORDER BY gid")?;
+        let rows = query.query_map(params![appl], |row| row.get(0))?;
+        rows.collect()
     }
 
     /// Every deployment kept, as (appl, body), by application.

@@ -6,9 +6,11 @@
 //! - [`journal`]: what ran, in SQLite in the agent's work directory, so that a job runs at
 //!   most once per generation across restarts; jobs interrupted by a restart are listed.
 //!
+//! - [`trigger`]: when cron triggers fire, and the run made up after a home agent was down.
 //! - [`agent`]: the agent's loop: deployments from `agent_ctl`, dependency subscriptions,
 //!   jobs run or skipped per generation, `job_status` published.
 
 pub mod agent;
 pub mod job;
 pub mod journal;
+pub mod trigger;

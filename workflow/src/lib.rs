@@ -30,5 +30,5 @@ pub use model::{Application, Dependency, Job, Pos, Runner, StatusCondition, Trig
 pub use parse::{WorkflowError, WorkflowErrors, parse_application};
 pub use translate::{
     APPL_END, APPL_START, BodyJob, Deployment, Envelope, EnvelopeBody, JobDeployment, JobInfo, Need,
-    translate,
+    TriggerSpec, translate,
 };

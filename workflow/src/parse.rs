@@ -187,6 +187,10 @@ fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'inpu
     let at_least_one =
         |t: &str| number(t).and_then(|n| if n == 0 { Err("must be at least 1".to_owned()) } else { Ok(n) });
     let max_generations = r.parsed(root, "max-generations", at_least_one).unwrap_or(1);
+    r.parsed(root, "tz", |tz| {
+        tz.parse::<chrono_tz::Tz>()
+            .map_err(|_| format!("unknown time zone '{tz}' (an IANA name such as UTC or Europe/Paris)"))
+    });
     let mut calendars: Vec<(Calendar, Pos)> = Vec::new();
     let mut triggers = Vec::new();
     let mut defaults = Defaults::default();

@@ -29,7 +29,7 @@ use padres_lang::{Advertisement, InvalidMessage, Publication, Subscription, Valu
 
 use super::calendar::weekdays_text;
 use super::control::{Command, Control};
-use super::model::{Application, Dependency, Job, StatusCondition};
+use super::model::{Application, Dependency, Job, StatusCondition, Trigger};
 
 /// The virtual job before every start job.
 pub const APPL_START: &str = "APPL_START";
@@ -136,6 +136,17 @@ impl Need {
     }
 }
 
+/// What starts a generation, in an envelope body (the home agent's: the one running
+/// `APPL_START`, which publishes the triggers).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerSpec {
+    /// A cron expression, read in the application's time zone.
+    Cron(String),
+    /// A subscription (text syntax): each publication matching it starts a generation.
+    Event(String),
+}
+
 /// An `agent_ctl` envelope's body: the application's calendar and the agent's jobs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeBody {
@@ -149,6 +160,16 @@ pub struct EnvelopeBody {
     pub holidays: Vec<String>,
     /// The jobs.
     pub jobs: Vec<BodyJob>,
+    /// What starts a generation (the home agent's body only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<TriggerSpec>,
+    /// Most generations running at once (the home agent holds further triggers back).
+    #[serde(default = "one")]
+    pub max_generations: u32,
+}
+
+const fn one() -> u32 {
+    1
 }
 
 impl EnvelopeBody {
@@ -196,6 +217,10 @@ pub struct Envelope {
     pub holidays: Vec<String>,
     /// Its jobs, in document order (virtual jobs first and last).
     pub jobs: Vec<JobDeployment>,
+    /// What starts a generation, for the home agent (empty for the others).
+    pub triggers: Vec<TriggerSpec>,
+    /// Most generations running at once.
+    pub max_generations: u32,
 }
 
 /// A translated application.
@@ -353,6 +378,14 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
     }
     let workdays = weekdays_text(app.calendar.workdays);
     let holidays: Vec<String> = app.calendar.holidays.iter().map(ToString::to_string).collect();
+    let triggers: Vec<TriggerSpec> = app
+        .triggers
+        .iter()
+        .map(|t| match t {
+            Trigger::Cron(cron) => TriggerSpec::Cron(cron.pattern.to_string()),
+            Trigger::Event(sub) => TriggerSpec::Event(sub.to_string()),
+        })
+        .collect();
     let envelopes = by_agent
         .into_iter()
         .map(|(agent, jobs)| Envelope {
@@ -360,6 +393,8 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
             tz: app.tz.clone(),
             workdays: workdays.clone(),
             holidays: holidays.clone(),
+            triggers: if agent == home { triggers.clone() } else { Vec::new() },
+            max_generations: app.max_generations,
             jobs,
         })
         .collect();
@@ -390,6 +425,8 @@ impl Envelope {
                     after: j.after.clone(),
                 })
                 .collect(),
+            triggers: self.triggers.clone(),
+            max_generations: self.max_generations,
         }
     }
 

@@ -340,3 +340,19 @@ fn envelopes_carry_everything_an_agent_needs() {
     assert_eq!(d.args, ["${gen.date}"]);
     assert!(body.jobs[0].info.is_none(), "virtual jobs run no command");
 }
+
+#[test]
+fn the_home_agent_alone_carries_the_triggers_and_an_unknown_zone_is_refused() {
+    let deployment = padres_workflow::translate(&payroll()).expect("translates");
+    for envelope in &deployment.envelopes {
+        let body = envelope.envelope_body("payroll");
+        let home = body.jobs.iter().any(|j| j.job == padres_workflow::APPL_START);
+        let expected =
+            if home { vec![padres_workflow::TriggerSpec::Cron("0 18 * * *".to_owned())] } else { vec![] };
+        assert_eq!(body.triggers, expected, "{}", envelope.agent);
+        assert_eq!(body.max_generations, 3);
+    }
+    let bad = PAYROLL.replace("tz=\"UTC\"", "tz=\"Mars/Olympus\"");
+    let errors = parse_application(&bad).expect_err("an unknown zone").to_string();
+    assert!(errors.contains("unknown time zone 'Mars/Olympus'"), "{errors}");
+}
