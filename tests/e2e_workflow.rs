@@ -327,3 +327,66 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
     assert_eq!(ran(&log, "c1"), ["K", "L"]);
 }
+
+/// `examples/month-end.xml` (41 jobs: fan-out, fan-in, `any-of`, status conditions, a
+/// pool served by one agent of its name) on three brokers and five agent processes, its
+/// commands under `/opt/` replaced by scripts that record their runs: on the last
+/// workday of a month and on an ordinary Wednesday, every job ends as its calendar says
+/// (`succeeded` on the days its run term selects, else `skipped`).
+#[test]
+fn month_end_runs_on_the_last_workday_and_on_an_ordinary_day() {
+    let mut brokers: Vec<Broker> = Vec::new();
+    for i in 1..=3 {
+        let mut flags = history_flags();
+        if let Some(previous) = brokers.last() {
+            flags.extend(neighbour_of(previous));
+        }
+        brokers.push(start_with(&format!("B{i}"), "month-end", &flags));
+    }
+    let dir = brokers[0].dir.join("test");
+    let log = dir.join("ran.log");
+    // Every command of the example, as a script that appends its name and arguments.
+    let xml = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/month-end.xml"))
+        .expect("the example");
+    let opt = dir.join("opt");
+    for command in xml.split("<command>/opt/").skip(1).filter_map(|rest| rest.split('<').next()) {
+        let path = opt.join(command);
+        std::fs::create_dir_all(path.parent().expect("a directory")).expect("dir");
+        let script = format!("#!/bin/sh\necho \"{command} $*\" >> {}\n", log.display());
+        std::fs::write(&path, script).expect("script");
+        let mut permissions = std::fs::metadata(&path).expect("written").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&path, permissions).expect("executable");
+    }
+    let xml = xml.replace("<command>/opt/", &format!("<command>{}/", opt.display()));
+    let app = padres_workflow::parse_application(&xml).expect("the example is valid");
+    let _agents: Vec<Agent> = ["etl-1", "etl-2", "etl-3", "ledger", "reports"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Agent::start(&brokers[i % 3], name, &dir.join(name)))
+        .collect();
+    let operator = &brokers[2];
+    deploy(operator, &dir, "month-end", &xml);
+    // 2026-11-30, a Monday, is November's last workday; 2026-11-18 an ordinary Wednesday.
+    let days = [("close", "2026-11-30"), ("ordinary", "2026-11-18")];
+    for (gid, date) in days {
+        trigger(operator, "month-end", gid, date);
+    }
+    for (gid, date) in days {
+        let out = wait(operator, "month-end", gid);
+        assert_eq!(out.status.code(), Some(0), "{gid}: {}", explain(&out));
+        let states = states(operator, "month-end", gid);
+        let day: chrono::NaiveDate = date.parse().expect("a date");
+        let mut ran = 0;
+        for job in &app.jobs {
+            let expected = if job.schedule.runs_on(day, &app.calendar) { "succeeded" } else { "skipped" };
+            assert_eq!(state_of(&states, &job.name), expected, "{gid}/{}: {states:?}", job.name);
+            ran += usize::from(expected == "succeeded");
+        }
+        assert!(ran > 30, "{gid}: most jobs run on a workday ({ran})");
+    }
+    // The books closed on the 30th only; the weekend backup ran on neither day.
+    let written = std::fs::read_to_string(&log).expect("the jobs wrote");
+    assert_eq!(written.lines().filter(|l| l.starts_with("ledger/close")).count(), 1, "{written}");
+    assert!(!written.contains("ops/backup"), "{written}");
+}

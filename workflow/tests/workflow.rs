@@ -343,10 +343,10 @@ fn envelopes_carry_everything_an_agent_needs() {
 
 #[test]
 fn the_home_agent_alone_carries_the_triggers_and_an_unknown_zone_is_refused() {
-    let deployment = padres_workflow::translate(&payroll()).expect("translates");
+    let deployment = translate(&payroll()).expect("translates");
     for envelope in &deployment.envelopes {
         let body = envelope.envelope_body("payroll");
-        let home = body.jobs.iter().any(|j| j.job == padres_workflow::APPL_START);
+        let home = body.jobs.iter().any(|j| j.job == APPL_START);
         let expected =
             if home { vec![padres_workflow::TriggerSpec::Cron("0 18 * * *".to_owned())] } else { vec![] };
         assert_eq!(body.triggers, expected, "{}", envelope.agent);
