@@ -18,6 +18,7 @@ mod impair;
 mod peers;
 mod probe;
 mod quic;
+mod workflow;
 mod workload;
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -110,6 +111,19 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Throughput runs (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+    },
+    /// Workflows: messages on broker links for deploying and running payroll and
+    /// month-end, composite dependency subscriptions against primitive ones joined at the
+    /// agent (the simulator; the PADRES paper §5); then job transitions per second for a
+    /// wide and a deep 1,000-job DAG on 5 brokers and 10 agents over QUIC (every command
+    /// /bin/true, against spawning it alone), and payroll generations per second.
+    Workflow {
+        /// Smaller runs (200-job DAGs, 20 payroll generations).
+        #[arg(long)]
+        quick: bool,
+        /// Runs of each (the median is reported).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
     },
@@ -235,6 +249,13 @@ fn main() {
             print_machine("one thread, the routers sans-IO");
             composite::traffic(quick, seed);
             composite::throughput(quick, seed, repeat);
+        }
+        Command::Workflow { quick, repeat } => {
+            print_machine("brokers and agents in this process, on loopback QUIC");
+            workflow::traffic();
+            tokio::runtime::Runtime::new()
+                .expect("a runtime")
+                .block_on(workflow::transitions(quick, repeat.max(1)));
         }
         Command::History { quick } => {
             print_machine(

@@ -155,7 +155,11 @@ fn publication(class: &str, key: &str, key_value: Value, n: usize, epoch: Instan
 /// (`padres-bench --no-detection-thread`: in the router's thread).
 pub(crate) static DETECTION_THREAD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-async fn start_broker(name: &str, root: &std::path::Path, neighbour: Option<SocketAddr>) -> SocketAddr {
+pub(crate) async fn start_broker(
+    name: &str,
+    root: &std::path::Path,
+    neighbour: Option<SocketAddr>,
+) -> SocketAddr {
     start_broker_with(name, root, neighbour, Vec::new()).await
 }
 
