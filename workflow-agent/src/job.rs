@@ -173,8 +173,6 @@ impl Run<'_> {
     }
 
     fn spawn(&self) -> Result<Child, String> {
-        std::fs::create_dir_all(self.output)
-            .map_err(|e| format!("cannot create the output directory {}: {e}", self.output.display()))?;
         let dir = match &self.info.workdir {
             Some(dir) => self.work_dir.join(substitute(dir, self.date, self.gid)),
             None => self.work_dir.to_path_buf(),
@@ -234,16 +232,28 @@ impl Run<'_> {
 }
 
 /// Copies `from` to the file `to`, keeping at most `cap` bytes and reading (and dropping)
-/// the rest; ends with a line saying how much was dropped, if any.
+/// the rest; ends with a line saying how much was dropped, if any. The file (and its
+/// directory) is made when the first bytes come: a stream the command wrote nothing to
+/// leaves no file (a job that prints nothing costs no inodes).
 async fn keep(from: Option<impl AsyncRead + Unpin>, to: PathBuf, cap: u64) {
-    let Ok(mut file) = tokio::fs::File::create(&to).await else { return };
     let Some(mut from) = from else { return };
     let mut buf = vec![0; 64 * 1024];
     let (mut kept, mut dropped) = (0_u64, 0_u64);
+    let mut file = None;
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
+        };
+        let file = match &mut file {
+            Some(file) => file,
+            None => {
+                if let Some(dir) = to.parent() {
+                    let _ = tokio::fs::create_dir_all(dir).await;
+                }
+                let Ok(created) = tokio::fs::File::create(&to).await else { return };
+                file.insert(created)
+            }
         };
         let room = usize::try_from(cap.saturating_sub(kept)).unwrap_or(usize::MAX).min(n);
         if room > 0 && file.write_all(&buf[..room]).await.is_err() {
@@ -252,6 +262,7 @@ async fn keep(from: Option<impl AsyncRead + Unpin>, to: PathBuf, cap: u64) {
         kept += room as u64;
         dropped += (n - room) as u64;
     }
+    let Some(mut file) = file else { return };
     if dropped > 0 {
         let note = format!("\n[padres-agent: {dropped} more bytes not kept: the cap is {cap} bytes]\n");
         let _ = file.write_all(note.as_bytes()).await;
@@ -334,6 +345,8 @@ mod tests {
         assert_eq!((ended[0].status(), ended[0].exit()), ("failed", 3));
         assert_eq!(std::fs::read_to_string(&attempts[0].stderr).expect("stderr"), "first\n");
         assert_eq!(std::fs::read_to_string(&attempts[1].stdout).expect("stdout"), "again\n");
+        // A stream an attempt wrote nothing to leaves no file.
+        assert!(!attempts[0].stdout.exists() && !attempts[1].stderr.exists());
     }
 
     #[tokio::test]

@@ -3,7 +3,12 @@
 //! restarts of the agent.
 //!
 //! Before a job's first attempt starts, the agent claims it ([`Journal::claim`]); the claim
-//! is on disk (synchronous commit) before the process starts. A job claimed before
+//! is on disk (a synchronous commit, which also makes durable every write before it) before
+//! the process starts. Other writes (attempts, outcomes, deployments) are committed without
+//! waiting for the disk: they survive the agent's own crash (they are in the operating
+//! system's hands), and a machine that loses power loses at most those since the last claim
+//! (a job whose outcome is lost that way is reported as interrupted). A synchronous commit
+//! costs about 0.3 ms on the benchmark machine, against 0.02 ms. A job claimed before
 //! answers with what became of it: [`Claim::Ended`] with its outcome, or
 //! [`Claim::Unfinished`]: running now (the agent knows what it runs), or interrupted when
 //! the agent stopped while it ran. An interrupted job's outcome is unknown, and it is not
@@ -69,7 +74,7 @@ impl Journal {
         let db = Connection::open(work_dir.join(FILE))?;
         db.execute_batch(
             "PRAGMA journal_mode = WAL;
-             PRAGMA synchronous = FULL;
+             PRAGMA synchronous = NORMAL;
              CREATE TABLE IF NOT EXISTS runs (
                  appl TEXT NOT NULL, gid TEXT NOT NULL, job TEXT NOT NULL,
                  attempt INTEGER NOT NULL, status TEXT, exit INTEGER,
@@ -91,6 +96,14 @@ impl Journal {
     /// # Errors
     /// The journal cannot be read or written: the job must not run.
     pub fn claim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+        // This commit waits for the disk (and with it every commit before it).
+        self.db.pragma_update(None, "synchronous", "FULL")?;
+        let claim = self.claim_in_transaction(appl, gid, job);
+        self.db.pragma_update(None, "synchronous", "NORMAL")?;
+        claim
+    }
+
+    fn claim_in_transaction(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
         let tx = self.db.transaction()?;
         let found: Option<(u32, Option<String>, Option<i64>)> = tx
             .query_row(
@@ -204,6 +217,19 @@ impl Journal {
     /// # Errors
     /// The journal cannot be read or written.
     pub fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Result<u32, Claim>> {
+        // Like a claim, this commit waits for the disk: the job runs again after it.
+        self.db.pragma_update(None, "synchronous", "FULL")?;
+        let answer = self.reclaim_in_transaction(appl, gid, job);
+        self.db.pragma_update(None, "synchronous", "NORMAL")?;
+        answer
+    }
+
+    fn reclaim_in_transaction(
+        &mut self,
+        appl: &str,
+        gid: &str,
+        job: &str,
+    ) -> rusqlite::Result<Result<u32, Claim>> {
         let tx = self.db.transaction()?;
         let found: Option<(u32, Option<String>, Option<i64>)> = tx
             .query_row(

@@ -19,7 +19,7 @@ use padres_client::{Connect, Trust};
 ///
 /// Each job of each generation runs at most once (the journal in --work-dir survives
 /// restarts; a job running when the agent stopped is reported failed, not run again). Its
-/// output is in WORK_DIR/output/APPL/GID/JOB/ATTEMPT.stdout and .stderr.
+/// output is in WORK_DIR/output/APPL/GID/JOB/ATTEMPT.stdout and .stderr (when it wrote any).
 #[derive(Debug, Parser)]
 #[command(name = "padres-agent", version)]
 struct Args {
