@@ -309,3 +309,53 @@ async fn the_home_agent_fires_a_missed_cron_run_event_triggers_and_holds_to_max_
         assert_eq!(gid(pair[0]), gid(pair[1]), "one at a time: {written}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_made_while_the_broker_is_down_is_sent_after_the_agent_restarts_too() {
+    let mut broker = padres_tests::broker::start_with("B1", "agent-outbox", &[]);
+    let work = broker.dir.join("agent");
+    let marker = broker.dir.join("done");
+    let mut agent = agent_process(&broker, "agent-1", &work);
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'job_status'],[appl,eq,'late'],[job,eq,'S']").await.expect("subscribed");
+    let operator = operator(&broker).await;
+    until_stats(&operator, "the agent did not subscribe", |s| s.subscriptions >= 2).await;
+    // S ends a second after it starts, with its broker gone by then.
+    let xml = format!(
+        "<application name=\"late\" tz=\"UTC\"><job name=\"S\" run=\"daily\" agent=\"agent-1\">\
+         <command>sh</command><arg>-c</arg><arg>sleep 1; echo done &gt; {}</arg></job></application>",
+        marker.display()
+    );
+    let deployment = translate(&parse_application(&xml).expect("valid")).expect("translates");
+    for envelope in &deployment.envelopes {
+        operator.publish(envelope.publication("late").expect("an envelope")).await.expect("deployed");
+    }
+    until_stats(&operator, "the agent did not deploy", |s| s.composites >= 3).await;
+    operator
+        .publish(publication("[class,'trigger'],[appl,'late'],[gid,'g1'],[date,'2026-11-27']"))
+        .await
+        .expect("triggered");
+    statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "started")).await;
+    broker.kill();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(tokio::time::Instant::now() < deadline, "S did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // S has ended and its status cannot be sent; the agent stops too (SIGKILL).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    agent.kill().expect("killed");
+    let _ = agent.wait();
+    broker.start_again();
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'job_status'],[appl,eq,'late'],[job,eq,'S']").await.expect("subscribed");
+    // Restarted, the agent sends what its outbox kept: S succeeded, once, not run again.
+    let mut agent = agent_process(&broker, "agent-1", &work);
+    let seen =
+        statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "succeeded"))
+            .await;
+    assert_eq!(seen, [("g1".to_owned(), "S".to_owned(), "succeeded".to_owned())]);
+    assert_eq!(std::fs::read_to_string(&marker).expect("ran"), "done\n");
+    let _ = agent.kill();
+    let _ = agent.wait();
+}

@@ -97,8 +97,18 @@ impl Broker {
     /// Kills the process (no clean shutdown) and starts it again on the same port with
     /// the same data directory and flags.
     pub fn kill_and_restart(&mut self) {
+        self.kill();
+        self.start_again();
+    }
+
+    /// Kills the process (no clean shutdown); [`Broker::start_again`] brings it back.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts a killed broker again on the same port with the same data directory and flags.
+    pub fn start_again(&mut self) {
         let (child, addr, http) = spawn(&self.dir, &self.addr.to_string(), &self.args);
         assert_eq!(addr, self.addr);
         self.child = child;

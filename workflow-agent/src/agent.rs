@@ -40,8 +40,9 @@
 //! application's `max-generations` generations run (started here, their `APPL_END` not
 //! yet run), and publishes it when one ends.
 //!
-//! What is not built yet: statuses kept on disk until sent (a status waiting for the
-//! broker is lost if the agent stops too).
+//! Statuses and triggers wait in the journal's outbox until the broker has taken them: an
+//! agent stopped while its broker was away sends them when it starts again (before
+//! anything else).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -180,7 +181,7 @@ struct Agent {
     /// (appl, gid, job) running now.
     running: Arc<Mutex<HashSet<(String, String, String)>>>,
     slots: Arc<Semaphore>,
-    outgoing: mpsc::UnboundedSender<Outgoing>,
+    outgoing: Outbox,
     internal: mpsc::UnboundedSender<Internal>,
     /// Event trigger subscriptions, to their application.
     event_subs: HashMap<MessageId, String>,
@@ -200,14 +201,17 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let journal = Journal::open(&options.work_dir)?;
     let mut notifications = client.take_notifications();
     let client = Arc::new(client);
-    let (outgoing, to_publish) = mpsc::unbounded_channel::<Outgoing>();
+    let (queue, to_publish) = mpsc::unbounded_channel::<Queued>();
+    let journal = Arc::new(Mutex::new(journal));
+    let outgoing = Outbox { agent: options.name.clone(), journal: journal.clone(), queue };
+
     let (internal, mut from_tasks) = mpsc::unbounded_channel::<Internal>();
-    let publisher = tokio::spawn(publish_in_order(client.clone(), options.name.clone(), to_publish));
+    let publisher = tokio::spawn(publish_in_order(client.clone(), journal.clone(), to_publish));
     let mut agent = Agent {
         slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
         options,
         client,
-        journal: Arc::new(Mutex::new(journal)),
+        journal,
         jobs: HashMap::new(),
         applications: HashMap::new(),
         running: Arc::default(),
@@ -219,6 +223,24 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
     agent.restore().await?;
+    // What was waiting to be sent when the agent last stopped goes first, once the
+    // deployments are advertised again.
+    let pending = agent.outgoing.journal().outbox_pending()?;
+    if !pending.is_empty() {
+        tracing::info!(
+            "{} statuses and triggers not sent before the agent stopped: sending them",
+            pending.len()
+        );
+    }
+    for (seq, text) in pending {
+        match text.parse::<Publication>() {
+            Ok(publication) => {
+                let what = format!("a publication kept from before the restart ({publication})");
+                let _ = agent.outgoing.queue.send(Queued { seq: Some(seq), publication, what });
+            }
+            Err(e) => tracing::error!("the outbox holds an unreadable publication {text}: {e}"),
+        }
+    }
     agent.report_interrupted().await?;
     agent.client.send(&control_subscription(&agent.options.name)).await?;
     loop {
@@ -246,31 +268,74 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     Ok(())
 }
 
-/// Publishes what the agent sends, in order, each acknowledged by the broker; one the
-/// broker cannot take now (it is away) is sent again until it is taken.
-async fn publish_in_order(
-    client: Arc<Client>,
+/// A publication on its way out: kept in the journal's outbox (`seq`) until the broker
+/// has taken it, for statuses and triggers.
+#[derive(Debug)]
+struct Queued {
+    seq: Option<i64>,
+    publication: Publication,
+    what: String,
+}
+
+/// Where the agent's publications go: statuses and triggers are written to the journal's
+/// outbox first (so that an agent stopped while its broker is away sends them when it
+/// starts again), then queued for the publisher, which sends them in order.
+#[derive(Clone, Debug)]
+struct Outbox {
     agent: String,
-    mut to_publish: mpsc::UnboundedReceiver<Outgoing>,
-) {
-    while let Some(outgoing) = to_publish.recv().await {
-        let (publication, what) = match &outgoing {
+    journal: Arc<Mutex<Journal>>,
+    queue: mpsc::UnboundedSender<Queued>,
+}
+
+impl Outbox {
+    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `outgoing`; false if the publisher has stopped.
+    fn send(&self, outgoing: Outgoing) -> bool {
+        let (publication, what, durable) = match &outgoing {
             Outgoing::Status(s) => (
-                status_publication(&agent, s),
+                status_publication(&self.agent, s),
                 format!("the status {} of {}/{}/{}", s.status, s.appl, s.gid, s.job),
+                true,
             ),
-            Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl)),
+            Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl), false),
             Outgoing::Trigger(appl, gid, date) => {
-                (trigger_publication(appl, gid, date), format!("the trigger of {appl}/{gid}"))
+                (trigger_publication(appl, gid, date), format!("the trigger of {appl}/{gid}"), true)
             }
         };
         let publication = match publication {
             Ok(publication) => publication,
             Err(e) => {
                 tracing::error!("{what}: not a valid publication: {e}");
-                continue;
+                return true;
             }
         };
+        let seq = if durable {
+            match self.journal().outbox_push(&publication.to_string()) {
+                Ok(seq) => Some(seq),
+                Err(e) => {
+                    tracing::warn!("{what}: not kept in the outbox ({e}); sent all the same");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        self.queue.send(Queued { seq, publication, what }).is_ok()
+    }
+}
+
+/// Publishes what the agent queues, in order, each acknowledged by the broker; one the
+/// broker cannot take now (it is away) is sent again until it is taken, then leaves the
+/// outbox.
+async fn publish_in_order(
+    client: Arc<Client>,
+    journal: Arc<Mutex<Journal>>,
+    mut to_publish: mpsc::UnboundedReceiver<Queued>,
+) {
+    while let Some(Queued { seq, publication, what }) = to_publish.recv().await {
         let mut wait = RESEND_FIRST;
         loop {
             match client.publish_acked(publication.clone()).await {
@@ -285,6 +350,13 @@ async fn publish_in_order(
                     wait = (wait * 2).min(RESEND_MOST);
                 }
             }
+        }
+        if let Some(seq) = seq
+            && let Err(e) = journal.lock().unwrap_or_else(PoisonError::into_inner).outbox_done(seq)
+        {
+            tracing::warn!(
+                "{what}: sent, but still in the outbox ({e}): it may be sent again after a restart"
+            );
         }
     }
 }
@@ -787,8 +859,10 @@ impl Agent {
             };
             let attempts = run
                 .run(|n| {
-                    let journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
-                    if let Err(e) = journal.attempt(appl, gid, job, n) {
+                    // The journal's lock is let go before the outbox takes it.
+                    let attempt =
+                        journal.lock().unwrap_or_else(PoisonError::into_inner).attempt(appl, gid, job, n);
+                    if let Err(e) = attempt {
                         tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
                     }
                     let _ = outgoing.send(Outgoing::Status(Status::new(&key, "started", 0, n)));

@@ -83,6 +83,8 @@ impl Journal {
                  appl TEXT NOT NULL, gid TEXT NOT NULL, date TEXT NOT NULL,
                  PRIMARY KEY (appl, gid));
              CREATE TABLE IF NOT EXISTS deployments (appl TEXT PRIMARY KEY, body TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS outbox (
+                 seq INTEGER PRIMARY KEY AUTOINCREMENT, publication TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS cron_fired (
                  appl TEXT NOT NULL, pattern TEXT NOT NULL, at_ms INTEGER NOT NULL,
                  PRIMARY KEY (appl, pattern));",
@@ -296,6 +298,34 @@ impl Journal {
     pub fn drop_deployment(&self, appl: &str) -> rusqlite::Result<()> {
         self.db.execute("DELETE FROM deployments WHERE appl = ?1", params![appl])?;
         Ok(())
+    }
+
+    /// Keeps a publication (text syntax) until the broker has taken it; returns its number.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn outbox_push(&self, publication: &str) -> rusqlite::Result<i64> {
+        self.db.execute("INSERT INTO outbox (publication) VALUES (?1)", params![publication])?;
+        Ok(self.db.last_insert_rowid())
+    }
+
+    /// The broker has taken publication `seq`.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn outbox_done(&self, seq: i64) -> rusqlite::Result<()> {
+        self.db.execute("DELETE FROM outbox WHERE seq = ?1", params![seq])?;
+        Ok(())
+    }
+
+    /// The publications not yet taken by the broker, oldest first.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn outbox_pending(&self) -> rusqlite::Result<Vec<(i64, String)>> {
+        let mut query = self.db.prepare("SELECT seq, publication FROM outbox ORDER BY seq")?;
+        let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        rows.collect()
     }
 
     /// The last occurrence (epoch milliseconds) cron trigger `pattern` of `appl` fired for.
