@@ -275,7 +275,11 @@ async fn the_home_agent_fires_a_missed_cron_run_event_triggers_and_holds_to_max_
     let seen =
         statuses_until(&mut monitor, |seen| seen.iter().any(|(gid, _, _)| gid.starts_with("cron-"))).await;
     let gid = &seen.iter().find(|(gid, _, _)| gid.starts_with("cron-")).expect("a cron generation").0;
-    assert!(gid.ends_with("T1800"), "named after its occurrence: {gid}");
+    // The latest 18:00 UTC passed, not an earlier one.
+    let now = chrono::DateTime::from_timestamp_millis(padres_client::check::now().millis()).expect("now");
+    let day =
+        if now.format("%H").to_string().as_str() >= "18" { now } else { now - chrono::Duration::days(1) };
+    assert_eq!(gid, &format!("cron-{}T1800+0000", day.format("%Y-%m-%d")), "the latest run missed");
     // An event trigger, and at most one generation at a time: three events in a row run
     // one after the other.
     let events = format!(
@@ -299,7 +303,9 @@ async fn the_home_agent_fires_a_missed_cron_run_event_triggers_and_holds_to_max_
     let events_ended = |seen: &[(String, String, String)]| {
         seen.iter().filter(|(g, _, _)| g.starts_with("event-")).count() >= 3
     };
-    statuses_until(&mut monitor, events_ended).await;
+    let later = statuses_until(&mut monitor, events_ended).await;
+    // Only the one cron run was made up.
+    assert!(later.iter().all(|(g, _, _)| !g.starts_with("cron-")), "{later:?}");
     let written = std::fs::read_to_string(&log).expect("the jobs wrote");
     let lines: Vec<&str> = written.lines().filter(|l| l.starts_with("events ")).collect();
     assert_eq!(lines.len(), 6, "three generations (not the event elsewhere): {written}");

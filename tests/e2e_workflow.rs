@@ -11,7 +11,7 @@
 //! - a failed job leaves its successors waiting (`wait` exits 1); `rerun` and `bypass`
 //!   release them;
 //! - an agent SIGKILLed mid-job and restarted: the job is reported failed (not run again),
-//!   and after a rerun the generation finishes; no job ran twice on its own.
+//!   and after a bypass the generation finishes; no job ran twice on its own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -117,7 +117,7 @@ fn job(name: &str, run: &str, agent: &str, after: &[&str], script: &str, extra: 
 
 fn application(name: &str, jobs: &[String]) -> String {
     format!(
-        "<application name=\"{name}\" tz=\"UTC\" calendar=\"bank\"><calendar name=\"bank\" workdays=\"mon-fri\"/>{}</application>",
+        "<application name=\"{name}\" tz=\"UTC\" calendar=\"bank\" max-generations=\"4\"><calendar name=\"bank\" workdays=\"mon-fri\"/>{}</application>",
         jobs.concat()
     )
 }
@@ -326,6 +326,17 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     let out = wait(operator, "crash", "c1");
     assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
     assert_eq!(ran(&log, "c1"), ["K", "L"]);
+    // A new version that moves K to agent-2: agent-3, no longer named, is undeployed.
+    let moved = crash.replace("agent=\"agent-3\"", "agent=\"agent-2\"").replace("sleep 30", "true");
+    let file = dir.join("crash-2.xml");
+    std::fs::write(&file, &moved).expect("written");
+    let out = padres(operator, &["workflow", "deploy", file.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(stdout(&out).contains("agent-3: undeployed crash (no longer named)"), "{}", explain(&out));
+    trigger(operator, "crash", "c2", "2026-11-27");
+    let out = wait(operator, "crash", "c2");
+    assert_eq!(out.status.code(), Some(0), "{}", explain(&out));
+    assert_eq!(ran(&log, "c2"), ["K", "L"], "K ran once, on agent-2 alone");
 }
 
 /// `examples/month-end.xml` (41 jobs: fan-out, fan-in, `any-of`, status conditions, a

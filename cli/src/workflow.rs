@@ -60,7 +60,7 @@ async fn command_agents(
     client.advertise(control_advertisement()).await.map_err(|e| e.to_string())?;
     client.send(&reply_subscription(&first.appl)).await.map_err(|e| e.to_string())?;
     let mut answered: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::now() + timeout.min(Duration::from_secs(365 * 86_400));
     let mut next_send = tokio::time::Instant::now();
     let mut sent_once = false;
     while answered.len() < controls.len() {
@@ -82,11 +82,15 @@ async fn command_agents(
                         .filter(|c| !answered.contains_key(&c.agent))
                         .map(|c| c.agent.as_str())
                         .collect();
-                    return Err(format!(
+                    let mut error = format!(
                         "no answer within {} s from {} (is it running, connected to this federation, named so?)",
                         timeout.as_secs(),
                         missing.join(", ")
-                    ));
+                    );
+                    for (agent, why) in answered.iter().filter_map(|(a, r)| r.as_ref().map(|r| (a, r))) {
+                        error.push_str(&format!("\n{agent} refused: {why}"));
+                    }
+                    return Err(error);
                 }
                 continue;
             }
@@ -109,6 +113,13 @@ pub(crate) async fn deploy(file: &Path, timeout: Duration, broker: &BrokerArgs) 
     let reference = reference();
     let controls: Vec<Control> =
         deployment.envelopes.iter().map(|e| e.control(&deployment.appl, &reference)).collect();
+    // The agents the version deployed now is on, from the brokers' history: those the new
+    // one no longer names are sent an undeploy. Without a history of agent_ctl there is
+    // nothing to compare with (a first deployment, or brokers that keep none).
+    let before = match Follow::start(broker, &deployment.appl, None).await {
+        Ok(follow) => follow.known.plan.agents,
+        Err(_) => Default::default(),
+    };
     let mut client = broker.connect().await?;
     let answers = command_agents(&mut client, &controls, timeout, true).await?;
     let mut refused = Vec::new();
@@ -117,6 +128,25 @@ pub(crate) async fn deploy(file: &Path, timeout: Duration, broker: &BrokerArgs) 
         match answers.get(&envelope.agent) {
             Some(Some(why)) => refused.push(format!("{} refused: {why}", envelope.agent)),
             _ => out!("{}: deployed {} ({})", envelope.agent, deployment.appl, jobs.join(" ")),
+        }
+    }
+    let dropped: Vec<Control> = before
+        .iter()
+        .filter(|agent| !deployment.envelopes.iter().any(|e| e.agent == **agent))
+        .map(|agent| Control {
+            agent: agent.clone(),
+            appl: deployment.appl.clone(),
+            reference: reference.clone(),
+            command: Command::Undeploy,
+        })
+        .collect();
+    if !dropped.is_empty() {
+        let answers = command_agents(&mut client, &dropped, timeout, true).await?;
+        for (agent, answer) in answers {
+            match answer {
+                Some(why) => refused.push(format!("{agent} (no longer named) refused to undeploy: {why}")),
+                None => out!("{agent}: undeployed {} (no longer named)", deployment.appl),
+            }
         }
     }
     if refused.is_empty() { Ok(()) } else { Err(refused.join("\n")) }
@@ -269,6 +299,9 @@ fn render(plan: &Plan, gid: &str, date: Option<&str>, generation: &Generation) -
     let outcome = match generation.outcome(plan) {
         Outcome::Running => "running".to_owned(),
         Outcome::Succeeded => "succeeded".to_owned(),
+        Outcome::Stuck(failed) if failed.is_empty() => {
+            "stuck: nothing can proceed (a job waits for a status that did not come)".to_owned()
+        }
         Outcome::Stuck(failed) => format!("stuck: {} failed, nothing can proceed", failed.join(" ")),
     };
     let mut lines = vec![format!("generation {gid} ({}): {outcome}", date.unwrap_or("no trigger seen"))];
@@ -336,7 +369,8 @@ pub(crate) async fn status(
     json: bool,
     broker: &BrokerArgs,
 ) -> Result<(), String> {
-    let since = since_arg(since, "now-1d")?;
+    // One generation: all of it, however long ago it began.
+    let since = if gid.is_some() { long_ago() } else { since_arg(since, "now-1d")? };
     let follow = Follow::start(broker, appl, Some((gid, since))).await?;
     let known = &follow.known;
     if json {
@@ -420,8 +454,11 @@ pub(crate) async fn wait(
     timeout: Option<f64>,
     broker: &BrokerArgs,
 ) -> Result<ExitCode, String> {
-    let deadline = timeout.map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    let mut follow = Follow::start(broker, appl, Some((Some(gid), since_arg(None, "now-7d")?))).await?;
+    // At most a year: a timeout past that (or not a number) is no timeout.
+    let deadline = timeout
+        .filter(|s| s.is_finite() && *s < 365.0 * 86_400.0)
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let mut follow = Follow::start(broker, appl, Some((Some(gid), long_ago()))).await?;
     loop {
         let (date, generation) =
             follow.known.generations.get(gid).map(|(d, g, _)| (d.clone(), g.clone())).unwrap_or_default();
@@ -477,7 +514,7 @@ pub(crate) async fn watch(
     since: Option<&str>,
     broker: &BrokerArgs,
 ) -> Result<(), String> {
-    let since = since_arg(since, "now-1h")?;
+    let since = if gid.is_some() { long_ago() } else { since_arg(since, "now-1h")? };
     let mut follow = Follow::start(broker, appl, Some((gid, since))).await?;
     let terminal = std::io::stdout().is_terminal();
     let mut printed = 0;
@@ -489,7 +526,9 @@ pub(crate) async fn watch(
                 lines.extend(render(&known.plan, g, date.as_deref(), generation));
             }
             // Back to the first line drawn, then draw over it.
-            print!("\x1b[{printed}A\x1b[J");
+            if printed > 0 {
+                print!("\x1b[{printed}A\x1b[J");
+            }
             for line in &lines {
                 out!("{line}");
             }
@@ -583,7 +622,7 @@ pub(crate) async fn act(
     job: &str,
     broker: &BrokerArgs,
 ) -> Result<(), String> {
-    let follow = Follow::start(broker, appl, Some((Some(gid), since_arg(None, "now-7d")?))).await?;
+    let follow = Follow::start(broker, appl, Some((Some(gid), long_ago()))).await?;
     let planned = follow.known.plan.jobs.get(job).ok_or_else(|| {
         format!(
             "{appl} has no job {job} (deployed jobs: {})",
@@ -634,11 +673,12 @@ pub(crate) async fn undeploy(appl: &str, timeout: Duration, broker: &BrokerArgs)
         .collect();
     let mut client = follow.client;
     let answers = command_agents(&mut client, &controls, timeout, true).await?;
-    for (agent, refused) in &answers {
-        match refused {
-            Some(why) => eprintln!("padres: {agent} refused: {why}"),
+    let mut refused = Vec::new();
+    for (agent, answer) in &answers {
+        match answer {
+            Some(why) => refused.push(format!("{agent} refused: {why}")),
             None => out!("{agent}: undeployed {appl}"),
         }
     }
-    Ok(())
+    if refused.is_empty() { Ok(()) } else { Err(refused.join("\n")) }
 }

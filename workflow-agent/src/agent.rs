@@ -29,7 +29,9 @@
 //!
 //! Statuses and replies are published in the order they happen, by one task, each
 //! acknowledged by the broker: one that cannot be sent (the broker is away) is sent again
-//! until it is taken, so a broker restart loses none. A job found running in the journal
+//! until it is taken, so a broker restart loses none. One the broker refuses (its
+//! advertisement withdrawn meanwhile, by an undeploy or a new version deployed while the job
+//! ran) is logged and dropped. A job found running in the journal
 //! when the agent starts (it stopped while the job ran) is published `failed` with exit -1
 //! and the reason: its outcome is unknown, and it is not run again.
 //!
@@ -254,9 +256,14 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         let Some(notification) = notification else { break };
         match notification {
             Notification::Publication { subs, publication } => {
-                match subs.iter().find_map(|s| agent.event_subs.get(s)).cloned() {
-                    Some(appl) => agent.event(&appl, &publication),
-                    None => agent.control(&publication).await,
+                let mut applications: Vec<String> =
+                    subs.iter().filter_map(|s| agent.event_subs.get(s)).cloned().collect();
+                applications.dedup();
+                for appl in &applications {
+                    agent.event(appl, &publication);
+                }
+                if subs.iter().any(|s| !agent.event_subs.contains_key(s)) {
+                    agent.control(&publication).await;
                 }
             }
             Notification::Composite { sub, pubs } => agent.dependency(&sub, &pubs),
@@ -460,6 +467,9 @@ impl Agent {
                 let unchanged = self.applications.get(&appl).is_some_and(|a| a.body == **body);
                 if unchanged {
                     Ok(())
+                } else if let Err(why) = check_body(body) {
+                    // Refused before anything changes: the deployed version stays.
+                    Err(why)
                 } else {
                     self.undeploy(&appl).await;
                     let deployed = self.deploy((**body).clone()).await;
@@ -568,12 +578,18 @@ impl Agent {
                 self.event_subs.insert(sub.clone(), body.appl.clone());
                 application.events.push(sub);
             }
+            let started = self.journal().generations_started(&body.appl);
+            let started = match started {
+                Ok(started) => started,
+                Err(e) => {
+                    self.withdraw(&application).await;
+                    return Err(format!("journal: {e}"));
+                }
+            };
+            self.in_flight.entry(body.appl.clone()).or_default().extend(started);
             for (pattern, trigger) in crons {
                 application.crons.push(self.spawn_cron(&body.appl, &pattern, trigger));
             }
-            let started =
-                self.journal().generations_started(&body.appl).map_err(|e| format!("journal: {e}"))?;
-            self.in_flight.entry(body.appl.clone()).or_default().extend(started);
         }
         self.jobs.extend(jobs);
         tracing::info!("deployed {} ({} jobs here)", body.appl, application.subscriptions.len());
@@ -601,7 +617,16 @@ impl Agent {
         for sub in &application.events {
             self.event_subs.remove(sub);
         }
+        // Generations in flight are abandoned with the subscriptions that followed them:
+        // their triggers were taken, so no new subscription sees them.
         self.held.remove(appl);
+        if application.home {
+            for gid in self.in_flight.remove(appl).unwrap_or_default() {
+                if let Err(e) = self.journal().forget(appl, &gid) {
+                    tracing::warn!("{appl}/{gid}: forgetting the abandoned generation: {e}");
+                }
+            }
+        }
         self.withdraw(&application).await;
     }
 
@@ -752,8 +777,16 @@ impl Agent {
             while let Some(next) = trigger.next_after(after) {
                 let wait = (next - now()).to_std().unwrap_or_default();
                 tokio::time::sleep(wait).await;
-                fire(next);
-                after = next;
+                // A machine suspended (or a clock set forward) may wake after several
+                // occurrences: the latest fires, once, as after a restart.
+                let (latest, skipped) = trigger.missed(after, now()).unwrap_or((next, 0));
+                if skipped > 0 {
+                    tracing::warn!(
+                        "{appl}: cron trigger '{pattern}': {skipped} runs passed while asleep are skipped"
+                    );
+                }
+                fire(latest);
+                after = latest;
             }
         };
         tokio::spawn(task).abort_handle()
@@ -761,7 +794,9 @@ impl Agent {
 
     /// An operator's bypass: the job is published `succeeded` without running.
     fn bypass(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
-        self.deployed(appl, job)?;
+        if self.deployed(appl, job)?.info.is_none() {
+            return Err(format!("{job} is a virtual job: it runs when what it waits for is done"));
+        }
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
         if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
             return Err(format!("{job} of {gid} is running"));
@@ -882,8 +917,10 @@ impl Agent {
             if let Err(e) = ended {
                 tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
             }
-            let _ = outgoing.send(Outgoing::Status(status));
+            // No longer running before its status is out: an operator acting on the status
+            // (rerun, bypass) finds it ended.
             running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+            let _ = outgoing.send(Outgoing::Status(status));
         });
     }
 
@@ -900,6 +937,25 @@ impl Agent {
         }
         self.send(status);
     }
+}
+
+/// Whether `body` can be deployed: its calendar, run terms and cron triggers read.
+fn check_body(body: &EnvelopeBody) -> Result<(), String> {
+    parse_weekdays(&body.workdays)?;
+    for day in &body.holidays {
+        NaiveDate::parse_from_str(day, "%Y-%m-%d").map_err(|e| format!("holiday {day}: {e}"))?;
+    }
+    for job in &body.jobs {
+        if let Some(info) = &job.info {
+            schedule_of(info).map_err(|e| format!("job {}: {e}", job.job))?;
+        }
+    }
+    for trigger in &body.triggers {
+        if let TriggerSpec::Cron(pattern) = trigger {
+            CronTrigger::new(pattern, &body.tz)?;
+        }
+    }
+    Ok(())
 }
 
 /// What the journal's `claim` says, in words.

@@ -15,7 +15,9 @@
 //! run again: the agent reports it as `failed`, with the reason, so that the generation
 //! goes on from there as from any failure (an operator may rerun or bypass it); at start,
 //! [`Journal::interrupted`] lists them. A generation's rows go when it ends
-//! ([`Journal::forget`]).
+//! ([`Journal::forget`]) on the agent that runs its `APPL_END` (the home agent); the other
+//! agents do not see it end and keep theirs (not yet aged out), so a gid reused after its
+//! generation ended does not run again there.
 
 use std::path::Path;
 

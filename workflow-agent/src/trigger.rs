@@ -1,9 +1,12 @@
 //! When an application's cron triggers fire, in its time zone, and which run is made up
 //! after the home agent was down (the missed-run policy).
 //!
-//! A cron trigger's generation is named after its occurrence, `cron-YYYY-MM-DDTHHMM` in
-//! the application's time zone, and runs on that date: the same occurrence fired twice
-//! (a restart at the wrong moment) is one generation, as the agents' journals see it.
+//! A cron trigger's generation is named after its occurrence, `cron-YYYY-MM-DDTHHMM+ZZZZ`
+//! in the application's time zone (with its offset, so the hour repeated when clocks go
+//! back names two generations), and runs on that date: the same occurrence fired twice (a
+//! restart at the wrong moment) is one generation, as long as it runs. Expressions have
+//! five fields (minute, hour, day of month, month, day of week): a generation per minute
+//! at most.
 //!
 //! **Missed runs.** The journal records each cron trigger's last occurrence fired. When the
 //! home agent starts (or the application is deployed again) and occurrences passed since
@@ -30,6 +33,12 @@ impl CronTrigger {
     /// # Errors
     /// A bad expression or an unknown time zone, in words.
     pub fn new(pattern: &str, tz: &str) -> Result<Self, String> {
+        let fields = pattern.split_whitespace().count();
+        if fields != 5 && !pattern.trim_start().starts_with('@') {
+            return Err(format!(
+                "bad cron expression '{pattern}': five fields (minute hour day-of-month month day-of-week), not {fields}"
+            ));
+        }
         let cron = pattern.parse::<Cron>().map_err(|e| format!("bad cron expression '{pattern}': {e}"))?;
         let tz = tz.parse::<Tz>().map_err(|_| format!("unknown time zone '{tz}'"))?;
         Ok(Self { cron, tz })
@@ -44,30 +53,30 @@ impl CronTrigger {
     /// The occurrences after `last` up to `now` (the last of them is made up; see the
     /// module docs): the latest, and how many came before it.
     pub fn missed(&self, last: DateTime<Utc>, now: DateTime<Utc>) -> Option<(DateTime<Utc>, usize)> {
-        let mut latest = None;
+        let local = now.with_timezone(&self.tz);
+        let latest = self.cron.find_previous_occurrence(&local, true).ok()?.with_timezone(&Utc);
+        if latest <= last {
+            return None;
+        }
+        // Those skipped, counted for the log (at most 10,000 looked at).
         let mut earlier = 0;
         let mut at = last;
-        // Bounded: a minutely trigger missed for a year is half a million steps; stop at
-        // 100,000 and count what was skipped so far.
-        for _ in 0..100_000 {
+        while earlier < 10_000 {
             match self.next_after(at) {
-                Some(next) if next <= now => {
-                    if latest.is_some() {
-                        earlier += 1;
-                    }
-                    latest = Some(next);
+                Some(next) if next < latest => {
+                    earlier += 1;
                     at = next;
                 }
                 _ => break,
             }
         }
-        latest.map(|l| (l, earlier))
+        Some((latest, earlier))
     }
 
     /// The generation an occurrence starts: its gid and date, in the application's zone.
     pub fn generation(&self, at: DateTime<Utc>) -> (String, String) {
         let local = self.tz.from_utc_datetime(&at.naive_utc());
-        (format!("cron-{}", local.format("%Y-%m-%dT%H%M")), local.format("%Y-%m-%d").to_string())
+        (format!("cron-{}", local.format("%Y-%m-%dT%H%M%z")), local.format("%Y-%m-%d").to_string())
     }
 }
 
@@ -90,7 +99,10 @@ mod tests {
         // 18:00 in New York on 2026-11-27 (EST, UTC-5) is 23:00 UTC.
         let next = trigger.next_after(utc("2026-11-27T12:00:00Z")).expect("a next run");
         assert_eq!(next, utc("2026-11-27T23:00:00Z"));
-        assert_eq!(trigger.generation(next), ("cron-2026-11-27T1800".to_owned(), "2026-11-27".to_owned()));
+        assert_eq!(
+            trigger.generation(next),
+            ("cron-2026-11-27T1800-0500".to_owned(), "2026-11-27".to_owned())
+        );
         // After it, the next day's.
         assert_eq!(trigger.next_after(next), Some(utc("2026-11-28T23:00:00Z")));
     }
@@ -101,11 +113,18 @@ mod tests {
         let missed = trigger.missed(utc("2026-11-24T18:00:00Z"), utc("2026-11-27T19:00:00Z"));
         assert_eq!(missed, Some((utc("2026-11-27T18:00:00Z"), 2)), "25th and 26th skipped, 27th made up");
         assert_eq!(trigger.missed(utc("2026-11-27T18:00:00Z"), utc("2026-11-27T19:00:00Z")), None);
+        // Years missed: the latest still, found directly.
+        let years = trigger.missed(utc("2020-01-01T00:00:00Z"), utc("2026-11-27T19:00:00Z"));
+        assert_eq!(
+            years.map(|(at, skipped)| (at, skipped > 2_000)),
+            Some((utc("2026-11-27T18:00:00Z"), true))
+        );
     }
 
     #[test]
     fn bad_expressions_and_zones_are_refused_in_words() {
         assert!(CronTrigger::new("61 * * * *", "UTC").unwrap_err().contains("bad cron expression"));
+        assert!(CronTrigger::new("*/5 * * * * *", "UTC").unwrap_err().contains("five fields"));
         assert!(CronTrigger::new("0 18 * * *", "Mars/Olympus").unwrap_err().contains("unknown time zone"));
     }
 }

@@ -16,7 +16,9 @@
 //!   patterns it feeds, and a pattern moved loses its partial matches
 //!   (`docs/composite.md`).
 //!
-//! The agent answers each with one `agent_reply` [agent, appl, cmd, ref, outcome, reason]:
+//! The agent answers each that names its application and command (one that does not
+//! cannot be answered to anyone; it is logged) with one `agent_reply` [agent, appl, cmd,
+//! ref, outcome, reason]:
 //! `outcome` is `ok` or `refused` (`reason` says why). `ref` is the operator's: it names the
 //! command answered, so an operator sending the same command again (the agent may not have
 //! subscribed yet) knows an answer to any copy.

@@ -293,8 +293,16 @@ fn read_trigger<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>) 
     match (node.attribute("cron"), node.attribute("event")) {
         (Some(_), None) => r
             .parsed(node, "cron", |c| {
-                <croner::Cron as std::str::FromStr>::from_str(c.trim())
-                    .map_err(|e| format!("bad cron expression '{c}': {e}"))
+{
+                    let fields = c.split_whitespace().count();
+                    if fields != 5 && !c.trim_start().starts_with('@') {
+                        return Err(format!(
+                            "bad cron expression '{c}': five fields (minute hour day-of-month month day-of-week), not {fields}"
+                        ));
+                    }
+                    <croner::Cron as std::str::FromStr>::from_str(c.trim())
+                        .map_err(|e| format!("bad cron expression '{c}': {e}"))
+                }
             })
             .map(|c| Trigger::Cron(Box::new(c))),
         (None, Some(_)) => r

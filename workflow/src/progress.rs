@@ -13,7 +13,7 @@
 //! has started without ending and no job waits with its dependencies met. An operator's
 //! rerun or bypass unsticks it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use padres_lang::{Publication, Value};
 
@@ -24,6 +24,8 @@ use super::translate::{APPL_END, EnvelopeBody, Need};
 pub struct Plan {
     /// Each job (virtual ones included): its agent and dependencies.
     pub jobs: BTreeMap<String, Planned>,
+    /// The agents it is deployed on.
+    pub agents: BTreeSet<String>,
 }
 
 /// A job of a [`Plan`].
@@ -38,6 +40,7 @@ pub struct Planned {
 impl Plan {
     /// Adds the jobs of agent `agent`'s envelope `body`.
     pub fn add(&mut self, agent: &str, body: &EnvelopeBody) {
+        self.agents.insert(agent.to_owned());
         for job in &body.jobs {
             let planned = Planned { agent: agent.to_owned(), after: job.after.clone() };
             self.jobs.insert(job.job.clone(), planned);
@@ -46,6 +49,7 @@ impl Plan {
 
     /// Removes the jobs of agent `agent`.
     pub fn remove_agent(&mut self, agent: &str) {
+        self.agents.remove(agent);
         self.jobs.retain(|_, planned| planned.agent != agent);
     }
 }
@@ -255,7 +259,7 @@ mod tests {
     use super::*;
     use crate::{parse_application, translate};
 
-    /// Payroll with E after D's failure (an error handler).
+    /// Payroll.
     const XML: &str = r#"<application name="p" tz="UTC"><calendar name="c" workdays="mon-fri"/>
         <job name="A" run="daily" agent="a1"><command>true</command></job>
         <job name="B" run="daily" agent="a2"><command>true</command><after job="A"/></job>

@@ -18,7 +18,7 @@
 //!
 //! Message classes and attributes (DESIGN §8):
 //! `trigger` [appl, gid, date]; `job_status` [appl, gid, job, agent, status, exit,
-//! attempt]; `agent_ctl` [agent, cmd, appl, body].
+//! attempt, reason]; `agent_ctl` and `agent_reply`: [`crate::control`].
 
 use std::collections::BTreeMap;
 
