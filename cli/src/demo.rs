@@ -106,10 +106,10 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
     for i in 0..brokers {
         let name = format!("B{}", i + 1);
         let addr = start_broker(&name, &dir.join("brokers"), addrs.last().copied()).await?;
-        out!(
-            "  broker {name} on quic://{addr}{}",
-            if i > 0 { format!(" (linked to B{i})") } else { String::new() }
-        );
+        // The broker prints its address itself; its link is said here.
+        if i > 0 {
+            out!("  {name} linked to B{i}");
+        }
         addrs.push(addr);
     }
     for (i, agent) in AGENTS.iter().enumerate() {

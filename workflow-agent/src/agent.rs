@@ -733,8 +733,15 @@ impl Agent {
         if let Some(in_flight) = self.in_flight.get_mut(appl) {
             in_flight.remove(gid);
         }
-        if let Some((gid, date)) = self.held.get_mut(appl).and_then(VecDeque::pop_front) {
-            self.start_generation(appl, gid, date);
+        // The first held trigger that is not a repeat of one in flight takes the place.
+        let held = self.held.get(appl).map_or(0, VecDeque::len);
+        for _ in 0..held {
+            let Some((gid, date)) = self.held.get_mut(appl).and_then(VecDeque::pop_front) else { break };
+            let repeat = self.in_flight.get(appl).is_some_and(|f| f.contains(&gid));
+            if !repeat {
+                self.start_generation(appl, gid, date);
+                break;
+            }
         }
     }
 
