@@ -128,6 +128,8 @@ struct Application {
 enum Internal {
     /// A cron trigger fired: start generation `gid` of `appl` on `date`.
     Fire { appl: String, gid: String, date: String },
+    /// The broker refused generation `gid`'s trigger: it never started.
+    Refused { appl: String, gid: String },
 }
 
 /// A `job_status` publication to make.
@@ -208,7 +210,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let outgoing = Outbox { agent: options.name.clone(), journal: journal.clone(), queue };
 
     let (internal, mut from_tasks) = mpsc::unbounded_channel::<Internal>();
-    let publisher = tokio::spawn(publish_in_order(client.clone(), journal.clone(), to_publish));
+    let publisher =
+        tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal.clone(), to_publish));
     let mut agent = Agent {
         slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
         options,
@@ -238,7 +241,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         match text.parse::<Publication>() {
             Ok(publication) => {
                 let what = format!("a publication kept from before the restart ({publication})");
-                let _ = agent.outgoing.queue.send(Queued { seq: Some(seq), publication, what });
+                let _ =
+                    agent.outgoing.queue.send(Queued { seq: Some(seq), publication, what, if_refused: None });
             }
             Err(e) => tracing::error!("the outbox holds an unreadable publication {text}: {e}"),
         }
@@ -248,8 +252,11 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     loop {
         let notification = tokio::select! {
             notification = notifications.next() => notification,
-            Some(Internal::Fire { appl, gid, date }) = from_tasks.recv() => {
-                agent.start_generation(&appl, gid, date);
+            Some(internal) = from_tasks.recv() => {
+                match internal {
+                    Internal::Fire { appl, gid, date } => agent.start_generation(&appl, gid, date),
+                    Internal::Refused { appl, gid } => agent.generation_ended(&appl, &gid),
+                }
                 continue;
             }
         };
@@ -282,6 +289,8 @@ struct Queued {
     seq: Option<i64>,
     publication: Publication,
     what: String,
+    /// Told to the agent's loop if the broker refuses it.
+    if_refused: Option<Internal>,
 }
 
 /// Where the agent's publications go: statuses and triggers are written to the journal's
@@ -330,7 +339,11 @@ impl Outbox {
         } else {
             None
         };
-        self.queue.send(Queued { seq, publication, what }).is_ok()
+        let if_refused = match outgoing {
+            Outgoing::Trigger(appl, gid, _) => Some(Internal::Refused { appl, gid }),
+            Outgoing::Status(_) | Outgoing::Reply(_) => None,
+        };
+        self.queue.send(Queued { seq, publication, what, if_refused }).is_ok()
     }
 }
 
@@ -340,15 +353,20 @@ impl Outbox {
 async fn publish_in_order(
     client: Arc<Client>,
     journal: Arc<Mutex<Journal>>,
+    internal: mpsc::UnboundedSender<Internal>,
     mut to_publish: mpsc::UnboundedReceiver<Queued>,
 ) {
-    while let Some(Queued { seq, publication, what }) = to_publish.recv().await {
+    while let Some(Queued { seq, publication, what, mut if_refused }) = to_publish.recv().await {
         let mut wait = RESEND_FIRST;
         loop {
             match client.publish_acked(publication.clone()).await {
                 Ok(()) => break,
                 Err(e @ ClientError::Refused { .. }) => {
                     tracing::error!("{what}: refused by the broker: {e}");
+                    // A generation whose trigger was refused does not hold a place.
+                    if let Some(told) = if_refused.take() {
+                        let _ = internal.send(told);
+                    }
                     break;
                 }
                 Err(e) => {
