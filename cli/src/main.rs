@@ -301,31 +301,32 @@ enum WorkflowCommand {
     },
     /// Run a job of a generation that failed or timed out again, on its agent.
     Rerun {
-        /// The application.
-        appl: String,
-        /// The generation.
-        #[arg(long)]
-        gid: String,
-        /// The job.
-        #[arg(long)]
-        job: String,
+        #[command(flatten)]
+        target: GenerationJob,
         #[command(flatten)]
         broker: BrokerArgs,
     },
     /// Mark a job of a generation succeeded without running it (published with the reason
     /// "bypassed"), so that its successors proceed.
     Bypass {
-        /// The application.
-        appl: String,
-        /// The generation.
-        #[arg(long)]
-        gid: String,
-        /// The job.
-        #[arg(long)]
-        job: String,
+        #[command(flatten)]
+        target: GenerationJob,
         #[command(flatten)]
         broker: BrokerArgs,
     },
+}
+
+/// A job of a generation of an application.
+#[derive(Debug, Args)]
+struct GenerationJob {
+    /// The application.
+    appl: String,
+    /// The generation.
+    #[arg(long)]
+    gid: String,
+    /// The job.
+    #[arg(long)]
+    job: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -682,11 +683,11 @@ fn workflow(command: WorkflowCommand) -> Result<ExitCode, String> {
         WorkflowCommand::History { appl, since, json, broker } => {
             return done(runtime()?.block_on(history(&appl, Some(&since), json, &broker)));
         }
-        WorkflowCommand::Rerun { appl, gid, job, broker } => {
-            return done(runtime()?.block_on(act(Act::Rerun, &appl, &gid, &job, &broker)));
+        WorkflowCommand::Rerun { target: t, broker } => {
+            return done(runtime()?.block_on(act(Act::Rerun, &t.appl, &t.gid, &t.job, &broker)));
         }
-        WorkflowCommand::Bypass { appl, gid, job, broker } => {
-            return done(runtime()?.block_on(act(Act::Bypass, &appl, &gid, &job, &broker)));
+        WorkflowCommand::Bypass { target: t, broker } => {
+            return done(runtime()?.block_on(act(Act::Bypass, &t.appl, &t.gid, &t.job, &broker)));
         }
     }
     Ok(ExitCode::SUCCESS)

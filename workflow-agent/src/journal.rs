@@ -109,13 +109,7 @@ impl Journal {
 
     fn claim_in_transaction(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
         let tx = self.db.transaction()?;
-        let found: Option<(u32, Option<String>, Option<i64>)> = tx
-            .query_row(
-                "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
-                params![appl, gid, job],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .optional()?;
+        let found = run_row(&tx, appl, gid, job)?;
         let claim = match found {
             None => {
                 tx.execute(
@@ -235,13 +229,7 @@ impl Journal {
         job: &str,
     ) -> rusqlite::Result<Result<u32, Claim>> {
         let tx = self.db.transaction()?;
-        let found: Option<(u32, Option<String>, Option<i64>)> = tx
-            .query_row(
-                "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
-                params![appl, gid, job],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .optional()?;
+        let found = run_row(&tx, appl, gid, job)?;
         let answer = match found {
             None => Err(Claim::New),
             Some((attempt, Some(status), _)) if status == "failed" || status == "timeout" => {
@@ -265,14 +253,7 @@ impl Journal {
     /// # Errors
     /// The journal cannot be read.
     pub fn look(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
-        let found: Option<(u32, Option<String>, Option<i64>)> = self
-            .db
-            .query_row(
-                "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
-                params![appl, gid, job],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .optional()?;
+        let found = run_row(&self.db, appl, gid, job)?;
         Ok(match found {
             None => Claim::New,
             Some((attempt, Some(status), exit)) => Claim::Ended { status, exit: exit.unwrap_or(-1), attempt },
@@ -378,6 +359,19 @@ impl Journal {
         let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
         rows.collect()
     }
+}
+
+/// A job's row in `runs`: its last attempt, and its status and exit if it ended.
+type RunRow = (u32, Option<String>, Option<i64>);
+
+/// Job `job` of generation `gid`'s row in `runs`, if it has one.
+fn run_row(db: &Connection, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Option<RunRow>> {
+    db.query_row(
+        "SELECT attempt, status, exit FROM runs WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+        params![appl, gid, job],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )
+    .optional()
 }
 
 #[cfg(test)]
