@@ -348,8 +348,15 @@ async fn a_status_made_while_the_broker_is_down_is_sent_after_the_agent_restarts
         assert!(tokio::time::Instant::now() < deadline, "S did not end");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // S has ended and its status cannot be sent; the agent stops too (SIGKILL).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // S has ended and its status, which cannot be sent, waits in the outbox; then the agent
+    // stops too (SIGKILL).
+    let journal = padres_agent::journal::Journal::open(&work).expect("the agent's journal");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !journal.outbox_pending().expect("readable").iter().any(|(_, p)| p.contains("'succeeded'")) {
+        assert!(tokio::time::Instant::now() < deadline, "S's status never reached the outbox");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(journal);
     agent.kill().expect("killed");
     let _ = agent.wait();
     broker.start_again();
