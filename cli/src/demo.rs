@@ -148,9 +148,7 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
     workflow::deploy(&file, Duration::from_secs(30), &operator).await?;
 
     let app = workflow::read_workflow(&file)?;
-    let today = chrono::DateTime::from_timestamp_millis(padres_client::check::now().millis())
-        .ok_or("the clock is out of range")?
-        .date_naive();
+    let today = padres_agent::trigger::now().date_naive();
     let friday = last(Weekday::Fri, today, &app.calendar.holidays);
     let wednesday = last(Weekday::Wed, today, &app.calendar.holidays);
     let generations = [("fri", friday), ("wed", wednesday)];

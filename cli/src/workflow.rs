@@ -578,9 +578,7 @@ pub(crate) async fn trigger(
     let date = match date {
         Some(d) => chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d")
             .map_err(|_| format!("--date {d}: expected YYYY-MM-DD"))?,
-        None => chrono::DateTime::from_timestamp_millis(padres_client::check::now().millis())
-            .ok_or("the clock is out of range")?
-            .date_naive(),
+        None => padres_agent::trigger::now().date_naive(),
     };
     let date = date.format("%Y-%m-%d").to_string();
     let gid = gid.map_or_else(|| format!("{date}-{}", reference()), str::to_owned);

@@ -33,13 +33,7 @@ impl CronTrigger {
     /// # Errors
     /// A bad expression or an unknown time zone, in words.
     pub fn new(pattern: &str, tz: &str) -> Result<Self, String> {
-        let fields = pattern.split_whitespace().count();
-        if fields != 5 && !pattern.trim_start().starts_with('@') {
-            return Err(format!(
-                "bad cron expression '{pattern}': five fields (minute hour day-of-month month day-of-week), not {fields}"
-            ));
-        }
-        let cron = pattern.parse::<Cron>().map_err(|e| format!("bad cron expression '{pattern}': {e}"))?;
+        let cron = padres_workflow::parse::cron_expression(pattern)?;
         let tz = tz.parse::<Tz>().map_err(|_| format!("unknown time zone '{tz}'"))?;
         Ok(Self { cron, tz })
     }

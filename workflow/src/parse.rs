@@ -288,23 +288,25 @@ fn read_calendar<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>)
     calendar
 }
 
+/// A cron expression as a trigger takes it: five fields (minute, hour, day of month,
+/// month, day of week), or a nickname such as `@daily`; a generation per minute at most.
+///
+/// # Errors
+/// Another number of fields, or what croner refuses, in words.
+pub fn cron_expression(text: &str) -> Result<croner::Cron, String> {
+    let fields = text.split_whitespace().count();
+    if fields != 5 && !text.trim_start().starts_with('@') {
+        return Err(format!(
+            "bad cron expression '{text}': five fields (minute hour day-of-month month day-of-week), not {fields}"
+        ));
+    }
+    text.trim().parse().map_err(|e| format!("bad cron expression '{text}': {e}"))
+}
+
 fn read_trigger<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>) -> Option<Trigger> {
     r.only_attributes(node, &["cron", "event"]);
     match (node.attribute("cron"), node.attribute("event")) {
-        (Some(_), None) => r
-            .parsed(node, "cron", |c| {
-{
-                    let fields = c.split_whitespace().count();
-                    if fields != 5 && !c.trim_start().starts_with('@') {
-                        return Err(format!(
-                            "bad cron expression '{c}': five fields (minute hour day-of-month month day-of-week), not {fields}"
-                        ));
-                    }
-                    <croner::Cron as std::str::FromStr>::from_str(c.trim())
-                        .map_err(|e| format!("bad cron expression '{c}': {e}"))
-                }
-            })
-            .map(|c| Trigger::Cron(Box::new(c))),
+        (Some(_), None) => r.parsed(node, "cron", cron_expression).map(|c| Trigger::Cron(Box::new(c))),
         (None, Some(_)) => r
             .parsed(node, "event", |s| {
                 s.parse().map_err(|e: padres_lang::ParseError| format!("bad subscription: {e}"))
