@@ -79,13 +79,21 @@ struct Agent {
 }
 
 impl Agent {
+    /// Starts agent `name`; its log goes to `agent.log` in `work`, appended to across
+    /// restarts.
     fn start(broker: &Broker, name: &str, work: &Path) -> Self {
+        std::fs::create_dir_all(work).expect("work dir");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(work.join("agent.log"))
+            .expect("agent log");
         let child = Command::new(padres_tests::binary("padres-agent"))
             .args(["--name", name])
             .args(broker_flags(broker))
             .arg("--work-dir")
             .arg(work)
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("padres-agent starts");
         Self { child, name: name.to_owned(), work: work.to_owned() }
@@ -280,6 +288,15 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     std::fs::write(agents[1].work.join("ok"), "").expect("ok");
     let out = padres(operator, &["workflow", "rerun", "ops", "--gid", "o1", "--job", "F"]);
     assert!(out.status.success(), "rerun: {}", explain(&out));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while state_of(&states(operator, "ops", "o1"), "G") != "succeeded" {
+        assert!(std::time::Instant::now() < deadline, "G did not run after F's rerun");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A rerun of a job that succeeded is refused, with the reason.
+    let out = padres(operator, &["workflow", "rerun", "ops", "--gid", "o1", "--job", "G"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only a failed job is rerun"), "{}", explain(&out));
     // T's timeout still holds APPL_END back: bypass it.
     let out = padres(operator, &["workflow", "bypass", "ops", "--gid", "o1", "--job", "T"]);
     assert!(out.status.success(), "bypass: {}", explain(&out));
@@ -287,10 +304,14 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     assert_eq!(out.status.code(), Some(0), "released: {}", explain(&out));
     assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "F").count(), 2, "F ran, and once more on rerun");
     assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "G").count(), 1);
-    // A rerun of a job that succeeded is refused, with the reason.
+    // A rerun in a generation that has ended is refused, with the reason.
     let out = padres(operator, &["workflow", "rerun", "ops", "--gid", "o1", "--job", "G"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only a failed job is rerun"), "{}", explain(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("generation o1 of ops has ended"),
+        "{}",
+        explain(&out)
+    );
 
     // agent-3 SIGKILLed while K runs, and restarted: K is reported failed, not run again.
     let marker = dir.join("k-started");
@@ -400,4 +421,77 @@ fn month_end_runs_on_the_last_workday_and_on_an_ordinary_day() {
     let written = std::fs::read_to_string(&log).expect("the jobs wrote");
     assert_eq!(written.lines().filter(|l| l.starts_with("ledger/close")).count(), 1, "{written}");
     assert!(!written.contains("ops/backup"), "{written}");
+}
+
+/// Waits up to 20 s for `path` to exist.
+fn wait_for_file(path: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{} did not appear", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Faults mid-generation, each while B runs after C has ended (so that D's dependency is
+/// half met): the broker that detects `{B}&{C}` for D (B3, B's agent's broker) killed and
+/// restarted, losing that partial match; then D's agent (the home agent) SIGKILLed and
+/// restarted on another broker, its dependency subscriptions issued anew there without the
+/// generation's trigger.
+/// Each generation finishes (the agents catch up from the history stores) and every job
+/// runs once.
+#[test]
+fn generations_finish_after_a_broker_and_an_agent_restart_mid_generation() {
+    let mut brokers = chain("restart");
+    let dir = brokers[0].dir.join("test");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("ran.log");
+    let mut agents = [
+        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
+        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
+        Agent::start(&brokers[4], "agent-3", &dir.join("agent-3")),
+    ];
+    let marks = dir.join("marks");
+    std::fs::create_dir_all(&marks).expect("dir");
+    let b = format!("touch {}/b-$1; sleep 4", marks.display());
+    let c = format!("touch {}/c-$1", marks.display());
+    let payroll = application(
+        "payroll",
+        &[
+            job("A", "daily", "agent-1", &[], "true", "", &log),
+            job("B", "daily", "agent-2", &["A"], &b, "", &log),
+            job("C", "daily", "agent-3", &["A"], &c, "", &log),
+            job("D", "daily", "agent-1", &["B", "C"], "true", "", &log),
+        ],
+    );
+    deploy(&brokers[4], &dir, "payroll", &payroll);
+
+    // B3 killed while B runs and C has ended, and restarted.
+    trigger(&brokers[4], "payroll", "r1", "2026-11-27");
+    wait_for_file(&marks.join("b-r1"));
+    wait_for_file(&marks.join("c-r1"));
+    // C's status reaches B3's detector.
+    std::thread::sleep(Duration::from_millis(500));
+    brokers[2].kill();
+    std::thread::sleep(Duration::from_millis(500));
+    brokers[2].start_again();
+    let out = wait(&brokers[4], "payroll", "r1");
+    assert_eq!(out.status.code(), Some(0), "r1 finishes after B3's restart: {}", explain(&out));
+    let mut r1 = ran(&log, "r1");
+    r1.sort();
+    assert_eq!(r1, ["A", "B", "C", "D"], "each job once");
+
+    // agent-1 (A, D, and the generation's start and end) killed while B runs, and restarted.
+    let operator = &brokers[4];
+    trigger(operator, "payroll", "r2", "2026-11-27");
+    wait_for_file(&marks.join("b-r2"));
+    wait_for_file(&marks.join("c-r2"));
+    agents[0].kill();
+    let (name, work) = (agents[0].name.clone(), agents[0].work.clone());
+    // It comes back on B2: its new subscriptions share nothing with those it left at B1.
+    agents[0] = Agent::start(&brokers[1], &name, &work);
+    let out = wait(operator, "payroll", "r2");
+    assert_eq!(out.status.code(), Some(0), "r2 finishes after agent-1's restart: {}", explain(&out));
+    let mut r2 = ran(&log, "r2");
+    r2.sort();
+    assert_eq!(r2, ["A", "B", "C", "D"], "each job once");
 }

@@ -409,6 +409,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
             name: name.clone(),
             work_dir: root.join("agents").join(name),
             max_parallel: 8,
+            catch_up: padres_agent::agent::CATCH_UP,
         };
         tokio::spawn(
             async move { padres_agent::agent::serve(client, options).await.expect("the agent serves") },

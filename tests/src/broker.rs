@@ -29,7 +29,10 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // PADRES_KEEP_TEST_DIRS=1 keeps the data directories (logs, stores) to look at.
+        if std::env::var_os("PADRES_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

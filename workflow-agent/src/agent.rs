@@ -45,6 +45,24 @@
 //! Statuses and triggers wait in the journal's outbox until the broker has taken them: an
 //! agent stopped while its broker was away sends them when it starts again (before
 //! anything else).
+//!
+//! # Catching up
+//! A dependency's partial matches live at the brokers that detect it: a broker that
+//! restarts loses them, a pattern moved elsewhere starts without them, and a status that
+//! was on its way through a broker that crashed is lost to the detectors beyond it. So
+//! that a generation does not wait for ever after such a fault, each agent also follows
+//! its applications' generations: it subscribes to their triggers and to their `APPL_END`
+//! statuses (from the time the application was deployed here, stored ones first), and
+//! keeps the generations it has seen start and not end. Every [`Options::catch_up`]
+//! (doubling to [`CATCH_UP_MOST`] times that while nothing new is found), for each such
+//! generation in which one of its jobs has not run, it reads the generation's statuses
+//! from the brokers' history stores and runs each of its jobs whose dependencies those
+//! statuses meet, as if the dependency had matched (the journal keeps it to once). A
+//! generation triggered more than [`CATCH_UP_HORIZON`] ago is not followed. Without a
+//! history store keeping `trigger` and `job_status`, there is nothing to catch up from.
+//!
+//! An ended generation (its `APPL_END` seen, live or from history) is forgotten by every
+//! agent, leaving a mark in the journal so that nothing of it runs again.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -62,7 +80,8 @@ use padres_workflow::control::{
     Command, Control, Reply, control_subscription, reply_advertisement, trigger_advertisement,
     trigger_publication,
 };
-use padres_workflow::translate::status_advertisement;
+use padres_workflow::progress::{Generation, State, StatusEvent};
+use padres_workflow::translate::{Need, status_advertisement};
 use padres_workflow::{
     APPL_END, APPL_START, Calendar, EnvelopeBody, HolidayRule, JobInfo, RunTerm, Schedule, TriggerSpec,
 };
@@ -81,7 +100,25 @@ pub struct Options {
     pub work_dir: PathBuf,
     /// Most jobs running at once.
     pub max_parallel: usize,
+    /// How long after seeing a generation start the agent first checks the history stores
+    /// for jobs of its own whose dependencies are met without it having been told
+    /// (see the module docs); zero does not check.
+    pub catch_up: Duration,
 }
+
+/// The default of [`Options::catch_up`].
+pub const CATCH_UP: Duration = Duration::from_secs(10);
+
+/// The longest wait between two checks of one generation, in multiples of
+/// [`Options::catch_up`].
+pub const CATCH_UP_MOST: u32 = 32;
+
+/// The wait before checking a generation again after catching up in it (at most
+/// [`Options::catch_up`]).
+pub const CATCH_UP_AGAIN: Duration = Duration::from_secs(2);
+
+/// Generations triggered longer ago than this are not followed: 7 days.
+pub const CATCH_UP_HORIZON: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Why the agent stopped.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +143,8 @@ struct Deployed {
     info: Option<Arc<JobInfo>>,
     schedule: Option<Schedule>,
     calendar: Arc<Calendar>,
+    /// What it waits for, for catching up.
+    after: Vec<Need>,
 }
 
 /// An application deployed here: what it was deployed from, its subscriptions (by job)
@@ -121,7 +160,37 @@ struct Application {
     events: Vec<MessageId>,
     /// Its cron triggers' tasks (home agent).
     crons: Vec<tokio::task::AbortHandle>,
+    /// The subscriptions following its generations: their triggers and ends.
+    follows: Vec<MessageId>,
 }
+
+/// A generation an agent follows (seen start, not end), to catch up in.
+#[derive(Debug)]
+struct Followed {
+    /// Its run day, from its trigger.
+    date: Option<String>,
+    /// Its trigger's time (epoch milliseconds).
+    since_ms: i64,
+    /// When to check it next; `None` while a check runs or once every job here has run.
+    next: Option<tokio::time::Instant>,
+    /// The wait before the next check.
+    every: Duration,
+    /// Statuses the last check found.
+    seen: usize,
+}
+
+/// A check of one generation's statuses in the history stores (a historic subscription
+/// reaching up to when it was made).
+#[derive(Debug)]
+struct Check {
+    appl: String,
+    gid: String,
+    generation: Generation,
+    started: tokio::time::Instant,
+}
+
+/// A check not answered in this long is dropped and made again.
+const CHECK_LONGEST: Duration = Duration::from_secs(60);
 
 /// What the agent's own tasks ask of its loop.
 #[derive(Debug)]
@@ -193,6 +262,12 @@ struct Agent {
     /// not run yet), and triggers held back by the application's `max-generations`.
     in_flight: HashMap<String, HashSet<String>>,
     held: HashMap<String, VecDeque<(String, String)>>,
+    /// The subscriptions following generations, to their application.
+    follows: HashMap<MessageId, String>,
+    /// The generations followed, by application and gid.
+    followed: HashMap<String, HashMap<String, Followed>>,
+    /// Checks running, by their subscription.
+    checks: HashMap<MessageId, Check>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -225,6 +300,9 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         event_subs: HashMap::new(),
         in_flight: HashMap::new(),
         held: HashMap::new(),
+        follows: HashMap::new(),
+        followed: HashMap::new(),
+        checks: HashMap::new(),
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
     agent.restore().await?;
@@ -249,9 +327,15 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     }
     agent.report_interrupted().await?;
     agent.client.send(&control_subscription(&agent.options.name)).await?;
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let notification = tokio::select! {
             notification = notifications.next() => notification,
+            _ = ticks.tick(), if !agent.options.catch_up.is_zero() => {
+                agent.check_due().await;
+                continue;
+            }
             Some(internal) = from_tasks.recv() => {
                 match internal {
                     Internal::Fire { appl, gid, date } => agent.start_generation(&appl, gid, date),
@@ -269,12 +353,24 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 for appl in &applications {
                     agent.event(appl, &publication);
                 }
-                if subs.iter().any(|s| !agent.event_subs.contains_key(s)) {
+                let mut others = false;
+                for sub in &subs {
+                    if let Some(appl) = agent.follows.get(sub).cloned() {
+                        agent.follow(&appl, &publication);
+                    } else if let Some(check) = agent.checks.get_mut(sub) {
+                        if let Some(event) = StatusEvent::from_publication(&check.appl, &publication) {
+                            check.generation.record(event);
+                        }
+                    } else if !agent.event_subs.contains_key(sub) {
+                        others = true;
+                    }
+                }
+                if others {
                     agent.control(&publication).await;
                 }
             }
             Notification::Composite { sub, pubs } => agent.dependency(&sub, &pubs),
-            Notification::EndOfHistory { .. } => {}
+            Notification::EndOfHistory { sub, .. } => agent.checked(&sub).await,
         }
     }
     drop(agent);
@@ -421,9 +517,9 @@ impl Agent {
     /// Deploys again what the journal says was deployed when the agent last stopped.
     async fn restore(&mut self) -> Result<(), AgentError> {
         let kept = self.journal().deployments()?;
-        for (appl, body) in kept {
+        for (appl, body, at_ms) in kept {
             let deployed = match EnvelopeBody::from_json(&body) {
-                Ok(body) => self.deploy(body).await,
+                Ok(body) => self.deploy(body, at_ms).await,
                 Err(e) => Err(e),
             };
             match deployed {
@@ -490,9 +586,10 @@ impl Agent {
                     Err(why)
                 } else {
                     self.undeploy(&appl).await;
-                    let deployed = self.deploy((**body).clone()).await;
+                    let at_ms = now().timestamp_millis();
+                    let deployed = self.deploy((**body).clone(), at_ms).await;
                     if deployed.is_ok()
-                        && let Err(e) = self.journal().keep_deployment(&appl, &body.to_json())
+                        && let Err(e) = self.journal().keep_deployment(&appl, &body.to_json(), at_ms)
                     {
                         tracing::error!("{appl}: deployed, but not kept in the journal: {e}");
                     }
@@ -514,7 +611,9 @@ impl Agent {
         let _ = self.outgoing.send(Outgoing::Reply(Reply::to(&control, outcome.err())));
     }
 
-    async fn deploy(&mut self, body: EnvelopeBody) -> Result<(), String> {
+    /// Deploys `body` (deployed at `at_ms`, epoch milliseconds: the generations followed
+    /// start from then).
+    async fn deploy(&mut self, body: EnvelopeBody, at_ms: i64) -> Result<(), String> {
         let calendar = Arc::new(Calendar {
             name: body.appl.clone(),
             workdays: parse_weekdays(&body.workdays)?,
@@ -547,6 +646,7 @@ impl Agent {
             advertisements: Vec::new(),
             events: Vec::new(),
             crons: Vec::new(),
+            follows: Vec::new(),
         };
         if home {
             let adv =
@@ -579,8 +679,30 @@ impl Agent {
                     info,
                     schedule,
                     calendar: calendar.clone(),
+                    after: job.after,
                 },
             ));
+        }
+        // Its generations, followed for catching up: triggers and ends since it was
+        // deployed here (at most the horizon ago), the stored ones first.
+        let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
+        let since = padres_lang::Timestamp::from_millis(at_ms.max(horizon))
+            .map_or_else(|| "0".to_owned(), padres_lang::Timestamp::to_rfc3339);
+        let appl_value = Value::str(&body.appl);
+        for follow in [
+            format!("s [class,eq,'trigger'],[appl,eq,{appl_value}],[time,>=,{since}]"),
+            format!(
+                "s [class,eq,'job_status'],[appl,eq,{appl_value}],[job,eq,'{APPL_END}'],[time,>=,{since}]"
+            ),
+        ] {
+            match self.client.send(&follow).await {
+                Ok(Some(sub)) => application.follows.push(sub),
+                other => {
+                    self.withdraw(&application).await;
+                    let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
+                    return Err(format!("following its generations ({follow}): {why}"));
+                }
+            }
         }
         if home {
             for spec in &body.triggers {
@@ -610,6 +732,9 @@ impl Agent {
             }
         }
         self.jobs.extend(jobs);
+        for sub in &application.follows {
+            self.follows.insert(sub.clone(), body.appl.clone());
+        }
         tracing::info!("deployed {} ({} jobs here)", body.appl, application.subscriptions.len());
         self.applications.insert(body.appl, application);
         Ok(())
@@ -619,7 +744,7 @@ impl Agent {
         for cron in &application.crons {
             cron.abort();
         }
-        for sub in application.subscriptions.values().chain(&application.events) {
+        for sub in application.subscriptions.values().chain(&application.events).chain(&application.follows) {
             let _ = self.client.unsubscribe(sub.clone()).await;
         }
         for adv in &application.advertisements {
@@ -635,6 +760,10 @@ impl Agent {
         for sub in &application.events {
             self.event_subs.remove(sub);
         }
+        for sub in &application.follows {
+            self.follows.remove(sub);
+        }
+        self.followed.remove(appl);
         // Generations in flight are abandoned with the subscriptions that followed them:
         // their triggers were taken, so no new subscription sees them.
         self.held.remove(appl);
@@ -665,11 +794,14 @@ impl Agent {
         let (Some(info), Some(_)) = (&deployed.info, &deployed.schedule) else {
             return Err(format!("{job} is a virtual job: it has nothing to run"));
         };
+        if self.journal().generation_ended(appl, gid).map_err(|e| format!("journal: {e}"))? {
+            return Err(format!("generation {gid} of {appl} has ended: nothing of it runs again"));
+        }
         let date = self
             .journal()
             .generation_date(appl, gid)
             .map_err(|e| format!("journal: {e}"))?
-            .ok_or_else(|| format!("generation {gid} of {appl} has not run here or has ended"))?;
+            .ok_or_else(|| format!("generation {gid} of {appl} has not run here"))?;
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
         if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
             return Err(format!("{job} of {gid} is running"));
@@ -702,6 +834,11 @@ impl Agent {
         }
         NaiveDate::parse_from_str(&date, "%Y-%m-%d")
             .map_err(|_| format!("date {date}: expected YYYY-MM-DD"))?;
+        if self.journal().generation_ended(appl, &gid).map_err(|e| format!("journal: {e}"))? {
+            return Err(format!(
+                "generation {gid} of {appl} has run and ended: a generation id is used once"
+            ));
+        }
         tracing::info!("{appl}/{gid}: triggered by an operator, run on {date}");
         self.start_generation(appl, gid, date);
         Ok(())
@@ -743,13 +880,16 @@ impl Agent {
             return;
         }
         in_flight.insert(gid.clone());
+        // Its own trigger does not come back to it: followed from here.
+        self.follow_generation(appl, &gid, Some(date.clone()), now().timestamp_millis());
         let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), gid, date));
     }
 
-    /// Generation `gid` of `appl` ended here (its `APPL_END` ran): a held trigger goes.
+    /// Generation `gid` of `appl`, started here, ended (its `APPL_END` ran) or never
+    /// started (its trigger was refused): a held trigger goes.
     fn generation_ended(&mut self, appl: &str, gid: &str) {
-        if let Some(in_flight) = self.in_flight.get_mut(appl) {
-            in_flight.remove(gid);
+        if !self.in_flight.get_mut(appl).is_some_and(|in_flight| in_flight.remove(gid)) {
+            return;
         }
         // The first held trigger that is not a repeat of one in flight takes the place.
         let held = self.held.get(appl).map_or(0, VecDeque::len);
@@ -855,15 +995,38 @@ impl Agent {
             tracing::warn!("{}/{}: a dependency match without its trigger", deployed.appl, deployed.job);
             return;
         };
-        let (Some(gid), date) = (text(trigger, "gid"), text(trigger, "date")) else { return };
+        let Some(gid) = text(trigger, "gid") else { return };
+        let appl = deployed.appl.clone();
+        let date = text(trigger, "date").map(str::to_owned);
+        let since_ms =
+            trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+        self.follow_generation(&appl, gid, date.clone(), since_ms);
+        self.ready(sub, gid, date.as_deref(), false);
+    }
+
+    /// The job of dependency `sub` may run in generation `gid` (run on `date`): notified
+    /// by its match, or found by catching up (`caught_up`).
+    fn ready(&mut self, sub: &MessageId, gid: &str, date: Option<&str>, caught_up: bool) {
+        let Some(deployed) = self.jobs.get(sub) else { return };
         let key = (deployed.appl.clone(), gid.to_owned(), deployed.job.clone());
         if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
             return;
         }
         let claim = self.journal().claim(&key.0, &key.1, &key.2);
         match claim {
-            Ok(Claim::New) => {}
-            Ok(Claim::Ended { .. } | Claim::Unfinished { .. }) => return self.not_running(&key),
+            Ok(Claim::New) => {
+                if caught_up {
+                    tracing::info!(
+                        "{}/{}/{}: its dependencies are met, as the history stores say, and no match came: catching up",
+                        key.0,
+                        key.1,
+                        key.2
+                    );
+                }
+            }
+            Ok(Claim::Ended { .. } | Claim::Unfinished { .. } | Claim::GenerationEnded) => {
+                return self.not_running(&key);
+            }
             Err(e) => {
                 tracing::error!("{}/{}/{}: the journal failed, not run: {e}", key.0, key.1, key.2);
                 return self.not_running(&key);
@@ -872,13 +1035,11 @@ impl Agent {
         let (Some(info), Some(schedule)) = (&deployed.info, &deployed.schedule) else {
             // A virtual job.
             self.finish(&key, Status::new(&key, "succeeded", 0, 0));
+            self.not_running(&key);
             if key.2 == APPL_END {
-                if let Err(e) = self.journal().forget(&key.0, &key.1) {
-                    tracing::warn!("{}/{}: forgetting the generation: {e}", key.0, key.1);
-                }
-                self.generation_ended(&key.0, &key.1);
+                self.end_generation(&key.0, &key.1);
             }
-            return self.not_running(&key);
+            return;
         };
         let day = date.and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok());
         let Some(day) = day else {
@@ -949,6 +1110,178 @@ impl Agent {
         });
     }
 
+    /// A publication of a subscription following `appl`'s generations: a trigger (one
+    /// started) or an `APPL_END` status (one ended).
+    fn follow(&mut self, appl: &str, publication: &Publication) {
+        let Some(gid) = text(publication, "gid") else { return };
+        if publication.class() == "trigger" {
+            let since_ms =
+                publication.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+            self.follow_generation(appl, gid, text(publication, "date").map(str::to_owned), since_ms);
+        } else if text(publication, "status").is_some_and(|s| s != "started") {
+            self.end_generation(appl, gid);
+        }
+    }
+
+    /// Generation `gid` of `appl`, triggered at `since_ms` to run on `date`, is seen
+    /// started: followed, to catch up in, unless it has ended or is beyond the horizon.
+    fn follow_generation(&mut self, appl: &str, gid: &str, date: Option<String>, since_ms: i64) {
+        let every = self.options.catch_up;
+        if every.is_zero() || !self.applications.contains_key(appl) {
+            return;
+        }
+        if self.followed.get(appl).is_some_and(|f| f.contains_key(gid)) {
+            return;
+        }
+        let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
+        if since_ms < horizon {
+            return;
+        }
+        match self.journal().generation_ended(appl, gid) {
+            Ok(false) => {}
+            Ok(true) => return,
+            Err(e) => {
+                tracing::warn!("{appl}/{gid}: journal: {e}");
+                return;
+            }
+        }
+        let next = Some(tokio::time::Instant::now() + every);
+        let followed = Followed { date, since_ms, next, every, seen: 0 };
+        self.followed.entry(appl.to_owned()).or_default().insert(gid.to_owned(), followed);
+    }
+
+    /// Generation `gid` of `appl` has ended (its `APPL_END` ran, here or elsewhere): no
+    /// longer followed, forgotten by the journal with its end marked; at its home agent, a
+    /// held trigger goes.
+    fn end_generation(&mut self, appl: &str, gid: &str) {
+        if let Some(followed) = self.followed.get_mut(appl) {
+            followed.remove(gid);
+        }
+        if let Err(e) = self.journal().end_generation(appl, gid, now().timestamp_millis()) {
+            tracing::warn!("{appl}/{gid}: marking the generation ended: {e}");
+        }
+        self.generation_ended(appl, gid);
+    }
+
+    /// Whether a job of `appl` here has not run in generation `gid` (nor runs now).
+    fn waits_here(&self, appl: &str, gid: &str) -> bool {
+        let Some(application) = self.applications.get(appl) else { return false };
+        application.subscriptions.keys().any(|job| self.not_run(appl, gid, job))
+    }
+
+    /// Whether job `job` of `appl` has not run in generation `gid` here (nor runs now).
+    fn not_run(&self, appl: &str, gid: &str, job: &str) -> bool {
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner).contains(&key);
+        !running && matches!(self.journal().look(appl, gid, job), Ok(Claim::New))
+    }
+
+    /// Starts the checks that are due: each reads a followed generation's statuses from the
+    /// history stores.
+    async fn check_due(&mut self) {
+        let now_at = tokio::time::Instant::now();
+        // A check the stores never finished answering (its broker went away) is dropped and
+        // made again.
+        let stale: Vec<MessageId> = self
+            .checks
+            .iter()
+            .filter(|(_, c)| now_at.duration_since(c.started) > CHECK_LONGEST)
+            .map(|(sub, _)| sub.clone())
+            .collect();
+        for sub in stale {
+            if let Some(check) = self.checks.remove(&sub) {
+                let _ = self.client.unsubscribe(sub).await;
+                if let Some(f) = self.followed.get_mut(&check.appl).and_then(|g| g.get_mut(&check.gid)) {
+                    f.next = Some(now_at);
+                }
+            }
+        }
+        let due: Vec<(String, String)> = self
+            .followed
+            .iter()
+            .flat_map(|(appl, generations)| {
+                generations
+                    .iter()
+                    .filter(|(_, f)| f.next.is_some_and(|next| next <= now_at))
+                    .map(move |(gid, _)| (appl.clone(), gid.clone()))
+            })
+            .collect();
+        for (appl, gid) in due {
+            let waits = self.waits_here(&appl, &gid);
+            let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { continue };
+            if !waits {
+                // Every job here has run: nothing to catch up.
+                f.next = None;
+                continue;
+            }
+            f.next = None;
+            // A minute before its trigger, for brokers' clocks a little apart; up to now.
+            let from = padres_lang::Timestamp::from_millis(f.since_ms - 60_000);
+            let to = padres_lang::Timestamp::from_millis(now().timestamp_millis());
+            let (Some(from), Some(to)) = (from, to) else { continue };
+            let query = format!(
+                "s [class,eq,'job_status'],[appl,eq,{}],[gid,eq,{}],[time,>=,{}],[time,<,{}]",
+                Value::str(&appl),
+                Value::str(&gid),
+                from.to_rfc3339(),
+                to.to_rfc3339()
+            );
+            let every = f.every;
+            match self.client.send(&query).await {
+                Ok(Some(sub)) => {
+                    let check = Check { appl, gid, generation: Generation::default(), started: now_at };
+                    self.checks.insert(sub, check);
+                }
+                other => {
+                    let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
+                    tracing::warn!("{appl}/{gid}: reading its statuses from history: {why}");
+                    if let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) {
+                        f.next = Some(now_at + every);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The check of subscription `sub` has all its stored statuses: the jobs here whose
+    /// dependencies they meet run (once, as the journal keeps it).
+    async fn checked(&mut self, sub: &MessageId) {
+        let Some(Check { appl, gid, generation, .. }) = self.checks.remove(sub) else { return };
+        let _ = self.client.unsubscribe(sub.clone()).await;
+        if matches!(generation.state(APPL_END), State::Ended(_)) {
+            self.end_generation(&appl, &gid);
+            return;
+        }
+        let Some(f) = self.followed.get(&appl).and_then(|g| g.get(&gid)) else { return };
+        let date = f.date.clone();
+        // The jobs here that have not run and whose dependencies are met.
+        let ready: Vec<MessageId> = self
+            .applications
+            .get(&appl)
+            .map(|a| {
+                a.subscriptions
+                    .iter()
+                    .filter(|(job, sub)| {
+                        self.jobs.get(*sub).is_some_and(|d| generation.ready(&d.after))
+                            && self.not_run(&appl, &gid, job)
+                    })
+                    .map(|(_, sub)| sub.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for sub in &ready {
+            self.ready(sub, &gid, date.as_deref(), true);
+        }
+        let (catch_up, found) = (self.options.catch_up, generation.events.len());
+        let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { return };
+        f.every = if found > f.seen { catch_up } else { (f.every * 2).min(catch_up * CATCH_UP_MOST) };
+        f.seen = found;
+        // After catching up, the jobs here that follow those just run may be behind too
+        // (an agent restarted has lost every match of the generation): looked at again soon.
+        let wait = if ready.is_empty() { f.every } else { f.every.min(CATCH_UP_AGAIN) };
+        f.next = Some(tokio::time::Instant::now() + wait);
+    }
+
     /// `key` (appl, gid, job) is no longer running here.
     fn not_running(&self, key: &(String, String, String)) {
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
@@ -989,6 +1322,7 @@ fn said(claim: &Claim) -> String {
         Claim::New => "has not run here".to_owned(),
         Claim::Ended { status, .. } => format!("is {status}"),
         Claim::Unfinished { .. } => "is running".to_owned(),
+        Claim::GenerationEnded => "belongs to a generation that has ended".to_owned(),
     }
 }
 

@@ -14,10 +14,12 @@
 //! the agent stopped while it ran. An interrupted job's outcome is unknown, and it is not
 //! run again: the agent reports it as `failed`, with the reason, so that the generation
 //! goes on from there as from any failure (an operator may rerun or bypass it); at start,
-//! [`Journal::interrupted`] lists them. A generation's rows go when it ends
-//! ([`Journal::forget`]) on the agent that runs its `APPL_END` (the home agent); the other
-//! agents do not see it end and keep theirs (not yet aged out), so a gid reused after its
-//! generation ended does not run again there.
+//! [`Journal::interrupted`] lists them.
+//!
+//! When an agent sees a generation end (its `APPL_END` status), the generation's rows go
+//! and a mark of its end stays ([`Journal::end_generation`]) for [`ENDED_KEPT_MS`]: a job
+//! of an ended generation is not run, however late a notification for it comes
+//! ([`Claim::GenerationEnded`]), and its generation id is not used again meanwhile.
 
 use std::path::Path;
 
@@ -25,6 +27,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 /// The file in the agent's work directory.
 pub const FILE: &str = "journal.sqlite";
+
+/// How long the mark of a generation's end is kept: 30 days.
+pub const ENDED_KEPT_MS: i64 = 30 * 24 * 3600 * 1000;
 
 /// What the journal says of a job of a generation the agent is about to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +51,8 @@ pub enum Claim {
         /// The attempt started last (0: none yet).
         attempt: u32,
     },
+    /// Its generation has ended: nothing of it runs any more.
+    GenerationEnded,
 }
 
 /// One job of one generation the journal holds.
@@ -85,12 +92,27 @@ impl Journal {
                  appl TEXT NOT NULL, gid TEXT NOT NULL, date TEXT NOT NULL,
                  PRIMARY KEY (appl, gid));
              CREATE TABLE IF NOT EXISTS deployments (appl TEXT PRIMARY KEY, body TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS ended (
+                 appl TEXT NOT NULL, gid TEXT NOT NULL, at_ms INTEGER NOT NULL,
+                 PRIMARY KEY (appl, gid));
              CREATE TABLE IF NOT EXISTS outbox (
                  seq INTEGER PRIMARY KEY AUTOINCREMENT, publication TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS cron_fired (
                  appl TEXT NOT NULL, pattern TEXT NOT NULL, at_ms INTEGER NOT NULL,
                  PRIMARY KEY (appl, pattern));",
         )?;
+        // Journals made before deployments had a time get the column (a deployment of
+        // unknown time counts from the epoch).
+        let timed: i64 = db.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('deployments') WHERE name = 'at_ms'",
+            [],
+            |row| row.get(0),
+        )?;
+        if timed == 0 {
+            db.execute_batch("ALTER TABLE deployments ADD COLUMN at_ms INTEGER NOT NULL DEFAULT 0")?;
+        }
+        let now_ms = crate::trigger::now().timestamp_millis();
+        db.execute("DELETE FROM ended WHERE at_ms < ?1", params![now_ms - ENDED_KEPT_MS])?;
         Ok(Self { db })
     }
 
@@ -109,6 +131,9 @@ impl Journal {
 
     fn claim_in_transaction(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
         let tx = self.db.transaction()?;
+        if has_ended(&tx, appl, gid)? {
+            return Ok(Claim::GenerationEnded);
+        }
         let found = run_row(&tx, appl, gid, job)?;
         let claim = match found {
             None => {
@@ -173,7 +198,30 @@ impl Journal {
         rows.collect()
     }
 
-    /// Forgets generation `gid` of `appl` (it has ended): its jobs and its date.
+    /// Generation `gid` of `appl` has ended (at `at_ms`, epoch milliseconds): its jobs and
+    /// date are forgotten, and its end is marked (see the module docs). True if it was not
+    /// marked before.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn end_generation(&self, appl: &str, gid: &str, at_ms: i64) -> rusqlite::Result<bool> {
+        let new = self.db.execute(
+            "INSERT OR IGNORE INTO ended (appl, gid, at_ms) VALUES (?1, ?2, ?3)",
+            params![appl, gid, at_ms],
+        )? > 0;
+        self.forget(appl, gid)?;
+        Ok(new)
+    }
+
+    /// Whether generation `gid` of `appl` has ended (its end marked here).
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn generation_ended(&self, appl: &str, gid: &str) -> rusqlite::Result<bool> {
+        has_ended(&self.db, appl, gid)
+    }
+
+    /// Forgets generation `gid` of `appl` (abandoned): its jobs and its date.
     ///
     /// # Errors
     /// The journal cannot be written.
@@ -229,6 +277,9 @@ impl Journal {
         job: &str,
     ) -> rusqlite::Result<Result<u32, Claim>> {
         let tx = self.db.transaction()?;
+        if has_ended(&tx, appl, gid)? {
+            return Ok(Err(Claim::GenerationEnded));
+        }
         let found = run_row(&tx, appl, gid, job)?;
         let answer = match found {
             None => Err(Claim::New),
@@ -253,6 +304,9 @@ impl Journal {
     /// # Errors
     /// The journal cannot be read.
     pub fn look(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+        if has_ended(&self.db, appl, gid)? {
+            return Ok(Claim::GenerationEnded);
+        }
         let found = run_row(&self.db, appl, gid, job)?;
         Ok(match found {
             None => Claim::New,
@@ -261,15 +315,16 @@ impl Journal {
         })
     }
 
-    /// Keeps application `appl`'s deployment here (its envelope body, as JSON), so that
-    /// the agent deploys it again when it restarts.
+    /// Keeps application `appl`'s deployment here (its envelope body, as JSON, deployed at
+    /// `at_ms`), so that the agent deploys it again when it restarts.
     ///
     /// # Errors
     /// The journal cannot be written.
-    pub fn keep_deployment(&self, appl: &str, body: &str) -> rusqlite::Result<()> {
+    pub fn keep_deployment(&self, appl: &str, body: &str, at_ms: i64) -> rusqlite::Result<()> {
         self.db.execute(
-            "INSERT INTO deployments (appl, body) VALUES (?1, ?2) ON CONFLICT (appl) DO UPDATE SET body = ?2",
-            params![appl, body],
+            "INSERT INTO deployments (appl, body, at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT (appl) DO UPDATE SET body = ?2, at_ms = ?3",
+            params![appl, body, at_ms],
         )?;
         Ok(())
     }
@@ -350,15 +405,22 @@ impl Journal {
         rows.collect()
     }
 
-    /// Every deployment kept, as (appl, body), by application.
+    /// Every deployment kept, as (appl, body, deployed at), by application.
     ///
     /// # Errors
     /// The journal cannot be read.
-    pub fn deployments(&self) -> rusqlite::Result<Vec<(String, String)>> {
-        let mut query = self.db.prepare("SELECT appl, body FROM deployments ORDER BY appl")?;
-        let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    pub fn deployments(&self) -> rusqlite::Result<Vec<(String, String, i64)>> {
+        let mut query = self.db.prepare("SELECT appl, body, at_ms FROM deployments ORDER BY appl")?;
+        let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
         rows.collect()
     }
+}
+
+/// Whether generation `gid` of `appl` has its end marked.
+fn has_ended(db: &Connection, appl: &str, gid: &str) -> rusqlite::Result<bool> {
+    db.query_row("SELECT 1 FROM ended WHERE appl = ?1 AND gid = ?2", params![appl, gid], |_| Ok(()))
+        .optional()
+        .map(|found| found.is_some())
 }
 
 /// A job's row in `runs`: its last attempt, and its status and exit if it ended.
@@ -440,16 +502,57 @@ mod tests {
         let succeeded = Claim::Ended { status: "succeeded".into(), exit: 0, attempt: 1 };
         assert_eq!(journal.reclaim("payroll", "g1", "B").expect("reclaim"), Err(succeeded));
         assert_eq!(journal.reclaim("payroll", "g1", "Z").expect("reclaim"), Err(Claim::New));
-        journal.keep_deployment("payroll", "{\"v\":1}").expect("keep");
-        journal.keep_deployment("payroll", "{\"v\":2}").expect("keep");
-        journal.keep_deployment("other", "{}").expect("keep");
+        journal.keep_deployment("payroll", "{\"v\":1}", 5).expect("keep");
+        journal.keep_deployment("payroll", "{\"v\":2}", 7).expect("keep");
+        journal.keep_deployment("other", "{}", 9).expect("keep");
         journal.drop_deployment("other").expect("drop");
         drop(journal);
         let journal = Journal::open(&work).expect("reopen");
-        assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{\"v\":2}".to_owned())]);
+        assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{\"v\":2}".to_owned(), 7)]);
         assert_eq!(journal.generation_date("payroll", "g1").expect("date").as_deref(), Some("2026-11-27"));
         journal.forget("payroll", "g1").expect("forget");
         assert_eq!(journal.generation_date("payroll", "g1").expect("date"), None);
+    }
+
+    #[test]
+    fn an_ended_generation_runs_nothing_more_and_its_end_is_kept_for_a_while() {
+        let work = dir("ended");
+        let mut journal = Journal::open(&work).expect("open");
+        assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::New);
+        journal.end("payroll", "g1", "A", "succeeded", 0, 1).expect("end");
+        journal.generation("payroll", "g1", "2026-11-27").expect("generation");
+        let now = crate::trigger::now().timestamp_millis();
+        assert!(journal.end_generation("payroll", "g1", now).expect("ended"));
+        assert!(!journal.end_generation("payroll", "g1", now).expect("ended"), "marked once");
+        // Its rows are gone; a late notification of any of its jobs runs nothing.
+        assert_eq!(journal.generation_date("payroll", "g1").expect("date"), None);
+        assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::GenerationEnded);
+        assert_eq!(journal.claim("payroll", "g1", "B").expect("claim"), Claim::GenerationEnded);
+        assert_eq!(journal.look("payroll", "g1", "B").expect("look"), Claim::GenerationEnded);
+        assert_eq!(journal.reclaim("payroll", "g1", "A").expect("reclaim"), Err(Claim::GenerationEnded));
+        assert!(journal.interrupted().expect("list").is_empty());
+        // Another application's generation of the same id is its own.
+        assert_eq!(journal.claim("other", "g1", "A").expect("claim"), Claim::New);
+        // An end older than the time marks are kept for is dropped when the journal opens.
+        journal.end_generation("payroll", "g0", now - ENDED_KEPT_MS - 1).expect("ended");
+        drop(journal);
+        let journal = Journal::open(&work).expect("reopen");
+        assert!(journal.generation_ended("payroll", "g1").expect("read"));
+        assert!(!journal.generation_ended("payroll", "g0").expect("read"));
+    }
+
+    #[test]
+    fn a_journal_made_before_deployments_had_a_time_is_read() {
+        let work = dir("old");
+        let db = Connection::open(work.join(FILE)).expect("create");
+        db.execute_batch(
+            "CREATE TABLE deployments (appl TEXT PRIMARY KEY, body TEXT NOT NULL);
+             INSERT INTO deployments VALUES ('payroll', '{}');",
+        )
+        .expect("an old journal");
+        drop(db);
+        let journal = Journal::open(&work).expect("open");
+        assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{}".to_owned(), 0)]);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use padres_agent::agent::{Options, serve};
@@ -40,6 +41,12 @@ struct Args {
     /// Most jobs running at once.
     #[arg(long, default_value_t = 8)]
     max_parallel: usize,
+    /// Seconds after a generation starts before the agent first reads its statuses from the
+    /// brokers' history stores, to run jobs of its own whose dependencies are met but whose
+    /// match was lost (a broker restarted, a pattern moved); then again, twice as long
+    /// after each check that finds nothing new, up to 32 times this. 0: never.
+    #[arg(long, value_name = "SECS", default_value_t = padres_agent::agent::CATCH_UP.as_secs())]
+    catch_up: u64,
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -53,7 +60,12 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let client = connect.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.broker))?;
     tracing::info!("agent {} connected to {}", args.name, args.broker);
-    let options = Options { name: args.name, work_dir: args.work_dir, max_parallel: args.max_parallel };
+    let options = Options {
+        name: args.name,
+        work_dir: args.work_dir,
+        max_parallel: args.max_parallel,
+        catch_up: Duration::from_secs(args.catch_up),
+    };
     serve(client, options).await.map_err(|e| e.to_string())
 }
 

@@ -189,7 +189,7 @@ impl Generation {
         let end_possible = self.possible(plan, APPL_END, &mut possible, 0);
         let active = plan.jobs.iter().any(|(job, planned)| match self.state(job) {
             State::Running(_) => true,
-            State::Waiting => planned.after.iter().all(|need| self.met(need)),
+            State::Waiting => self.ready(&planned.after),
             State::Ended(_) => false,
         });
         if end_possible || active {
@@ -202,6 +202,11 @@ impl Generation {
             .cloned()
             .collect();
         Outcome::Stuck(failed)
+    }
+
+    /// Whether every one of `after` (a job's dependencies) is met now: the job may run.
+    pub fn ready(&self, after: &[Need]) -> bool {
+        after.iter().all(|need| self.met(need))
     }
 
     /// Whether `need` is met now.
