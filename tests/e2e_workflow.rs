@@ -123,6 +123,11 @@ fn job(name: &str, run: &str, agent: &str, after: &[&str], script: &str, extra: 
     )
 }
 
+/// `job` (made by [`job`]) waiting for its predecessors' failure (`status="failed"`).
+fn on_failure(job: String) -> String {
+    job.replace("\"/>", "\" status=\"failed\"/>")
+}
+
 fn application(name: &str, jobs: &[String]) -> String {
     format!(
         "<application name=\"{name}\" tz=\"UTC\" calendar=\"bank\" max-generations=\"4\"><calendar name=\"bank\" workdays=\"mon-fri\"/>{}</application>",
@@ -198,6 +203,8 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
             job("B", "daily", "agent-2", &["A"], flaky, "retries=\"1\" backoff=\"PT1S\"", &log),
             job("C", "friday", "agent-3", &["A"], "true", "", &log),
             job("D", "workdays", "agent-1", &["B", "C"], "true", "", &log),
+            // A failure handler: not needed once B has succeeded, so skipped.
+            on_failure(job("H", "daily", "agent-3", &["B"], "true", "", &log)),
         ],
     );
     deploy(operator, &dir, "payroll", &payroll);
@@ -228,6 +235,8 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     for job in ["A", "B", "C", "D", "APPL_END"] {
         assert_eq!(state_of(&fri_states, job), "succeeded", "fri {job}: {fri_states:?}");
     }
+    assert_eq!(state_of(&fri_states, "H"), "skipped", "{fri_states:?}");
+    assert_eq!(ran(&log, "fri").iter().filter(|j| *j == "H").count(), 0);
     assert_eq!(state_of(&wed_states, "C"), "skipped", "{wed_states:?}");
     assert_eq!(state_of(&wed_states, "D"), "succeeded", "{wed_states:?}");
     let out = padres(operator, &["workflow", "status", "payroll", "--gid", "fri"]);
@@ -248,11 +257,11 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     assert_eq!(outcome("fri")["outcome"], "succeeded", "{history}");
     assert_eq!(
         (outcome("fri")["succeeded"].as_u64(), outcome("fri")["skipped"].as_u64()),
-        (Some(4), Some(0))
+        (Some(4), Some(1))
     );
     assert_eq!(
         (outcome("wed")["succeeded"].as_u64(), outcome("wed")["skipped"].as_u64()),
-        (Some(3), Some(1))
+        (Some(3), Some(2))
     );
 
     // Operations: T outlives its timeout (its grandchild too, until killed); F fails
@@ -265,6 +274,8 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
             job("T", "daily", "agent-3", &[], &sleeper, "timeout=\"PT1S\" retries=\"0\"", &log),
             job("F", "daily", "agent-2", &[], "test -e ok", "retries=\"0\"", &log),
             job("G", "daily", "agent-1", &["F"], "true", "", &log),
+            // F's failure handler runs when F fails.
+            on_failure(job("FH", "daily", "agent-1", &["F"], "true", "", &log)),
         ],
     );
     deploy(operator, &dir, "ops", &ops);
@@ -304,6 +315,7 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     assert_eq!(out.status.code(), Some(0), "released: {}", explain(&out));
     assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "F").count(), 2, "F ran, and once more on rerun");
     assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "G").count(), 1);
+    assert_eq!(ran(&log, "o1").iter().filter(|j| *j == "FH").count(), 1, "the handler ran once");
     // A rerun in a generation that has ended is refused, with the reason.
     let out = padres(operator, &["workflow", "rerun", "ops", "--gid", "o1", "--job", "G"]);
     assert_eq!(out.status.code(), Some(1));

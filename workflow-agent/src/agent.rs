@@ -162,6 +162,8 @@ struct Application {
     crons: Vec<tokio::task::AbortHandle>,
     /// The subscriptions following its generations: their triggers and ends.
     follows: Vec<MessageId>,
+    /// Its jobs' `unless` subscriptions (when a job can no longer run).
+    unless: Vec<MessageId>,
 }
 
 /// A generation an agent follows (seen start, not end), to catch up in.
@@ -268,6 +270,8 @@ struct Agent {
     followed: HashMap<String, HashMap<String, Followed>>,
     /// Checks running, by their subscription.
     checks: HashMap<MessageId, Check>,
+    /// Jobs' `unless` subscriptions, to the job's dependency subscription.
+    unless: HashMap<MessageId, MessageId>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -303,6 +307,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         follows: HashMap::new(),
         followed: HashMap::new(),
         checks: HashMap::new(),
+        unless: HashMap::new(),
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
     agent.restore().await?;
@@ -369,7 +374,10 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                     agent.control(&publication).await;
                 }
             }
-            Notification::Composite { sub, pubs } => agent.dependency(&sub, &pubs),
+            Notification::Composite { sub, pubs } => match agent.unless.get(&sub).cloned() {
+                Some(job) => agent.not_needed(&job, &pubs),
+                None => agent.dependency(&sub, &pubs),
+            },
             Notification::EndOfHistory { sub, .. } => agent.checked(&sub).await,
         }
     }
@@ -647,6 +655,7 @@ impl Agent {
             events: Vec::new(),
             crons: Vec::new(),
             follows: Vec::new(),
+            unless: Vec::new(),
         };
         if home {
             let adv =
@@ -654,6 +663,7 @@ impl Agent {
             application.advertisements.push(adv);
         }
         let mut jobs = Vec::new();
+        let mut unless_subs = Vec::new();
         for (job, schedule) in body.jobs.into_iter().zip(schedules) {
             let issued = async {
                 let adv = self.client.send(&job.advertisement).await.map_err(|e| e.to_string())?;
@@ -670,6 +680,19 @@ impl Agent {
                 }
             };
             application.subscriptions.insert(job.job.clone(), sub.clone());
+            if let Some(unless) = &job.unless {
+                match self.client.send(unless).await {
+                    Ok(Some(id)) => {
+                        application.unless.push(id.clone());
+                        unless_subs.push((id, sub.clone()));
+                    }
+                    other => {
+                        self.withdraw(&application).await;
+                        let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
+                        return Err(format!("job {}: {why}", job.job));
+                    }
+                }
+            }
             let info = job.info.map(Arc::new);
             jobs.push((
                 sub,
@@ -732,6 +755,7 @@ impl Agent {
             }
         }
         self.jobs.extend(jobs);
+        self.unless.extend(unless_subs);
         for sub in &application.follows {
             self.follows.insert(sub.clone(), body.appl.clone());
         }
@@ -744,7 +768,8 @@ impl Agent {
         for cron in &application.crons {
             cron.abort();
         }
-        for sub in application.subscriptions.values().chain(&application.events).chain(&application.follows) {
+        let subs = application.subscriptions.values().chain(&application.events);
+        for sub in subs.chain(&application.follows).chain(&application.unless) {
             let _ = self.client.unsubscribe(sub.clone()).await;
         }
         for adv in &application.advertisements {
@@ -762,6 +787,9 @@ impl Agent {
         }
         for sub in &application.follows {
             self.follows.remove(sub);
+        }
+        for sub in &application.unless {
+            self.unless.remove(sub);
         }
         self.followed.remove(appl);
         // Generations in flight are abandoned with the subscriptions that followed them:
@@ -1002,6 +1030,38 @@ impl Agent {
             trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
         self.follow_generation(&appl, gid, date.clone(), since_ms);
         self.ready(sub, gid, date.as_deref(), false);
+    }
+
+    /// A match of the `unless` subscription of the job of dependency `sub`: a predecessor
+    /// ended for good with a status the job's condition refuses (a failure handler after a
+    /// success), so the job cannot run in that generation: published `skipped`, with the
+    /// reason, unless it has run.
+    fn not_needed(&mut self, sub: &MessageId, pubs: &[(u32, Publication)]) {
+        let Some(trigger) = pubs.iter().map(|(_, p)| p).find(|p| p.class() == "trigger") else { return };
+        let Some(gid) = text(trigger, "gid") else { return };
+        let refused: Vec<String> = pubs
+            .iter()
+            .map(|(_, p)| p)
+            .filter(|p| p.class() == "job_status")
+            .filter_map(|p| Some(format!("{} {}", text(p, "job")?, text(p, "status")?)))
+            .collect();
+        self.skip(sub, gid, &refused.join(", "));
+    }
+
+    /// The job of dependency `sub` cannot run in generation `gid` (`refused`: the statuses
+    /// that refuse it): `skipped`, once.
+    fn skip(&mut self, sub: &MessageId, gid: &str, refused: &str) {
+        let Some(deployed) = self.jobs.get(sub) else { return };
+        let key = (deployed.appl.clone(), gid.to_owned(), deployed.job.clone());
+        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+            return;
+        }
+        if matches!(self.journal().claim(&key.0, &key.1, &key.2), Ok(Claim::New)) {
+            let reason = format!("not needed: its dependencies can no longer be met ({refused})");
+            tracing::info!("{}/{}/{}: {reason}", key.0, key.1, key.2);
+            self.finish(&key, Status::new(&key, "skipped", 0, 0).because(Some(reason)));
+        }
+        self.not_running(&key);
     }
 
     /// The job of dependency `sub` may run in generation `gid` (run on `date`): notified
@@ -1269,8 +1329,26 @@ impl Agent {
                     .collect()
             })
             .unwrap_or_default();
+        // And those that can no longer run.
+        let unneeded: Vec<MessageId> = self
+            .applications
+            .get(&appl)
+            .map(|a| {
+                a.subscriptions
+                    .iter()
+                    .filter(|(job, sub)| {
+                        self.jobs.get(*sub).is_some_and(|d| generation.cannot_run(&d.after))
+                            && self.not_run(&appl, &gid, job)
+                    })
+                    .map(|(_, sub)| sub.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         for sub in &ready {
             self.ready(sub, &gid, date.as_deref(), true);
+        }
+        for sub in &unneeded {
+            self.skip(sub, &gid, "as the history stores say");
         }
         let (catch_up, found) = (self.options.catch_up, generation.events.len());
         let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { return };
@@ -1278,7 +1356,8 @@ impl Agent {
         f.seen = found;
         // After catching up, the jobs here that follow those just run may be behind too
         // (an agent restarted has lost every match of the generation): looked at again soon.
-        let wait = if ready.is_empty() { f.every } else { f.every.min(CATCH_UP_AGAIN) };
+        let wait =
+            if ready.is_empty() && unneeded.is_empty() { f.every } else { f.every.min(CATCH_UP_AGAIN) };
         f.next = Some(tokio::time::Instant::now() + wait);
     }
 

@@ -10,14 +10,15 @@
 //!
 //! A generation is stuck when `APPL_END` can no longer run (some dependency on its way
 //! waits for a status that a job ended without) and nothing runs or is about to: no job
-//! has started without ending and no job waits with its dependencies met. An operator's
+//! has started without ending and no job waits with its dependencies met (or refused for
+//! good by a final status, which makes its agent skip it: see [`Generation::cannot_run`]). An operator's
 //! rerun or bypass unsticks it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use padres_lang::{Publication, Value};
 
-use super::translate::{APPL_END, EnvelopeBody, Need};
+use super::translate::{APPL_END, EnvelopeBody, FINAL, Need};
 
 /// The jobs of a deployed application, from its agents' envelope bodies.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -185,11 +186,14 @@ impl Generation {
         {
             return Outcome::Succeeded;
         }
-        let mut possible: HashMap<&str, bool> = HashMap::new();
-        let end_possible = self.possible(plan, APPL_END, &mut possible, 0);
+        let mut fates: HashMap<&str, Fate> = HashMap::new();
+        let end_possible = match self.state(APPL_END) {
+            State::Waiting => self.fate(plan, APPL_END, &mut fates, 0) != Fate::Blocked,
+            _ => true,
+        };
         let active = plan.jobs.iter().any(|(job, planned)| match self.state(job) {
             State::Running(_) => true,
-            State::Waiting => self.ready(&planned.after),
+            State::Waiting => self.ready(&planned.after) || self.cannot_run(&planned.after),
             State::Ended(_) => false,
         });
         if end_possible || active {
@@ -209,6 +213,13 @@ impl Generation {
         after.iter().all(|need| self.met(need))
     }
 
+    /// Whether one of `after` can never be met: a predecessor ended with a final status
+    /// ([`FINAL`]: no rerun or bypass changes it) that the dependency refuses. Such a job
+    /// is `skipped` by its agent (see [`crate::translate::unless_of`]).
+    pub fn cannot_run(&self, after: &[Need]) -> bool {
+        after.iter().any(|need| self.refused(need))
+    }
+
     /// Whether `need` is met now.
     fn met(&self, need: &Need) -> bool {
         match need {
@@ -219,44 +230,83 @@ impl Generation {
         }
     }
 
-    /// Whether `job` has ended or may still run (its dependencies can still be met).
-    fn possible<'p>(
-        &self,
-        plan: &'p Plan,
-        job: &str,
-        memo: &mut HashMap<&'p str, bool>,
-        depth: usize,
-    ) -> bool {
-        if !matches!(self.state(job), State::Waiting) {
-            return true;
+    /// Whether `need` is refused for good by final statuses.
+    fn refused(&self, need: &Need) -> bool {
+        match need {
+            Need::After { job, statuses } => matches!(
+                self.state(job),
+                State::Ended(e) if FINAL.contains(&e.status.as_str()) && !statuses.contains(&e.status)
+            ),
+            Need::AnyOf(needs) => needs.iter().all(|n| self.refused(n)),
         }
-        let Some((name, planned)) = plan.jobs.get_key_value(job) else { return true };
+    }
+
+    /// What waiting job `job` comes to, as far as the statuses seen say.
+    fn fate<'p>(&self, plan: &'p Plan, job: &str, memo: &mut HashMap<&'p str, Fate>, depth: usize) -> Fate {
+        let Some((name, planned)) = plan.jobs.get_key_value(job) else { return Fate::Runs };
         if let Some(known) = memo.get(name.as_str()) {
             return *known;
         }
         // Definitions are acyclic; the depth guard only stops a malformed plan.
-        let answer = depth > plan.jobs.len()
-            || planned.after.iter().all(|need| self.satisfiable(plan, need, memo, depth + 1));
-        memo.insert(name.as_str(), answer);
-        answer
+        let fate = if depth > plan.jobs.len() {
+            Fate::Runs
+        } else {
+            let needs: Vec<(bool, bool)> =
+                planned.after.iter().map(|need| self.foresee(plan, need, memo, depth + 1)).collect();
+            if needs.iter().any(|&(_, refused)| refused) {
+                Fate::Skipped
+            } else if needs.iter().all(|&(holds, _)| holds) {
+                Fate::Runs
+            } else {
+                Fate::Blocked
+            }
+        };
+        memo.insert(name.as_str(), fate);
+        fate
     }
 
-    fn satisfiable<'p>(
+    /// Whether `need` may still be met, and whether it is (or will be) refused for good.
+    fn foresee<'p>(
         &self,
         plan: &'p Plan,
         need: &Need,
-        memo: &mut HashMap<&'p str, bool>,
+        memo: &mut HashMap<&'p str, Fate>,
         depth: usize,
-    ) -> bool {
+    ) -> (bool, bool) {
         match need {
             Need::After { job, statuses } => match self.state(job) {
-                State::Ended(e) => statuses.contains(&e.status),
-                State::Running(_) => true,
-                State::Waiting => self.possible(plan, job, memo, depth),
+                State::Ended(e) => {
+                    let holds = statuses.contains(&e.status);
+                    (holds, !holds && FINAL.contains(&e.status.as_str()))
+                }
+                State::Running(_) => (true, false),
+                State::Waiting => match self.fate(plan, job, memo, depth) {
+                    Fate::Runs => (true, false),
+                    Fate::Skipped => {
+                        let holds = statuses.iter().any(|s| s == "skipped");
+                        (holds, !holds)
+                    }
+                    Fate::Blocked => (false, false),
+                },
             },
-            Need::AnyOf(needs) => needs.iter().any(|n| self.satisfiable(plan, n, memo, depth)),
+            Need::AnyOf(needs) => {
+                let each: Vec<(bool, bool)> =
+                    needs.iter().map(|n| self.foresee(plan, n, memo, depth)).collect();
+                (each.iter().any(|&(holds, _)| holds), each.iter().all(|&(_, refused)| refused))
+            }
         }
     }
+}
+
+/// What a waiting job comes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    /// It runs (or may: its dependencies can still be met).
+    Runs,
+    /// Its agent skips it: a dependency is refused for good.
+    Skipped,
+    /// It waits until an operator acts (a predecessor failed).
+    Blocked,
 }
 
 #[cfg(test)]
@@ -358,5 +408,47 @@ mod tests {
         g.record(event("A", "started", 1));
         assert_eq!(g.state("A").word(), "succeeded");
         assert_eq!(g.events.len(), 4);
+    }
+
+    /// A failure handler H (after A, `status="failed"`), and N after H with `success`.
+    const HANDLER: &str = r#"<application name="p" tz="UTC"><calendar name="c" workdays="mon-fri"/>
+        <job name="A" run="daily" agent="a1"><command>true</command></job>
+        <job name="H" run="daily" agent="a2"><command>true</command><after job="A" status="failed"/></job>
+        <job name="N" run="daily" agent="a2"><command>true</command><after job="H" status="success"/></job>
+        </application>"#;
+
+    fn plan_of(xml: &str) -> Plan {
+        let deployment = translate(&parse_application(xml).expect("valid")).expect("translates");
+        let mut plan = Plan::default();
+        for envelope in &deployment.envelopes {
+            plan.add(&envelope.agent, &envelope.envelope_body("p"));
+        }
+        plan
+    }
+
+    #[test]
+    fn a_failure_handler_not_needed_is_skipped_and_the_generation_ends() {
+        let plan = plan_of(HANDLER);
+        let mut g = Generation::default();
+        g.record(event("APPL_START", "succeeded", 0));
+        g.record(event("A", "succeeded", 1));
+        let after = |job: &str| plan.jobs[job].after.clone();
+        // A succeeded, for good: H can never run; its agent skips it.
+        assert!(!g.ready(&after("H")) && g.cannot_run(&after("H")));
+        assert_eq!(g.outcome(&plan), Outcome::Running, "H is about to be skipped, and N after it");
+        g.record(event("H", "skipped", 0));
+        // N wanted H's success: skipped too, and APPL_END follows.
+        assert!(g.cannot_run(&after("N")));
+        g.record(event("N", "skipped", 0));
+        assert!(g.ready(&after("APPL_END")));
+        g.record(event("APPL_END", "succeeded", 0));
+        assert_eq!(g.outcome(&plan), Outcome::Succeeded);
+        // A failed: H runs; a failure is not final (a rerun may follow), so nothing is
+        // skipped for it.
+        let mut failed = Generation::default();
+        failed.record(event("APPL_START", "succeeded", 0));
+        failed.record(event("A", "failed", 1));
+        assert!(failed.ready(&after("H")) && !failed.cannot_run(&after("H")));
+        assert!(!failed.cannot_run(&after("APPL_END")));
     }
 }

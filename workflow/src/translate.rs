@@ -107,6 +107,12 @@ pub struct BodyJob {
     /// subscription.
     #[serde(default)]
     pub after: Vec<Need>,
+    /// When it is no longer needed, in command form (`cs …`): the trigger and a
+    /// predecessor's final status (`succeeded` or `skipped`, which no rerun or bypass
+    /// changes) that its status condition refuses. Only for jobs whose conditions can be
+    /// refused that way (`success`, `failed`): see [`unless_of`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unless: Option<String>,
 }
 
 /// One dependency of a job, in an envelope body.
@@ -200,6 +206,9 @@ pub struct JobDeployment {
     pub predecessors: Vec<String>,
     /// Its dependencies (for a virtual job, the start or end jobs).
     pub after: Vec<Need>,
+    /// When it can no longer run in a generation ([`unless_of`]); `None` for a job whose
+    /// dependencies a final status always meets.
+    pub unless: Option<CompositeSubscription>,
     /// How it runs; `None` for the virtual jobs.
     pub info: Option<JobInfo>,
 }
@@ -260,7 +269,11 @@ pub fn end_subscription(appl: &str) -> Subscription {
 
 /// `job`'s statuses allowed by `status`, in the same generation (`$S$g`).
 pub fn status_subscription(appl: &str, job: &str, status: StatusCondition) -> Subscription {
-    let allowed = status.statuses();
+    statuses_subscription(appl, job, status.statuses())
+}
+
+/// `job`'s statuses in `allowed`, in the same generation (`$S$g`).
+fn statuses_subscription(appl: &str, job: &str, allowed: &[&str]) -> Subscription {
     let mut text =
         format!("[class,eq,'job_status'],[appl,eq,{}],[gid,eq,$S$g],[job,eq,{}]", quoted(appl), quoted(job));
     if let [only] = allowed {
@@ -325,6 +338,53 @@ fn dependency_of(appl: &str, dep: &Dependency) -> Result<CompositeSubscription, 
     }
 }
 
+/// The final statuses: no rerun or bypass changes them.
+pub const FINAL: [&str; 2] = ["succeeded", "skipped"];
+
+/// What makes `dep` impossible for good: a final status its condition refuses (for
+/// `<any-of>`, one for each of its parts); `None` if nothing does.
+fn impossible_of(appl: &str, dep: &Dependency) -> Result<Option<CompositeSubscription>, String> {
+    match dep {
+        Dependency::After { job, status, .. } => {
+            let refused: Vec<&str> =
+                FINAL.iter().copied().filter(|s| !status.statuses().contains(s)).collect();
+            Ok((!refused.is_empty())
+                .then(|| CompositeSubscription::leaf(statuses_subscription(appl, job, &refused))))
+        }
+        Dependency::AnyOf(deps) => {
+            let mut parts = Vec::new();
+            for dep in deps {
+                match impossible_of(appl, dep)? {
+                    Some(part) => parts.push(part),
+                    None => return Ok(None),
+                }
+            }
+            balanced(parts, CompositeOp::And).map(Some)
+        }
+    }
+}
+
+/// When a job with dependencies `deps` can no longer run in a generation: its trigger and
+/// any one dependency made impossible for good (a predecessor ended `succeeded` or
+/// `skipped`, which its condition refuses: a failure handler `status="failed"` after a
+/// success). Its agent then publishes it `skipped`, so that its successors, and
+/// `APPL_END`, go on. `None` when no final status can refuse them (`ok`, `any`).
+pub fn unless_of(appl: &str, deps: &[Dependency]) -> Result<Option<CompositeSubscription>, String> {
+    let mut parts = Vec::new();
+    for dep in deps {
+        parts.extend(impossible_of(appl, dep)?);
+    }
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let impossible = balanced(parts, CompositeOp::Or)?;
+    CompositeSubscription::leaf(trigger_subscription(appl))
+        .combine(CompositeOp::And, impossible)
+        .and_then(|cs| cs.until(end_subscription(appl)))
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 fn deployment(
     appl: &str,
     job: &str,
@@ -346,6 +406,7 @@ fn deployment(
         advertisement: status_advertisement(appl, job),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
         after: deps.iter().map(Need::of).collect(),
+        unless: unless_of(appl, deps).map_err(error)?,
         info: None,
     })
 }
@@ -423,6 +484,7 @@ impl Envelope {
                     advertisement: format!("a {}", j.advertisement),
                     info: j.info.clone(),
                     after: j.after.clone(),
+                    unless: j.unless.as_ref().map(|u| format!("cs {u}")),
                 })
                 .collect(),
             triggers: self.triggers.clone(),
@@ -447,13 +509,15 @@ impl Envelope {
     }
 }
 
-/// Messages to deploy `deployment`: with composite subscriptions (one per job) and with
-/// the equivalent primitive subscriptions (one per atomic part), advertisements counted
-/// in both.
+/// Messages to deploy `deployment`: with composite subscriptions (one per job, and one
+/// more per job with an `unless`) and with the equivalent primitive subscriptions (one per
+/// atomic part), advertisements counted in both.
 pub fn deployment_messages(deployment: &Deployment) -> (usize, usize) {
     let advertisements = deployment.jobs.len();
-    let composite = deployment.jobs.len() + advertisements;
-    let primitive =
-        deployment.jobs.iter().map(|j| j.dependency.atoms().count()).sum::<usize>() + advertisements;
+    let unless = deployment.jobs.iter().filter_map(|j| j.unless.as_ref());
+    let composite = deployment.jobs.len() + unless.clone().count() + advertisements;
+    let primitive = deployment.jobs.iter().map(|j| j.dependency.atoms().count()).sum::<usize>()
+        + unless.map(|u| u.atoms().count()).sum::<usize>()
+        + advertisements;
     (composite, primitive)
 }
