@@ -11,6 +11,7 @@ use padres_agent::agent::{CATCH_UP, Options, serve};
 use padres_client::{Client, Notification};
 use padres_lang::Publication;
 use padres_tests::broker::{client, start_broker};
+use padres_workflow::control::trigger_publication;
 use padres_workflow::{parse_application, translate};
 
 /// Payroll (DESIGN §8) whose jobs append `JOB GID DATE` to `log`.
@@ -54,7 +55,7 @@ async fn operator(broker: &padres_tests::broker::Broker) -> Client {
     let operator = client(broker, "operator").await;
     operator.advertise(padres_workflow::control::control_advertisement()).await.expect("advertised");
     operator
-        .send("a [class,eq,'trigger'],[appl,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
+        .send("a [class,eq,'trigger'],[appl,isPresent,''],[version,isPresent,''],[gid,isPresent,''],[date,isPresent,'']")
         .await
         .expect("advertised");
     operator
@@ -109,11 +110,11 @@ async fn payroll_runs_on_three_agents_friday_and_wednesday_at_once() {
     until_stats(&operator, "the agents did not deploy", |s| s.composites >= 6).await;
     // 2026-11-27 is a Friday, 2026-11-25 a Wednesday.
     operator
-        .publish(publication("[class,'trigger'],[appl,'payroll'],[gid,'fri'],[date,'2026-11-27']"))
+        .publish(trigger_publication("payroll", &deployment.version, "fri", "2026-11-27").expect("a trigger"))
         .await
         .expect("triggered");
     operator
-        .publish(publication("[class,'trigger'],[appl,'payroll'],[gid,'wed'],[date,'2026-11-25']"))
+        .publish(trigger_publication("payroll", &deployment.version, "wed", "2026-11-25").expect("a trigger"))
         .await
         .expect("triggered");
     let ended = |seen: &[(String, String, String)]| {
@@ -185,7 +186,7 @@ async fn an_agent_killed_mid_job_reports_it_failed_after_restart() {
     }
     until_stats(&operator, "the agent did not deploy", |s| s.composites >= 3).await;
     operator
-        .publish(publication("[class,'trigger'],[appl,'slow'],[gid,'g1'],[date,'2026-11-27']"))
+        .publish(trigger_publication("slow", &deployment.version, "g1", "2026-11-27").expect("a trigger"))
         .await
         .expect("triggered");
     statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "started")).await;
@@ -340,7 +341,7 @@ async fn a_status_made_while_the_broker_is_down_is_sent_after_the_agent_restarts
     }
     until_stats(&operator, "the agent did not deploy", |s| s.composites >= 3).await;
     operator
-        .publish(publication("[class,'trigger'],[appl,'late'],[gid,'g1'],[date,'2026-11-27']"))
+        .publish(trigger_publication("late", &deployment.version, "g1", "2026-11-27").expect("a trigger"))
         .await
         .expect("triggered");
     statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "started")).await;

@@ -264,6 +264,38 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
         (Some(3), Some(2))
     );
 
+    // A new version deployed while a generation runs: that generation finishes on the
+    // version it started with, and the next one runs on the new version.
+    let started = dir.join("p-started");
+    let v1 = application(
+        "versions",
+        &[
+            job("P", "daily", "agent-2", &[], &format!("touch {}; sleep 3", started.display()), "", &log),
+            job("Q", "daily", "agent-1", &["P"], "true", "", &log),
+        ],
+    );
+    deploy(operator, &dir, "versions", &v1);
+    trigger(operator, "versions", "v1", "2026-11-27");
+    wait_for_file(&started);
+    let v2 = application(
+        "versions",
+        &[
+            job("P", "daily", "agent-2", &[], "true", "", &log),
+            job("Q2", "daily", "agent-1", &["P"], "true", "", &log),
+            job("R", "daily", "agent-3", &["Q2"], "true", "", &log),
+        ],
+    );
+    deploy(operator, &dir, "versions-2", &v2);
+    trigger(operator, "versions", "v2", "2026-11-27");
+    for gid in ["v1", "v2"] {
+        let out = wait(operator, "versions", gid);
+        assert_eq!(out.status.code(), Some(0), "versions {gid}: {}", explain(&out));
+    }
+    assert_eq!(ran(&log, "v1"), ["P", "Q"], "v1 ran on its own version");
+    assert_eq!(ran(&log, "v2"), ["P", "Q2", "R"], "v2 ran on the new one");
+    let v1_states = states(operator, "versions", "v1");
+    assert_eq!(state_of(&v1_states, "Q"), "succeeded", "v1's status shows its own jobs: {v1_states:?}");
+
     // Operations: T outlives its timeout (its grandchild too, until killed); F fails
     // unless its agent's work directory holds `ok`; G follows F.
     let grandchild = dir.join("grandchild.pid");

@@ -175,7 +175,10 @@ fn traffic_run(xml: &str, mode: Mode, brokers: usize, generations: &[(&str, &str
     for (gid, date) in generations {
         sim.send(
             players[home].client,
-            &format!("p [class,'trigger'],[appl,'{}'],[gid,'{gid}'],[date,'{date}']", app.name),
+            &format!(
+                "p [class,'trigger'],[appl,'{}'],[version,'{}'],[gid,'{gid}'],[date,'{date}']",
+                app.name, players[home].body.version
+            ),
         );
         players[home].triggered.insert((*gid).to_owned(), (*date).to_owned());
     }

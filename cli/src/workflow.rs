@@ -9,7 +9,7 @@
 //! stores, so some broker of the federation must keep those classes
 //! (`--history "[class,eq,'agent_ctl']"`, and the same for `job_status` and `trigger`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::IsTerminal as _;
 use std::path::Path;
 use std::process::ExitCode;
@@ -160,6 +160,10 @@ pub(crate) struct Known {
     pub(crate) generations: BTreeMap<String, (Option<String>, Generation, Option<i64>)>,
     /// Every distinct status, in the order it came.
     pub(crate) arrivals: Vec<StatusEvent>,
+    /// The jobs of each version deployed (by the version's id).
+    plans: HashMap<String, Plan>,
+    /// Each generation's version, from its trigger.
+    versions: HashMap<String, String>,
 }
 
 /// The start of time for a historic query of deployments.
@@ -179,8 +183,20 @@ async fn historic(client: &Client, subscription: &str, since: Timestamp) -> Resu
 }
 
 impl Known {
+    /// The jobs of the version generation `gid` runs on (the version deployed last, if
+    /// its trigger is not known).
+    pub(crate) fn plan_of(&self, gid: &str) -> &Plan {
+        self.versions.get(gid).and_then(|v| self.plans.get(v)).unwrap_or(&self.plan)
+    }
+
     fn new() -> Self {
-        Self { plan: Plan::default(), generations: BTreeMap::new(), arrivals: Vec::new() }
+        Self {
+            plan: Plan::default(),
+            generations: BTreeMap::new(),
+            arrivals: Vec::new(),
+            plans: HashMap::new(),
+            versions: HashMap::new(),
+        }
     }
 
     /// Takes one publication about the application in; true if it changed what is known.
@@ -192,6 +208,9 @@ impl Known {
                     Command::Deploy(body) => {
                         self.plan.remove_agent(&control.agent);
                         self.plan.add(&control.agent, &body);
+                        let versioned = self.plans.entry(body.version.clone()).or_default();
+                        versioned.remove_agent(&control.agent);
+                        versioned.add(&control.agent, &body);
                     }
                     Command::Undeploy => self.plan.remove_agent(&control.agent),
                     Command::Rerun { .. } | Command::Bypass { .. } | Command::Trigger { .. } => return false,
@@ -201,6 +220,9 @@ impl Known {
             "trigger" => {
                 let text = |a: &str| publication.get(a).and_then(Value::as_str).map(str::to_owned);
                 let Some(gid) = text("gid") else { return false };
+                if let Some(version) = text("version") {
+                    self.versions.insert(gid.clone(), version);
+                }
                 let entry = self.generations.entry(gid).or_default();
                 entry.0 = text("date");
                 entry.2 = publication.time().map(Timestamp::millis);
@@ -377,7 +399,9 @@ pub(crate) async fn status(
         let generations: Vec<serde_json::Value> = known
             .generations
             .iter()
-            .map(|(g, (date, generation, _))| generation_json(&known.plan, g, date.as_deref(), generation))
+            .map(|(g, (date, generation, _))| {
+                generation_json(known.plan_of(g), g, date.as_deref(), generation)
+            })
             .collect();
         out!("{}", serde_json::json!({ "appl": appl, "generations": generations }));
         return Ok(());
@@ -386,7 +410,7 @@ pub(crate) async fn status(
         out!("{appl}: no generation since {}", since.to_rfc3339());
     }
     for (g, (date, generation, _)) in &known.generations {
-        for line in render(&known.plan, g, date.as_deref(), generation) {
+        for line in render(known.plan_of(g), g, date.as_deref(), generation) {
             out!("{line}");
         }
     }
@@ -407,15 +431,14 @@ pub(crate) async fn history(
     rows.sort_by_key(|(gid, (_, _, first))| (*first, (*gid).clone()));
     let mut objects = Vec::new();
     for (gid, (date, generation, first)) in rows {
+        let plan = known.plan_of(gid);
         let count = |word: &str| {
-            known
-                .plan
-                .jobs
+            plan.jobs
                 .keys()
                 .filter(|j| *j != APPL_START && *j != APPL_END && generation.state(j).word() == word)
                 .count()
         };
-        let outcome = match generation.outcome(&known.plan) {
+        let outcome = match generation.outcome(plan) {
             Outcome::Running => "running".to_owned(),
             Outcome::Succeeded => "succeeded".to_owned(),
             Outcome::Stuck(failed) => format!("stuck ({} failed)", failed.join(" ")),
@@ -462,7 +485,7 @@ pub(crate) async fn wait(
     loop {
         let (date, generation) =
             follow.known.generations.get(gid).map(|(d, g, _)| (d.clone(), g.clone())).unwrap_or_default();
-        let outcome = generation.outcome(&follow.known.plan);
+        let outcome = generation.outcome(follow.known.plan_of(gid));
         let seen = !generation.events.is_empty();
         match outcome {
             Outcome::Succeeded => {
@@ -470,7 +493,7 @@ pub(crate) async fn wait(
                 return Ok(ExitCode::SUCCESS);
             }
             Outcome::Stuck(failed) if seen => {
-                for line in render(&follow.known.plan, gid, date.as_deref(), &generation) {
+                for line in render(follow.known.plan_of(gid), gid, date.as_deref(), &generation) {
                     out!("{line}");
                 }
                 eprintln!(
@@ -491,7 +514,7 @@ pub(crate) async fn wait(
                         .get(gid)
                         .map(|(d, g, _)| (d.clone(), g.clone()))
                         .unwrap_or_default();
-                    for line in render(&follow.known.plan, gid, date.as_deref(), &generation) {
+                    for line in render(follow.known.plan_of(gid), gid, date.as_deref(), &generation) {
                         out!("{line}");
                     }
                     eprintln!("padres: {appl} generation {gid} has not ended (timeout)");
@@ -523,7 +546,7 @@ pub(crate) async fn watch(
         if terminal {
             let mut lines = Vec::new();
             for (g, (date, generation, _)) in &known.generations {
-                lines.extend(render(&known.plan, g, date.as_deref(), generation));
+                lines.extend(render(known.plan_of(g), g, date.as_deref(), generation));
             }
             // Back to the first line drawn, then draw over it.
             if printed > 0 {
@@ -550,7 +573,7 @@ pub(crate) async fn watch(
         }
         if let Some(gid) = gid
             && let Some((_, generation, _)) = known.generations.get(gid)
-            && generation.outcome(&known.plan) != Outcome::Running
+            && generation.outcome(known.plan_of(gid)) != Outcome::Running
             && !generation.events.is_empty()
         {
             return Ok(());
@@ -621,10 +644,11 @@ pub(crate) async fn act(
     broker: &BrokerArgs,
 ) -> Result<(), String> {
     let follow = Follow::start(broker, appl, Some((Some(gid), long_ago()))).await?;
-    let planned = follow.known.plan.jobs.get(job).ok_or_else(|| {
+    let plan = follow.known.plan_of(gid);
+    let planned = plan.jobs.get(job).ok_or_else(|| {
         format!(
             "{appl} has no job {job} (deployed jobs: {})",
-            follow.known.plan.jobs.keys().cloned().collect::<Vec<_>>().join(" ")
+            plan.jobs.keys().cloned().collect::<Vec<_>>().join(" ")
         )
     })?;
     let (gid_owned, job_owned) = (gid.to_owned(), job.to_owned());

@@ -166,9 +166,19 @@ struct Application {
     unless: Vec<MessageId>,
 }
 
+impl Application {
+    /// Every subscription it made.
+    fn all_subscriptions(&self) -> Vec<MessageId> {
+        let subs = self.subscriptions.values().chain(&self.events).chain(&self.follows);
+        subs.chain(&self.unless).cloned().collect()
+    }
+}
+
 /// A generation an agent follows (seen start, not end), to catch up in.
 #[derive(Debug)]
 struct Followed {
+    /// The application's version it runs on, from its trigger.
+    version: String,
     /// Its run day, from its trigger.
     date: Option<String>,
     /// Its trigger's time (epoch milliseconds).
@@ -239,8 +249,8 @@ impl Status {
 enum Outgoing {
     Status(Status),
     Reply(Reply),
-    /// A generation's trigger: appl, gid, date.
-    Trigger(String, String, String),
+    /// A generation's trigger: appl, version, gid, date.
+    Trigger(String, String, String, String),
 }
 
 /// The publisher's first wait before sending again, and its longest.
@@ -272,6 +282,8 @@ struct Agent {
     checks: HashMap<MessageId, Check>,
     /// Jobs' `unless` subscriptions, to the job's dependency subscription.
     unless: HashMap<MessageId, MessageId>,
+    /// Earlier versions of applications, kept while generations started on them run.
+    retiring: HashMap<String, Vec<Application>>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -308,6 +320,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         followed: HashMap::new(),
         checks: HashMap::new(),
         unless: HashMap::new(),
+        retiring: HashMap::new(),
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
     agent.restore().await?;
@@ -421,8 +434,8 @@ impl Outbox {
                 true,
             ),
             Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl), false),
-            Outgoing::Trigger(appl, gid, date) => {
-                (trigger_publication(appl, gid, date), format!("the trigger of {appl}/{gid}"), true)
+            Outgoing::Trigger(appl, version, gid, date) => {
+                (trigger_publication(appl, version, gid, date), format!("the trigger of {appl}/{gid}"), true)
             }
         };
         let publication = match publication {
@@ -444,7 +457,7 @@ impl Outbox {
             None
         };
         let if_refused = match outgoing {
-            Outgoing::Trigger(appl, gid, _) => Some(Internal::Refused { appl, gid }),
+            Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
             Outgoing::Status(_) | Outgoing::Reply(_) => None,
         };
         self.queue.send(Queued { seq, publication, what, if_refused }).is_ok()
@@ -593,7 +606,7 @@ impl Agent {
                     // Refused before anything changes: the deployed version stays.
                     Err(why)
                 } else {
-                    self.undeploy(&appl).await;
+                    self.replace(&appl).await;
                     let at_ms = now().timestamp_millis();
                     let deployed = self.deploy((**body).clone(), at_ms).await;
                     if deployed.is_ok()
@@ -768,28 +781,50 @@ impl Agent {
         for cron in &application.crons {
             cron.abort();
         }
-        let subs = application.subscriptions.values().chain(&application.events);
-        for sub in subs.chain(&application.follows).chain(&application.unless) {
-            let _ = self.client.unsubscribe(sub.clone()).await;
+        for sub in application.all_subscriptions() {
+            let _ = self.client.unsubscribe(sub).await;
         }
         for adv in &application.advertisements {
             let _ = self.client.unadvertise(adv.clone()).await;
         }
     }
 
+    /// Replaces the deployed version of `appl` (a new one is about to be deployed): kept,
+    /// without its triggers, while generations that started on it run; else withdrawn.
+    async fn replace(&mut self, appl: &str) {
+        let Some(mut application) = self.applications.remove(appl) else { return };
+        let version = application.body.version.clone();
+        let running = self.followed.get(appl).is_some_and(|g| g.values().any(|f| f.version == version));
+        if !running || version.is_empty() {
+            self.applications.insert(appl.to_owned(), application);
+            return self.undeploy_current(appl, false).await;
+        }
+        // Its cron and event triggers stop: new generations start on the new version.
+        for cron in application.crons.drain(..) {
+            cron.abort();
+        }
+        for sub in application.events.drain(..) {
+            self.event_subs.remove(&sub);
+            let _ = self.client.unsubscribe(sub).await;
+        }
+        tracing::info!("{appl}: version {version} kept until the generations that started on it end");
+        self.retiring.entry(appl.to_owned()).or_default().push(application);
+    }
+
     async fn undeploy(&mut self, appl: &str) {
+        for application in self.retiring.remove(appl).unwrap_or_default() {
+            self.forget_application(&application);
+            self.withdraw(&application).await;
+        }
+        self.undeploy_current(appl, true).await;
+    }
+
+    /// Withdraws the current version of `appl`; with `abandon`, its generations too.
+    async fn undeploy_current(&mut self, appl: &str, abandon: bool) {
         let Some(application) = self.applications.remove(appl) else { return };
-        for sub in application.subscriptions.values() {
-            self.jobs.remove(sub);
-        }
-        for sub in &application.events {
-            self.event_subs.remove(sub);
-        }
-        for sub in &application.follows {
-            self.follows.remove(sub);
-        }
-        for sub in &application.unless {
-            self.unless.remove(sub);
+        self.forget_application(&application);
+        if !abandon {
+            return self.withdraw(&application).await;
         }
         self.followed.remove(appl);
         // Generations in flight are abandoned with the subscriptions that followed them:
@@ -805,10 +840,9 @@ impl Agent {
         self.withdraw(&application).await;
     }
 
-    /// The deployed job `job` of `appl`.
-    fn deployed(&self, appl: &str, job: &str) -> Result<&Deployed, String> {
-        self.applications
-            .get(appl)
+    /// The deployed job `job` of `appl`, as in the version generation `gid` runs on.
+    fn deployed(&self, appl: &str, gid: &str, job: &str) -> Result<&Deployed, String> {
+        self.version_of(appl, gid)
             .ok_or_else(|| format!("{appl} is not deployed on this agent"))?
             .subscriptions
             .get(job)
@@ -818,7 +852,7 @@ impl Agent {
 
     /// An operator's rerun of a failed job.
     fn rerun(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
-        let deployed = self.deployed(appl, job)?;
+        let deployed = self.deployed(appl, gid, job)?;
         let (Some(info), Some(_)) = (&deployed.info, &deployed.schedule) else {
             return Err(format!("{job} is a virtual job: it has nothing to run"));
         };
@@ -908,9 +942,10 @@ impl Agent {
             return;
         }
         in_flight.insert(gid.clone());
+        let version = application.body.version.clone();
         // Its own trigger does not come back to it: followed from here.
-        self.follow_generation(appl, &gid, Some(date.clone()), now().timestamp_millis());
-        let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), gid, date));
+        self.follow_generation(appl, &version, &gid, Some(date.clone()), now().timestamp_millis());
+        let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), version, gid, date));
     }
 
     /// Generation `gid` of `appl`, started here, ended (its `APPL_END` ran) or never
@@ -987,7 +1022,7 @@ impl Agent {
 
     /// An operator's bypass: the job is published `succeeded` without running.
     fn bypass(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
-        if self.deployed(appl, job)?.info.is_none() {
+        if self.deployed(appl, gid, job)?.info.is_none() {
             return Err(format!("{job} is a virtual job: it runs when what it waits for is done"));
         }
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
@@ -1028,7 +1063,8 @@ impl Agent {
         let date = text(trigger, "date").map(str::to_owned);
         let since_ms =
             trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
-        self.follow_generation(&appl, gid, date.clone(), since_ms);
+        let version = text(trigger, "version").unwrap_or_default();
+        self.follow_generation(&appl, version, gid, date.clone(), since_ms);
         self.ready(sub, gid, date.as_deref(), false);
     }
 
@@ -1177,17 +1213,27 @@ impl Agent {
         if publication.class() == "trigger" {
             let since_ms =
                 publication.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
-            self.follow_generation(appl, gid, text(publication, "date").map(str::to_owned), since_ms);
+            let (version, date) =
+                (text(publication, "version").unwrap_or_default(), text(publication, "date"));
+            self.follow_generation(appl, version, gid, date.map(str::to_owned), since_ms);
         } else if text(publication, "status").is_some_and(|s| s != "started") {
             self.end_generation(appl, gid);
         }
     }
 
-    /// Generation `gid` of `appl`, triggered at `since_ms` to run on `date`, is seen
-    /// started: followed, to catch up in, unless it has ended or is beyond the horizon.
-    fn follow_generation(&mut self, appl: &str, gid: &str, date: Option<String>, since_ms: i64) {
+    /// Generation `gid` of version `version` of `appl`, triggered at `since_ms` to run on
+    /// `date`, is seen started: followed (to catch up in, and to keep its version deployed
+    /// until it ends), unless it has ended or is beyond the horizon.
+    fn follow_generation(
+        &mut self,
+        appl: &str,
+        version: &str,
+        gid: &str,
+        date: Option<String>,
+        since_ms: i64,
+    ) {
         let every = self.options.catch_up;
-        if every.is_zero() || !self.applications.contains_key(appl) {
+        if self.version(appl, version).is_none() {
             return;
         }
         if self.followed.get(appl).is_some_and(|f| f.contains_key(gid)) {
@@ -1205,8 +1251,8 @@ impl Agent {
                 return;
             }
         }
-        let next = Some(tokio::time::Instant::now() + every);
-        let followed = Followed { date, since_ms, next, every, seen: 0 };
+        let next = (!every.is_zero()).then(|| tokio::time::Instant::now() + every);
+        let followed = Followed { version: version.to_owned(), date, since_ms, next, every, seen: 0 };
         self.followed.entry(appl.to_owned()).or_default().insert(gid.to_owned(), followed);
     }
 
@@ -1221,11 +1267,70 @@ impl Agent {
             tracing::warn!("{appl}/{gid}: marking the generation ended: {e}");
         }
         self.generation_ended(appl, gid);
+        self.retire_finished(appl);
+    }
+
+    /// Deployed version `version` of `appl`: the current one, or an earlier one kept for
+    /// the generations that started on it.
+    fn version(&self, appl: &str, version: &str) -> Option<&Application> {
+        let current = self.applications.get(appl).filter(|a| a.body.version == version);
+        current.or_else(|| self.retiring.get(appl)?.iter().find(|a| a.body.version == version))
+    }
+
+    /// The version generation `gid` of `appl` runs on, as far as this agent knows (the
+    /// current one if it has not seen the generation start).
+    fn version_of(&self, appl: &str, gid: &str) -> Option<&Application> {
+        let followed = self.followed.get(appl).and_then(|g| g.get(gid));
+        followed.and_then(|f| self.version(appl, &f.version)).or_else(|| self.applications.get(appl))
+    }
+
+    /// Withdraws the earlier versions of `appl` none of whose generations still run.
+    fn retire_finished(&mut self, appl: &str) {
+        let Some(retiring) = self.retiring.remove(appl) else { return };
+        let (running, done): (Vec<Application>, Vec<Application>) = retiring.into_iter().partition(|a| {
+            self.followed.get(appl).is_some_and(|g| g.values().any(|f| f.version == a.body.version))
+        });
+        if !running.is_empty() {
+            self.retiring.insert(appl.to_owned(), running);
+        }
+        for application in done {
+            tracing::info!(
+                "{appl}: version {} withdrawn, its last generation ended",
+                application.body.version
+            );
+            self.forget_application(&application);
+            let (client, subs, advs) =
+                (self.client.clone(), application.all_subscriptions(), application.advertisements);
+            tokio::spawn(async move {
+                for sub in subs {
+                    let _ = client.unsubscribe(sub).await;
+                }
+                for adv in advs {
+                    let _ = client.unadvertise(adv).await;
+                }
+            });
+        }
+    }
+
+    /// Forgets what `application` subscribed to (its subscriptions are withdrawn apart).
+    fn forget_application(&mut self, application: &Application) {
+        for sub in application.subscriptions.values() {
+            self.jobs.remove(sub);
+        }
+        for sub in &application.events {
+            self.event_subs.remove(sub);
+        }
+        for sub in &application.follows {
+            self.follows.remove(sub);
+        }
+        for sub in &application.unless {
+            self.unless.remove(sub);
+        }
     }
 
     /// Whether a job of `appl` here has not run in generation `gid` (nor runs now).
     fn waits_here(&self, appl: &str, gid: &str) -> bool {
-        let Some(application) = self.applications.get(appl) else { return false };
+        let Some(application) = self.version_of(appl, gid) else { return false };
         application.subscriptions.keys().any(|job| self.not_run(appl, gid, job))
     }
 
@@ -1316,8 +1421,7 @@ impl Agent {
         let date = f.date.clone();
         // The jobs here that have not run and whose dependencies are met.
         let ready: Vec<MessageId> = self
-            .applications
-            .get(&appl)
+            .version_of(&appl, &gid)
             .map(|a| {
                 a.subscriptions
                     .iter()
@@ -1331,8 +1435,7 @@ impl Agent {
             .unwrap_or_default();
         // And those that can no longer run.
         let unneeded: Vec<MessageId> = self
-            .applications
-            .get(&appl)
+            .version_of(&appl, &gid)
             .map(|a| {
                 a.subscriptions
                     .iter()

@@ -178,19 +178,28 @@ impl Control {
 
 /// The advertisement of `appl`'s triggers (its home agent's).
 pub fn trigger_advertisement(appl: &str) -> Advertisement {
-    let text =
-        format!("[class,eq,'trigger'],[appl,eq,{}],[gid,isPresent,''],[date,isPresent,'']", Value::str(appl));
+    let text = format!(
+        "[class,eq,'trigger'],[appl,eq,{}],[version,isPresent,''],[gid,isPresent,''],[date,isPresent,'']",
+        Value::str(appl)
+    );
     text.parse().unwrap_or_else(|e| panic!("the trigger advertisement {text}: {e}"))
 }
 
-/// The trigger of generation `gid` of `appl`, run on `date` (YYYY-MM-DD).
+/// The trigger of generation `gid` of version `version` of `appl`, run on `date`
+/// (YYYY-MM-DD).
 ///
 /// # Errors
 /// A name too long for a message.
-pub fn trigger_publication(appl: &str, gid: &str, date: &str) -> Result<Publication, InvalidMessage> {
+pub fn trigger_publication(
+    appl: &str,
+    version: &str,
+    gid: &str,
+    date: &str,
+) -> Result<Publication, InvalidMessage> {
     Publication::new(vec![
         attr("class", "trigger")?,
         attr("appl", appl)?,
+        attr("version", version)?,
         attr("gid", gid)?,
         attr("date", date)?,
     ])

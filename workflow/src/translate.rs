@@ -17,7 +17,7 @@
 //! [`JobInfo`] (run term, command, arguments, environment, timeout, retries).
 //!
 //! Message classes and attributes (DESIGN §8):
-//! `trigger` [appl, gid, date]; `job_status` [appl, gid, job, agent, status, exit,
+//! `trigger` [appl, version, gid, date]; `job_status` [appl, gid, job, agent, status, exit,
 //! attempt, reason]; `agent_ctl` and `agent_reply`: [`crate::control`].
 
 use std::collections::BTreeMap;
@@ -172,6 +172,10 @@ pub struct EnvelopeBody {
     /// Most generations running at once (the home agent holds further triggers back).
     #[serde(default = "one")]
     pub max_generations: u32,
+    /// The application's version ([`Deployment::version`]): the home agent puts it in each
+    /// trigger, and each job's dependency takes only triggers of its own version.
+    #[serde(default)]
+    pub version: String,
 }
 
 const fn one() -> u32 {
@@ -230,6 +234,8 @@ pub struct Envelope {
     pub triggers: Vec<TriggerSpec>,
     /// Most generations running at once.
     pub max_generations: u32,
+    /// The application's version.
+    pub version: String,
 }
 
 /// A translated application.
@@ -237,6 +243,10 @@ pub struct Envelope {
 pub struct Deployment {
     /// The application's name.
     pub appl: String,
+    /// Its version: 12 hexadecimal digits, a digest of the translation (see
+    /// [`translate`]). Generations run on the version their trigger names, so one running
+    /// when a new version is deployed finishes on its own.
+    pub version: String,
     /// Every job, `APPL_START` first and `APPL_END` last.
     pub jobs: Vec<JobDeployment>,
     /// One envelope per agent, by agent name.
@@ -252,9 +262,14 @@ fn parse_sub(text: &str) -> Subscription {
     text.parse().unwrap_or_else(|e| panic!("translation built an invalid subscription {text}: {e}"))
 }
 
-/// The trigger of a generation of `appl`, binding `$S$g` to its `gid`.
-pub fn trigger_subscription(appl: &str) -> Subscription {
-    parse_sub(&format!("[class,eq,'trigger'],[appl,eq,{}],[gid,eq,$S$g]", quoted(appl)))
+/// The trigger of a generation of version `version` of `appl`, binding `$S$g` to its
+/// `gid`.
+pub fn trigger_subscription(appl: &str, version: &str) -> Subscription {
+    parse_sub(&format!(
+        "[class,eq,'trigger'],[appl,eq,{}],[version,eq,{}],[gid,eq,$S$g]",
+        quoted(appl),
+        quoted(version)
+    ))
 }
 
 /// Any status of the generation's `APPL_END` (`$S$g`): it ends the generation's partial
@@ -369,7 +384,11 @@ fn impossible_of(appl: &str, dep: &Dependency) -> Result<Option<CompositeSubscri
 /// `skipped`, which its condition refuses: a failure handler `status="failed"` after a
 /// success). Its agent then publishes it `skipped`, so that its successors, and
 /// `APPL_END`, go on. `None` when no final status can refuse them (`ok`, `any`).
-pub fn unless_of(appl: &str, deps: &[Dependency]) -> Result<Option<CompositeSubscription>, String> {
+pub fn unless_of(
+    appl: &str,
+    version: &str,
+    deps: &[Dependency],
+) -> Result<Option<CompositeSubscription>, String> {
     let mut parts = Vec::new();
     for dep in deps {
         parts.extend(impossible_of(appl, dep)?);
@@ -378,7 +397,7 @@ pub fn unless_of(appl: &str, deps: &[Dependency]) -> Result<Option<CompositeSubs
         return Ok(None);
     }
     let impossible = balanced(parts, CompositeOp::Or)?;
-    CompositeSubscription::leaf(trigger_subscription(appl))
+    CompositeSubscription::leaf(trigger_subscription(appl, version))
         .combine(CompositeOp::And, impossible)
         .and_then(|cs| cs.until(end_subscription(appl)))
         .map(Some)
@@ -387,12 +406,13 @@ pub fn unless_of(appl: &str, deps: &[Dependency]) -> Result<Option<CompositeSubs
 
 fn deployment(
     appl: &str,
+    version: &str,
     job: &str,
     agent: &str,
     deps: &[Dependency],
 ) -> Result<JobDeployment, TranslateError> {
     let error = |message: String| TranslateError { job: job.to_owned(), message };
-    let mut parts = vec![CompositeSubscription::leaf(trigger_subscription(appl))];
+    let mut parts = vec![CompositeSubscription::leaf(trigger_subscription(appl, version))];
     for dep in deps {
         parts.push(dependency_of(appl, dep).map_err(error)?);
     }
@@ -406,7 +426,7 @@ fn deployment(
         advertisement: status_advertisement(appl, job),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
         after: deps.iter().map(Need::of).collect(),
-        unless: unless_of(appl, deps).map_err(error)?,
+        unless: unless_of(appl, version, deps).map_err(error)?,
         info: None,
     })
 }
@@ -417,22 +437,35 @@ fn after(job: &str) -> Dependency {
 
 /// Translates a parsed (so valid) application. Fails only for a job with more
 /// dependencies than one composite subscription holds (about 2,000).
+///
+/// Its version ([`Deployment::version`]) is a digest of what the translation gives every
+/// agent: the same definition translates to the same version, and any change that
+/// reaches an agent (a command, a dependency, a calendar) to another.
 pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
+    let draft = translate_version(app, "")?;
+    let digest = draft.envelopes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, envelope| {
+        let text = format!("{}\u{0}{}\u{0}", envelope.agent, envelope.body(&draft.appl));
+        text.bytes().fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    });
+    translate_version(app, &format!("{:012x}", digest & 0xffff_ffff_ffff))
+}
+
+fn translate_version(app: &Application, version: &str) -> Result<Deployment, TranslateError> {
     let appl = app.name.as_str();
     let home = app.jobs.first().map_or("", |j| j.runner.name());
     let has_successor =
         |job: &Job| app.jobs.iter().any(|other| other.predecessors().contains(&job.name.as_str()));
-    let mut jobs = vec![deployment(appl, APPL_START, home, &[])?];
+    let mut jobs = vec![deployment(appl, version, APPL_START, home, &[])?];
     for job in &app.jobs {
         let deps: Vec<Dependency> =
             if job.after.is_empty() { vec![after(APPL_START)] } else { job.after.clone() };
-        let mut deployed = deployment(appl, &job.name, job.runner.name(), &deps)?;
+        let mut deployed = deployment(appl, version, &job.name, job.runner.name(), &deps)?;
         deployed.info = Some(JobInfo::of(job));
         jobs.push(deployed);
     }
     let ends: Vec<Dependency> =
         app.jobs.iter().filter(|j| !has_successor(j)).map(|j| after(&j.name)).collect();
-    jobs.push(deployment(appl, APPL_END, home, &ends)?);
+    jobs.push(deployment(appl, version, APPL_END, home, &ends)?);
     let mut by_agent: BTreeMap<&str, Vec<JobDeployment>> = BTreeMap::new();
     for job in &jobs {
         by_agent.entry(job.agent.as_str()).or_default().push(job.clone());
@@ -456,10 +489,11 @@ pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
             holidays: holidays.clone(),
             triggers: if agent == home { triggers.clone() } else { Vec::new() },
             max_generations: app.max_generations,
+            version: version.to_owned(),
             jobs,
         })
         .collect();
-    Ok(Deployment { appl: appl.to_owned(), jobs, envelopes })
+    Ok(Deployment { appl: appl.to_owned(), version: version.to_owned(), jobs, envelopes })
 }
 
 impl Envelope {
@@ -489,6 +523,7 @@ impl Envelope {
                 .collect(),
             triggers: self.triggers.clone(),
             max_generations: self.max_generations,
+            version: self.version.clone(),
         }
     }
 
