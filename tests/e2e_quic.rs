@@ -960,3 +960,38 @@ fn a_broker_uses_transparent_huge_pages_only_when_asked() {
     let asked = start_with("B2", "thp", &["--huge-pages".to_owned()]);
     assert_eq!(thp_enabled(&asked), "1", "on with --huge-pages");
 }
+
+/// Publications written ahead of their answers (`publish_acked_later`) reach the broker
+/// and the subscriber in the order written, and each answer is its own: a refused one in
+/// the middle says why, and those around it are taken.
+#[tokio::test]
+async fn pipelined_publications_keep_their_order_and_their_own_answers() {
+    let broker = start_broker("B1", "pipelined");
+    let mut subscriber = client(&broker, "sub").await;
+    let publisher = client(&broker, "pub").await;
+    subscriber.send("s [class,eq,'seq']").await.expect("subscribed");
+    publisher.send("a [class,eq,'seq'],[n,isPresent,0]").await.expect("advertised");
+    let mut acks = Vec::new();
+    for n in 0..200 {
+        // The 100th is of a class not advertised: refused.
+        let text =
+            if n == 100 { "[class,'other'],[n,100]".to_owned() } else { format!("[class,'seq'],[n,{n}]") };
+        let publication = text.parse().expect("a publication");
+        acks.push(publisher.publish_acked_later(publication).await.expect("written"));
+    }
+    for (n, ack) in acks.into_iter().enumerate() {
+        let answer = ack.wait().await;
+        if n == 100 {
+            assert!(
+                matches!(answer, Err(ClientError::Refused { code: ErrorCode::NotAdvertised, .. })),
+                "{answer:?}"
+            );
+        } else {
+            assert!(answer.is_ok(), "{n}: {answer:?}");
+        }
+    }
+    for n in (0..200).filter(|n| *n != 100) {
+        let (_, publication) = next(&mut subscriber, Duration::from_secs(10)).await.expect("a notification");
+        assert_eq!(publication.get("n"), Some(&Value::Int(n)), "in the order written");
+    }
+}

@@ -215,6 +215,32 @@ enum Answer {
     Report(Box<Report>),
 }
 
+/// The broker's answer to a publication written by [`Client::publish_acked_later`].
+#[derive(Debug)]
+pub struct Ack(oneshot::Receiver<Result<Answer, ClientError>>);
+
+impl Ack {
+    /// Waits for the answer: `Ok` once the broker has taken the publication.
+    ///
+    /// # Errors
+    /// Refused (with the reason), or no answer (the connection and its session were lost).
+    pub async fn wait(self) -> Result<(), ClientError> {
+        let answer = self.0.await.map_err(|_| ClientError::Protocol(ProtocolError::NoAnswer))?;
+        answer.map(drop)
+    }
+
+    /// The answer if it has come, without waiting.
+    pub fn now(&mut self) -> Option<Result<(), ClientError>> {
+        match self.0.try_recv() {
+            Ok(answer) => Some(answer.map(drop)),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                Some(Err(ClientError::Protocol(ProtocolError::NoAnswer)))
+            }
+        }
+    }
+}
+
 /// How to reach and trust a broker (see the module docs).
 #[derive(Clone, Debug)]
 pub struct Connect {
@@ -558,6 +584,16 @@ impl Client {
         frame: impl FnOnce(u64) -> Frame,
         remember: Remember,
     ) -> Result<Answer, ClientError> {
+        let rx = self.start_call(frame, remember).await?;
+        rx.await.map_err(|_| ClientError::Protocol(ProtocolError::NoAnswer))?
+    }
+
+    /// Writes a request; the receiver gets its answer.
+    async fn start_call(
+        &self,
+        frame: impl FnOnce(u64) -> Frame,
+        remember: Remember,
+    ) -> Result<oneshot::Receiver<Result<Answer, ClientError>>, ClientError> {
         let (tx, rx) = oneshot::channel();
         let req = self.shared.with(|s| {
             let req = s.next_req;
@@ -570,7 +606,7 @@ impl Client {
             self.shared.with(|s| s.pending.remove(&req));
             return Err(why);
         }
-        rx.await.map_err(|_| ClientError::Protocol(ProtocolError::NoAnswer))?
+        Ok(rx)
     }
 
     /// Writes one frame on the current connection, numbered and kept in the session if it
@@ -679,6 +715,18 @@ impl Client {
     /// Publishes and waits for the broker to accept it (or say why not).
     pub async fn publish_acked(&self, publication: Publication) -> Result<(), ClientError> {
         self.request(Message::Publish(publication)).await.map(drop)
+    }
+
+    /// Publishes and returns once the publication is written: the [`Ack`] then gives the
+    /// broker's answer, as [`Client::publish_acked`] does. Publications written this way
+    /// reach the broker in the order of the calls, so a publisher can have many waiting
+    /// for their answers at once (pipelined) and still know which were taken.
+    ///
+    /// # Errors
+    /// The publication could not be written (not connected).
+    pub async fn publish_acked_later(&self, publication: Publication) -> Result<Ack, ClientError> {
+        let frame = |req| Frame::Request { req, message: Message::Publish(publication) };
+        self.start_call(frame, Remember::Nothing).await.map(Ack)
     }
 
     /// Publishes without waiting for the broker: returns once the publication is on its

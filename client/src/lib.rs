@@ -15,6 +15,6 @@ pub mod json;
 pub mod notification;
 pub mod session;
 
-pub use connection::{Client, ClientError, Connect, Notifications, ProtocolError};
+pub use connection::{Ack, Client, ClientError, Connect, Notifications, ProtocolError};
 pub use notification::Notification;
 pub use padres_transport::Trust;

@@ -28,8 +28,9 @@
 //!   `attempt` and, when the process did not say, a `reason`).
 //!
 //! Statuses and replies are published in the order they happen, by one task, each
-//! acknowledged by the broker: one that cannot be sent (the broker is away) is sent again
-//! until it is taken, so a broker restart loses none. One the broker refuses (its
+//! acknowledged by the broker (up to 64 written ahead of their acknowledgements): one that
+//! cannot be sent (the broker is away) is sent again until it is taken, so a broker
+//! restart loses none. One the broker refuses (its
 //! advertisement withdrawn meanwhile, by an undeploy or a new version deployed while the job
 //! ran) is logged and dropped. A job found running in the journal
 //! when the agent starts (it stopped while the job ran) is published `failed` with exit -1
@@ -464,40 +465,107 @@ impl Outbox {
     }
 }
 
-/// Publishes what the agent queues, in order, each acknowledged by the broker; one the
-/// broker cannot take now (it is away) is sent again until it is taken, then leaves the
-/// outbox.
+/// Publications written and not yet answered at most, per agent.
+const PIPELINE: usize = 64;
+
+/// Where a publication on its way out stands.
+enum Sent {
+    /// Written; the answer comes through the [`padres_client::Ack`].
+    Written(padres_client::Ack),
+    /// Answered.
+    Answered(Result<(), ClientError>),
+}
+
+/// Publishes what the agent queues, in order, each acknowledged by the broker, up to
+/// [`PIPELINE`] waiting for their answers at once; one the broker cannot take now (it is
+/// away) is sent again, with those after it that were not taken, until it is taken; then
+/// it leaves the outbox.
 async fn publish_in_order(
     client: Arc<Client>,
     journal: Arc<Mutex<Journal>>,
     internal: mpsc::UnboundedSender<Internal>,
     mut to_publish: mpsc::UnboundedReceiver<Queued>,
 ) {
-    while let Some(Queued { seq, publication, what, mut if_refused }) = to_publish.recv().await {
+    let write = |publication: Publication| {
+        let client = client.clone();
+        async move {
+            match client.publish_acked_later(publication).await {
+                Ok(ack) => Sent::Written(ack),
+                Err(e) => Sent::Answered(Err(e)),
+            }
+        }
+    };
+    let mut in_flight: VecDeque<(Queued, Sent)> = VecDeque::new();
+    let mut open = true;
+    loop {
+        // Write what is queued, up to the pipeline's depth (waiting for something only
+        // when nothing is in flight).
+        while open && in_flight.len() < PIPELINE {
+            let next = if in_flight.is_empty() {
+                to_publish.recv().await
+            } else {
+                match to_publish.try_recv() {
+                    Ok(queued) => Some(queued),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(queued) = next else {
+                open = false;
+                break;
+            };
+            let sent = write(queued.publication.clone()).await;
+            in_flight.push_back((queued, sent));
+        }
+        let Some((mut queued, mut sent)) = in_flight.pop_front() else { break };
         let mut wait = RESEND_FIRST;
         loop {
-            match client.publish_acked(publication.clone()).await {
+            let answer = match sent {
+                Sent::Written(ack) => ack.wait().await,
+                Sent::Answered(answer) => answer,
+            };
+            match answer {
                 Ok(()) => break,
                 Err(e @ ClientError::Refused { .. }) => {
-                    tracing::error!("{what}: refused by the broker: {e}");
+                    tracing::error!("{}: refused by the broker: {e}", queued.what);
                     // A generation whose trigger was refused does not hold a place.
-                    if let Some(told) = if_refused.take() {
+                    if let Some(told) = queued.if_refused.take() {
                         let _ = internal.send(told);
                     }
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!("{what}: not sent ({e}); sending again in {} ms", wait.as_millis());
+                    tracing::warn!(
+                        "{}: not sent ({e}); sending again in {} ms",
+                        queued.what,
+                        wait.as_millis()
+                    );
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(RESEND_MOST);
+                    // Again, in order: this one, and each after it that failed too (the
+                    // connection's session was lost: every answer awaited failed). One
+                    // still awaiting its answer is left to it, so as not to send it twice.
+                    sent = write(queued.publication.clone()).await;
+                    for (later, later_sent) in &mut in_flight {
+                        if let Sent::Written(ack) = later_sent
+                            && let Some(answer) = ack.now()
+                        {
+                            *later_sent = Sent::Answered(answer);
+                        }
+                        let failed = matches!(later_sent, Sent::Answered(Err(e)) if !matches!(e, ClientError::Refused { .. }));
+                        if failed {
+                            *later_sent = write(later.publication.clone()).await;
+                        }
+                    }
                 }
             }
         }
-        if let Some(seq) = seq
+        if let Some(seq) = queued.seq
             && let Err(e) = journal.lock().unwrap_or_else(PoisonError::into_inner).outbox_done(seq)
         {
             tracing::warn!(
-                "{what}: sent, but still in the outbox ({e}): it may be sent again after a restart"
+                "{}: sent, but still in the outbox ({e}): it may be sent again after a restart",
+                queued.what
             );
         }
     }
