@@ -348,9 +348,11 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     agent.client.send(&control_subscription(&agent.options.name)).await?;
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A notification taken while gathering a batch of matches, handled next.
+    let mut deferred = None;
     loop {
         let notification = tokio::select! {
-            notification = notifications.next() => notification,
+            notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.next().await } } => notification,
             _ = ticks.tick(), if !agent.options.catch_up.is_zero() => {
                 agent.check_due().await;
                 continue;
@@ -388,10 +390,20 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                     agent.control(&publication).await;
                 }
             }
-            Notification::Composite { sub, pubs } => match agent.unless.get(&sub).cloned() {
-                Some(job) => agent.not_needed(&job, &pubs),
-                None => agent.dependency(&sub, &pubs),
-            },
+            Notification::Composite { sub, pubs } => {
+                // The matches that have come, claimed together: one wait for the disk.
+                let mut batch = vec![(sub, pubs)];
+                while batch.len() < CLAIM_BATCH {
+                    match notifications.try_next() {
+                        Some(Notification::Composite { sub, pubs }) => batch.push((sub, pubs)),
+                        other => {
+                            deferred = other;
+                            break;
+                        }
+                    }
+                }
+                agent.matches(batch);
+            }
             Notification::EndOfHistory { sub, .. } => agent.checked(&sub).await,
         }
     }
@@ -464,6 +476,9 @@ impl Outbox {
         self.queue.send(Queued { seq, publication, what, if_refused }).is_ok()
     }
 }
+
+/// Most matches claimed in one transaction.
+const CLAIM_BATCH: usize = 256;
 
 /// Publications written and not yet answered at most, per agent.
 const PIPELINE: usize = 64;
@@ -1119,21 +1134,30 @@ impl Agent {
         Ok(())
     }
 
-    /// A match of dependency `sub`: the job's generation is ready for it.
-    fn dependency(&mut self, sub: &MessageId, pubs: &[(u32, Publication)]) {
-        let Some(deployed) = self.jobs.get(sub) else { return };
-        let Some(trigger) = pubs.iter().map(|(_, p)| p).find(|p| p.class() == "trigger") else {
-            tracing::warn!("{}/{}: a dependency match without its trigger", deployed.appl, deployed.job);
-            return;
-        };
-        let Some(gid) = text(trigger, "gid") else { return };
-        let appl = deployed.appl.clone();
-        let date = text(trigger, "date").map(str::to_owned);
-        let since_ms =
-            trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
-        let version = text(trigger, "version").unwrap_or_default();
-        self.follow_generation(&appl, version, gid, date.clone(), since_ms);
-        self.ready(sub, gid, date.as_deref(), false);
+    /// Matches of composite subscriptions: of dependencies (their jobs' generations are
+    /// ready for them, claimed together) and of `unless` subscriptions.
+    fn matches(&mut self, batch: Vec<(MessageId, Vec<(u32, Publication)>)>) {
+        let mut ready = Vec::new();
+        for (sub, pubs) in batch {
+            if let Some(job) = self.unless.get(&sub).cloned() {
+                self.not_needed(&job, &pubs);
+                continue;
+            }
+            let Some(deployed) = self.jobs.get(&sub) else { continue };
+            let Some(trigger) = pubs.iter().map(|(_, p)| p).find(|p| p.class() == "trigger") else {
+                tracing::warn!("{}/{}: a dependency match without its trigger", deployed.appl, deployed.job);
+                continue;
+            };
+            let Some(gid) = text(trigger, "gid") else { continue };
+            let appl = deployed.appl.clone();
+            let date = text(trigger, "date").map(str::to_owned);
+            let since_ms =
+                trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+            let version = text(trigger, "version").unwrap_or_default();
+            self.follow_generation(&appl, version, gid, date.clone(), since_ms);
+            ready.push((sub, gid.to_owned(), date));
+        }
+        self.ready_all(ready, false);
     }
 
     /// A match of the `unless` subscription of the job of dependency `sub`: a predecessor
@@ -1171,12 +1195,49 @@ impl Agent {
     /// The job of dependency `sub` may run in generation `gid` (run on `date`): notified
     /// by its match, or found by catching up (`caught_up`).
     fn ready(&mut self, sub: &MessageId, gid: &str, date: Option<&str>, caught_up: bool) {
-        let Some(deployed) = self.jobs.get(sub) else { return };
-        let key = (deployed.appl.clone(), gid.to_owned(), deployed.job.clone());
-        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+        self.ready_all(vec![(sub.clone(), gid.to_owned(), date.map(str::to_owned))], caught_up);
+    }
+
+    /// [`Agent::ready`] for each of `ready` (dependency, gid, date), claimed in one
+    /// transaction.
+    fn ready_all(&mut self, ready: Vec<(MessageId, String, Option<String>)>, caught_up: bool) {
+        let mut marked = Vec::new();
+        for (sub, gid, date) in ready {
+            let Some(deployed) = self.jobs.get(&sub) else { continue };
+            let key = (deployed.appl.clone(), gid, deployed.job.clone());
+            if self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+                marked.push((sub, key, date));
+            }
+        }
+        if marked.is_empty() {
             return;
         }
-        let claim = self.journal().claim(&key.0, &key.1, &key.2);
+        let keys: Vec<_> = marked.iter().map(|(_, key, _)| key.clone()).collect();
+        let claims = self.journal().claim_many(&keys);
+        match claims {
+            Ok(claims) => {
+                for ((sub, key, date), claim) in marked.into_iter().zip(claims) {
+                    self.claimed(&sub, key, date.as_deref(), Ok(claim), caught_up);
+                }
+            }
+            Err(e) => {
+                for (sub, key, date) in marked {
+                    self.claimed(&sub, key, date.as_deref(), Err(e.to_string()), caught_up);
+                }
+            }
+        }
+    }
+
+    /// Job `key` of dependency `sub` (marked running) was claimed: run, skipped, or not.
+    fn claimed(
+        &mut self,
+        sub: &MessageId,
+        key: (String, String, String),
+        date: Option<&str>,
+        claim: Result<Claim, String>,
+        caught_up: bool,
+    ) {
+        let Some(deployed) = self.jobs.get(sub) else { return self.not_running(&key) };
         match claim {
             Ok(Claim::New) => {
                 if caught_up {

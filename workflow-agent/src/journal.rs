@@ -122,32 +122,48 @@ impl Journal {
     /// # Errors
     /// The journal cannot be read or written: the job must not run.
     pub fn claim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
-        // This commit waits for the disk (and with it every commit before it).
-        self.db.pragma_update(None, "synchronous", "FULL")?;
-        let claim = self.claim_in_transaction(appl, gid, job);
-        self.db.pragma_update(None, "synchronous", "NORMAL")?;
-        claim
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        Ok(self.claim_many(std::slice::from_ref(&key))?.pop().unwrap_or(Claim::GenerationEnded))
     }
 
-    fn claim_in_transaction(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+    /// Claims each of `jobs` (appl, gid, job) as [`Journal::claim`] does, in one
+    /// transaction: one wait for the disk for all of them.
+    ///
+    /// # Errors
+    /// The journal cannot be read or written: none of them must run.
+    pub fn claim_many(&mut self, jobs: &[(String, String, String)]) -> rusqlite::Result<Vec<Claim>> {
+        // This commit waits for the disk (and with it every commit before it).
+        self.db.pragma_update(None, "synchronous", "FULL")?;
+        let claims = self.claim_in_transaction(jobs);
+        self.db.pragma_update(None, "synchronous", "NORMAL")?;
+        claims
+    }
+
+    fn claim_in_transaction(&mut self, jobs: &[(String, String, String)]) -> rusqlite::Result<Vec<Claim>> {
         let tx = self.db.transaction()?;
-        if has_ended(&tx, appl, gid)? {
-            return Ok(Claim::GenerationEnded);
-        }
-        let found = run_row(&tx, appl, gid, job)?;
-        let claim = match found {
-            None => {
-                tx.execute(
-                    "INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)",
-                    params![appl, gid, job],
-                )?;
-                Claim::New
+        let mut claims = Vec::with_capacity(jobs.len());
+        for (appl, gid, job) in jobs {
+            if has_ended(&tx, appl, gid)? {
+                claims.push(Claim::GenerationEnded);
+                continue;
             }
-            Some((attempt, Some(status), exit)) => Claim::Ended { status, exit: exit.unwrap_or(-1), attempt },
-            Some((attempt, None, _)) => Claim::Unfinished { attempt },
-        };
+            let found = run_row(&tx, appl, gid, job)?;
+            claims.push(match found {
+                None => {
+                    tx.execute(
+                        "INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)",
+                        params![appl, gid, job],
+                    )?;
+                    Claim::New
+                }
+                Some((attempt, Some(status), exit)) => {
+                    Claim::Ended { status, exit: exit.unwrap_or(-1), attempt }
+                }
+                Some((attempt, None, _)) => Claim::Unfinished { attempt },
+            });
+        }
         tx.commit()?;
-        Ok(claim)
+        Ok(claims)
     }
 
     /// Attempt `attempt` of a claimed job starts.
@@ -553,6 +569,30 @@ mod tests {
         drop(db);
         let journal = Journal::open(&work).expect("open");
         assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{}".to_owned(), 0)]);
+    }
+
+        #[test]
+    fn jobs_claimed_together_are_claimed_once_each() {
+        let work = dir("many");
+        let mut journal = Journal::open(&work).expect("open");
+        journal.end("payroll", "g1", "A", "succeeded", 0, 1).expect("end");
+        journal.end_generation("payroll", "g0", 1).expect("ended");
+        let key = |gid: &str, job: &str| ("payroll".to_owned(), gid.to_owned(), job.to_owned());
+        let claims = journal
+            .claim_many(&[key("g1", "A"), key("g1", "B"), key("g1", "B"), key("g0", "C")])
+            .expect("claimed");
+        assert_eq!(
+            claims,
+            [
+                Claim::Ended { status: "succeeded".into(), exit: 0, attempt: 1 },
+                Claim::New,
+                Claim::Unfinished { attempt: 0 },
+                Claim::GenerationEnded,
+            ]
+        );
+        drop(journal);
+        let mut journal = Journal::open(&work).expect("reopen");
+        assert_eq!(journal.claim("payroll", "g1", "B").expect("claim"), Claim::Unfinished { attempt: 0 });
     }
 
     #[test]
