@@ -571,7 +571,7 @@ mod tests {
         assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{}".to_owned(), 0)]);
     }
 
-        #[test]
+    #[test]
     fn jobs_claimed_together_are_claimed_once_each() {
         let work = dir("many");
         let mut journal = Journal::open(&work).expect("open");
