@@ -118,6 +118,10 @@ pub const CATCH_UP_MOST: u32 = 32;
 /// [`Options::catch_up`]).
 pub const CATCH_UP_AGAIN: Duration = Duration::from_secs(2);
 
+/// How long before its deployment here an agent follows an application's generations
+/// (one hour): those started on this version elsewhere before it got it.
+const FOLLOW_BEFORE_MS: i64 = 3_600_000;
+
 /// Generations triggered longer ago than this are not followed: 7 days.
 pub const CATCH_UP_HORIZON: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -165,6 +169,8 @@ struct Application {
     follows: Vec<MessageId>,
     /// Its jobs' `unless` subscriptions (when a job can no longer run).
     unless: Vec<MessageId>,
+    /// When a newer version replaced it (it is kept while its generations run).
+    replaced: Option<tokio::time::Instant>,
 }
 
 impl Application {
@@ -201,6 +207,13 @@ struct Check {
     generation: Generation,
     started: tokio::time::Instant,
 }
+
+/// How long a replaced version is kept at least, for generations other agents (the home
+/// agent, not yet given the new version) start on it meanwhile.
+const RETIRE_GRACE: Duration = Duration::from_secs(120);
+
+/// Most checks started each second.
+const CHECKS_PER_TICK: usize = 16;
 
 /// A check not answered in this long is dropped and made again.
 const CHECK_LONGEST: Duration = Duration::from_secs(60);
@@ -295,13 +308,25 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     std::fs::create_dir_all(&options.work_dir)
         .map_err(|e| AgentError::WorkDir(options.work_dir.clone(), e))?;
     let journal = Journal::open(&options.work_dir)?;
-    let mut notifications = client.take_notifications();
+    // Notifications are taken off the connection by a task of their own into an unbounded
+    // queue: the loop below waits for the broker's answers to its own requests, which the
+    // connection could not read while its bounded queue of notifications were full.
+    let mut from_broker = client.take_notifications();
+    let (forward, mut notifications) = mpsc::unbounded_channel::<Notification>();
+    tokio::spawn(async move {
+        while let Some(notification) = from_broker.next().await {
+            if forward.send(notification).is_err() {
+                break;
+            }
+        }
+    });
     let client = Arc::new(client);
     let (queue, to_publish) = mpsc::unbounded_channel::<Queued>();
     let journal = Arc::new(Mutex::new(journal));
-    let outgoing = Outbox { agent: options.name.clone(), journal: journal.clone(), queue };
-
     let (internal, mut from_tasks) = mpsc::unbounded_channel::<Internal>();
+    let outgoing =
+        Outbox { agent: options.name.clone(), journal: journal.clone(), queue, refused: internal.clone() };
+
     let publisher =
         tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal.clone(), to_publish));
     let mut agent = Agent {
@@ -352,15 +377,21 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let mut deferred = None;
     loop {
         let notification = tokio::select! {
-            notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.next().await } } => notification,
-            _ = ticks.tick(), if !agent.options.catch_up.is_zero() => {
+            notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.recv().await } } => notification,
+                        _ = ticks.tick() => {
                 agent.check_due().await;
                 continue;
             }
             Some(internal) = from_tasks.recv() => {
                 match internal {
                     Internal::Fire { appl, gid, date } => agent.start_generation(&appl, gid, date),
-                    Internal::Refused { appl, gid } => agent.generation_ended(&appl, &gid),
+                                        Internal::Refused { appl, gid } => {
+                        // It never started: not followed (nor caught up in), and its gid free.
+                        if let Some(followed) = agent.followed.get_mut(&appl) {
+                            followed.remove(&gid);
+                        }
+                        agent.generation_ended(&appl, &gid);
+                    }
                 }
                 continue;
             }
@@ -382,7 +413,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                         if let Some(event) = StatusEvent::from_publication(&check.appl, &publication) {
                             check.generation.record(event);
                         }
-                    } else if !agent.event_subs.contains_key(sub) {
+                    } else if !agent.event_subs.contains_key(sub) && publication.class() == "agent_ctl" {
+                        // (A publication of a subscription just withdrawn is let go.)
                         others = true;
                     }
                 }
@@ -394,7 +426,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 // The matches that have come, claimed together: one wait for the disk.
                 let mut batch = vec![(sub, pubs)];
                 while batch.len() < CLAIM_BATCH {
-                    match notifications.try_next() {
+                    match notifications.try_recv().ok() {
                         Some(Notification::Composite { sub, pubs }) => batch.push((sub, pubs)),
                         other => {
                             deferred = other;
@@ -404,7 +436,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 }
                 agent.matches(batch);
             }
-            Notification::EndOfHistory { sub, .. } => agent.checked(&sub).await,
+            Notification::EndOfHistory { sub, missing, .. } => agent.checked(&sub, missing.is_empty()).await,
         }
     }
     drop(agent);
@@ -431,6 +463,8 @@ struct Outbox {
     agent: String,
     journal: Arc<Mutex<Journal>>,
     queue: mpsc::UnboundedSender<Queued>,
+    /// Told when a trigger cannot be made.
+    refused: mpsc::UnboundedSender<Internal>,
 }
 
 impl Outbox {
@@ -455,6 +489,10 @@ impl Outbox {
             Ok(publication) => publication,
             Err(e) => {
                 tracing::error!("{what}: not a valid publication: {e}");
+                // A trigger that cannot be made starts no generation.
+                if let Outgoing::Trigger(appl, _, gid, _) = outgoing {
+                    let _ = self.refused.send(Internal::Refused { appl, gid });
+                }
                 return true;
             }
         };
@@ -516,6 +554,13 @@ async fn publish_in_order(
         // Write what is queued, up to the pipeline's depth (waiting for something only
         // when nothing is in flight).
         while open && in_flight.len() < PIPELINE {
+            // After one that could not be written, none goes ahead of it.
+            let failed = in_flight.iter().any(
+                |(_, sent)| matches!(sent, Sent::Answered(Err(e)) if !matches!(e, ClientError::Refused { .. })),
+            );
+            if failed {
+                break;
+            }
             let next = if in_flight.is_empty() {
                 to_publish.recv().await
             } else {
@@ -690,6 +735,22 @@ impl Agent {
                     Err(why)
                 } else {
                     self.replace(&appl).await;
+                    // A version deployed again while still kept for its generations (a
+                    // rollback): the copy kept goes, the new one catches up in them.
+                    let again: Vec<Application> = match self.retiring.get_mut(&appl) {
+                        Some(kept) => {
+                            let (same, other) = std::mem::take(kept)
+                                .into_iter()
+                                .partition(|a| a.body.version == body.version);
+                            *kept = other;
+                            same
+                        }
+                        None => Vec::new(),
+                    };
+                    for application in again {
+                        self.forget_application(&application);
+                        self.withdraw(&application).await;
+                    }
                     let at_ms = now().timestamp_millis();
                     let deployed = self.deploy((**body).clone(), at_ms).await;
                     if deployed.is_ok()
@@ -752,6 +813,7 @@ impl Agent {
             crons: Vec::new(),
             follows: Vec::new(),
             unless: Vec::new(),
+            replaced: None,
         };
         if home {
             let adv =
@@ -805,7 +867,9 @@ impl Agent {
         // Its generations, followed for catching up: triggers and ends since it was
         // deployed here (at most the horizon ago), the stored ones first.
         let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
-        let since = padres_lang::Timestamp::from_millis(at_ms.max(horizon))
+        // From a while before it was deployed here: the home agent may have started a
+        // generation on this version before this agent was given it.
+        let since = padres_lang::Timestamp::from_millis((at_ms - FOLLOW_BEFORE_MS).max(horizon))
             .map_or_else(|| "0".to_owned(), padres_lang::Timestamp::to_rfc3339);
         let appl_value = Value::str(&body.appl);
         for follow in [
@@ -877,8 +941,9 @@ impl Agent {
     async fn replace(&mut self, appl: &str) {
         let Some(mut application) = self.applications.remove(appl) else { return };
         let version = application.body.version.clone();
-        let running = self.followed.get(appl).is_some_and(|g| g.values().any(|f| f.version == version));
-        if !running || version.is_empty() {
+        // Kept even with no generation of it seen: agents take a new version one after
+        // another, and a home agent that has not yet may still start one on it.
+        if version.is_empty() {
             self.applications.insert(appl.to_owned(), application);
             return self.undeploy_current(appl, false).await;
         }
@@ -891,6 +956,7 @@ impl Agent {
             let _ = self.client.unsubscribe(sub).await;
         }
         tracing::info!("{appl}: version {version} kept until the generations that started on it end");
+        application.replaced = Some(tokio::time::Instant::now());
         self.retiring.entry(appl.to_owned()).or_default().push(application);
     }
 
@@ -1162,18 +1228,25 @@ impl Agent {
 
     /// A match of the `unless` subscription of the job of dependency `sub`: a predecessor
     /// ended for good with a status the job's condition refuses (a failure handler after a
-    /// success), so the job cannot run in that generation: published `skipped`, with the
-    /// reason, unless it has run.
+    /// success), so the job cannot run in that generation. It is published `skipped`, with
+    /// the reason, unless it has run, once its other predecessors are decided: the
+    /// generation is checked at once (and again as catching up does, until then).
     fn not_needed(&mut self, sub: &MessageId, pubs: &[(u32, Publication)]) {
+        let Some(deployed) = self.jobs.get(sub) else { return };
+        let appl = deployed.appl.clone();
         let Some(trigger) = pubs.iter().map(|(_, p)| p).find(|p| p.class() == "trigger") else { return };
         let Some(gid) = text(trigger, "gid") else { return };
-        let refused: Vec<String> = pubs
-            .iter()
-            .map(|(_, p)| p)
-            .filter(|p| p.class() == "job_status")
-            .filter_map(|p| Some(format!("{} {}", text(p, "job")?, text(p, "status")?)))
-            .collect();
-        self.skip(sub, gid, &refused.join(", "));
+        let date = text(trigger, "date").map(str::to_owned);
+        let since_ms =
+            trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+        let version = text(trigger, "version").unwrap_or_default();
+        self.follow_generation(&appl, version, gid, date, since_ms);
+        // Skipped once every other dependency is decided too (Generation::cannot_run),
+        // which the generation's statuses in the history stores say: read them now.
+        if let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(gid)) {
+            f.every = self.options.catch_up;
+            f.next = Some(tokio::time::Instant::now());
+        }
     }
 
     /// The job of dependency `sub` cannot run in generation `gid` (`refused`: the statuses
@@ -1417,14 +1490,15 @@ impl Agent {
     fn retire_finished(&mut self, appl: &str) {
         let Some(retiring) = self.retiring.remove(appl) else { return };
         let (running, done): (Vec<Application>, Vec<Application>) = retiring.into_iter().partition(|a| {
-            self.followed.get(appl).is_some_and(|g| g.values().any(|f| f.version == a.body.version))
+            let recent = a.replaced.is_some_and(|at| at.elapsed() < RETIRE_GRACE);
+            recent || self.followed.get(appl).is_some_and(|g| g.values().any(|f| f.version == a.body.version))
         });
         if !running.is_empty() {
             self.retiring.insert(appl.to_owned(), running);
         }
         for application in done {
             tracing::info!(
-                "{appl}: version {} withdrawn, its last generation ended",
+                "{appl}: version {} withdrawn, no generation of it runs",
                 application.body.version
             );
             self.forget_application(&application);
@@ -1490,6 +1564,18 @@ impl Agent {
                 }
             }
         }
+        // Generations triggered beyond the horizon are no longer followed; versions kept for
+        // them alone go.
+        let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
+        let mut appls: Vec<String> = self.followed.keys().chain(self.retiring.keys()).cloned().collect();
+        appls.sort();
+        appls.dedup();
+        for appl in appls {
+            if let Some(generations) = self.followed.get_mut(&appl) {
+                generations.retain(|_, f| f.since_ms >= horizon);
+            }
+            self.retire_finished(&appl);
+        }
         let due: Vec<(String, String)> = self
             .followed
             .iter()
@@ -1499,13 +1585,17 @@ impl Agent {
                     .filter(|(_, f)| f.next.is_some_and(|next| next <= now_at))
                     .map(move |(gid, _)| (appl.clone(), gid.clone()))
             })
+            .take(CHECKS_PER_TICK)
             .collect();
+        let most = self.options.catch_up * CATCH_UP_MOST;
         for (appl, gid) in due {
             let waits = self.waits_here(&appl, &gid);
             let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { continue };
-            if !waits {
-                // Every job here has run: nothing to catch up.
-                f.next = None;
+            // Every job here has run: nothing to catch up, but its end (which keeps an
+            // earlier version deployed, and the journal's rows) is looked for, rarely.
+            if !waits && f.every < most {
+                f.every = most;
+                f.next = Some(now_at + most);
                 continue;
             }
             f.next = None;
@@ -1539,14 +1629,21 @@ impl Agent {
 
     /// The check of subscription `sub` has all its stored statuses: the jobs here whose
     /// dependencies they meet run (once, as the journal keeps it).
-    async fn checked(&mut self, sub: &MessageId) {
+    async fn checked(&mut self, sub: &MessageId, complete: bool) {
         let Some(Check { appl, gid, generation, .. }) = self.checks.remove(sub) else { return };
         let _ = self.client.unsubscribe(sub.clone()).await;
         if matches!(generation.state(APPL_END), State::Ended(_)) {
             self.end_generation(&appl, &gid);
             return;
         }
-        let Some(f) = self.followed.get(&appl).and_then(|g| g.get(&gid)) else { return };
+        let catch_up = self.options.catch_up;
+        let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { return };
+        if !complete {
+            // A store did not answer: what it keeps may change the answer. Read again.
+            tracing::warn!("{appl}/{gid}: some history stores did not answer; checking again");
+            f.next = Some(tokio::time::Instant::now() + catch_up.max(CATCH_UP_AGAIN));
+            return;
+        }
         let date = f.date.clone();
         // The jobs here that have not run and whose dependencies are met.
         let ready: Vec<MessageId> = self
@@ -1580,10 +1677,16 @@ impl Agent {
             self.ready(sub, &gid, date.as_deref(), true);
         }
         for sub in &unneeded {
-            self.skip(sub, &gid, "as the history stores say");
+            let refused = self.jobs.get(sub).map(|d| refusals(&generation, &d.after)).unwrap_or_default();
+            self.skip(sub, &gid, &refused);
         }
-        let (catch_up, found) = (self.options.catch_up, generation.events.len());
+        let found = generation.events.len();
         let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { return };
+        if catch_up.is_zero() {
+            // Checked on an `unless` match only.
+            f.next = None;
+            return;
+        }
         f.every = if found > f.seen { catch_up } else { (f.every * 2).min(catch_up * CATCH_UP_MOST) };
         f.seen = found;
         // After catching up, the jobs here that follow those just run may be behind too
@@ -1606,6 +1709,26 @@ impl Agent {
         }
         self.send(status);
     }
+}
+
+/// The statuses in `generation` that refuse `after` for good, in words ("A skipped").
+fn refusals(generation: &Generation, after: &[Need]) -> String {
+    fn walk(generation: &Generation, need: &Need, out: &mut Vec<String>) {
+        match need {
+            Need::After { job, statuses } => {
+                if let State::Ended(e) = generation.state(job)
+                    && padres_workflow::translate::FINAL.contains(&e.status.as_str())
+                    && !statuses.contains(&e.status)
+                {
+                    out.push(format!("{job} {}", e.status));
+                }
+            }
+            Need::AnyOf(needs) => needs.iter().for_each(|n| walk(generation, n, out)),
+        }
+    }
+    let mut out = Vec::new();
+    after.iter().for_each(|n| walk(generation, n, &mut out));
+    out.join(", ")
 }
 
 /// Whether `body` can be deployed: its calendar, run terms and cron triggers read.

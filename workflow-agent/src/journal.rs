@@ -192,8 +192,11 @@ impl Journal {
         exit: i64,
         attempt: u32,
     ) -> rusqlite::Result<()> {
+        // Nothing is kept of a generation that has ended (a job that outlived its
+        // generation's end leaves no row behind).
         self.db.execute(
-            "INSERT INTO runs (appl, gid, job, attempt, status, exit) VALUES (?1, ?2, ?3, ?6, ?4, ?5)
+            "INSERT INTO runs (appl, gid, job, attempt, status, exit)
+             SELECT ?1, ?2, ?3, ?6, ?4, ?5 WHERE NOT EXISTS (SELECT 1 FROM ended WHERE appl = ?1 AND gid = ?2)
              ON CONFLICT (appl, gid, job) DO UPDATE SET status = ?4, exit = ?5, attempt = ?6",
             params![appl, gid, job, status, exit, attempt],
         )?;
@@ -206,7 +209,9 @@ impl Journal {
     /// The journal cannot be read.
     pub fn interrupted(&self) -> rusqlite::Result<Vec<Entry>> {
         let mut query = self.db.prepare(
-            "SELECT appl, gid, job, attempt FROM runs WHERE status IS NULL ORDER BY appl, gid, job",
+            "SELECT appl, gid, job, attempt FROM runs WHERE status IS NULL
+             AND NOT EXISTS (SELECT 1 FROM ended WHERE ended.appl = runs.appl AND ended.gid = runs.gid)
+             ORDER BY appl, gid, job",
         )?;
         let rows = query.query_map([], |row| {
             Ok(Entry { appl: row.get(0)?, gid: row.get(1)?, job: row.get(2)?, attempt: row.get(3)? })
@@ -220,12 +225,19 @@ impl Journal {
     ///
     /// # Errors
     /// The journal cannot be written.
-    pub fn end_generation(&self, appl: &str, gid: &str, at_ms: i64) -> rusqlite::Result<bool> {
-        let new = self.db.execute(
+    pub fn end_generation(&mut self, appl: &str, gid: &str, at_ms: i64) -> rusqlite::Result<bool> {
+        let tx = self.db.transaction()?;
+        let new = tx.execute(
             "INSERT OR IGNORE INTO ended (appl, gid, at_ms) VALUES (?1, ?2, ?3)",
             params![appl, gid, at_ms],
         )? > 0;
-        self.forget(appl, gid)?;
+        tx.execute("DELETE FROM generations WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+        tx.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+        // Marks past their time go as new ones come.
+        if new {
+            tx.execute("DELETE FROM ended WHERE at_ms < ?1", params![at_ms - ENDED_KEPT_MS])?;
+        }
+        tx.commit()?;
         Ok(new)
     }
 
@@ -547,6 +559,9 @@ mod tests {
         assert_eq!(journal.look("payroll", "g1", "B").expect("look"), Claim::GenerationEnded);
         assert_eq!(journal.reclaim("payroll", "g1", "A").expect("reclaim"), Err(Claim::GenerationEnded));
         assert!(journal.interrupted().expect("list").is_empty());
+        // A job that outlived its generation's end leaves no row.
+        journal.end("payroll", "g1", "C", "succeeded", 0, 1).expect("end");
+        assert_eq!(journal.forget("payroll", "g1").expect("forget"), 0);
         // Another application's generation of the same id is its own.
         assert_eq!(journal.claim("other", "g1", "A").expect("claim"), Claim::New);
         // An end older than the time marks are kept for is dropped when the journal opens.

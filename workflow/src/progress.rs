@@ -213,11 +213,16 @@ impl Generation {
         after.iter().all(|need| self.met(need))
     }
 
-    /// Whether one of `after` can never be met: a predecessor ended with a final status
-    /// ([`FINAL`]: no rerun or bypass changes it) that the dependency refuses. Such a job
-    /// is `skipped` by its agent (see [`crate::translate::unless_of`]).
+    /// Whether a job waiting for `after` is to be skipped: one of them can never be met (a
+    /// predecessor ended with a final status, [`FINAL`]: no rerun or bypass changes it,
+    /// that the dependency refuses), and every other one is decided too (met, or refused
+    /// for good), so that skipping it releases its successors only after all its
+    /// predecessors ended as they will. A job with a predecessor that failed (or has not
+    /// ended) waits, as any job after a failure does (see
+    /// [`crate::translate::unless_of`]).
     pub fn cannot_run(&self, after: &[Need]) -> bool {
         after.iter().any(|need| self.refused(need))
+            && after.iter().all(|need| self.met(need) || self.refused(need))
     }
 
     /// Whether `need` is met now.
@@ -253,12 +258,14 @@ impl Generation {
         } else {
             let needs: Vec<(bool, bool)> =
                 planned.after.iter().map(|need| self.foresee(plan, need, memo, depth + 1)).collect();
-            if needs.iter().any(|&(_, refused)| refused) {
-                Fate::Skipped
-            } else if needs.iter().all(|&(holds, _)| holds) {
-                Fate::Runs
-            } else {
+            // Each dependency may still be met or is refused for good: the job runs, or is
+            // skipped once they are all decided. One that can neither (a failure) blocks it.
+            if !needs.iter().all(|&(holds, refused)| holds || refused) {
                 Fate::Blocked
+            } else if needs.iter().any(|&(_, refused)| refused) {
+                Fate::Skipped
+            } else {
+                Fate::Runs
             }
         };
         memo.insert(name.as_str(), fate);
@@ -450,5 +457,35 @@ mod tests {
         failed.record(event("A", "failed", 1));
         assert!(failed.ready(&after("H")) && !failed.cannot_run(&after("H")));
         assert!(!failed.cannot_run(&after("APPL_END")));
+    }
+
+    /// J after A (`success`) and B; K after J.
+    const TWO: &str = r#"<application name="p" tz="UTC"><calendar name="c" workdays="mon-fri"/>
+        <job name="A" run="daily" agent="a1"><command>true</command></job>
+        <job name="B" run="daily" agent="a1"><command>true</command></job>
+        <job name="J" run="daily" agent="a2"><command>true</command><after job="A" status="success"/><after job="B"/></job>
+        <job name="K" run="daily" agent="a2"><command>true</command><after job="J"/></job>
+        </application>"#;
+
+    #[test]
+    fn a_job_refused_for_good_is_skipped_only_once_its_other_predecessors_are_decided() {
+        let plan = plan_of(TWO);
+        let after = |job: &str| plan.jobs[job].after.clone();
+        let mut g = Generation::default();
+        g.record(event("APPL_START", "succeeded", 0));
+        g.record(event("A", "skipped", 0));
+        g.record(event("B", "started", 1));
+        // B still runs: J waits, so K cannot overtake B.
+        assert!(!g.cannot_run(&after("J")));
+        assert_eq!(g.outcome(&plan), Outcome::Running);
+        // B failed: J waits for an operator, and the generation is stuck (not ended).
+        let mut failed = g.clone();
+        failed.record(event("B", "failed", 1));
+        assert!(!failed.cannot_run(&after("J")));
+        assert_eq!(failed.outcome(&plan), Outcome::Stuck(vec!["B".into()]));
+        // B succeeded: J is skipped, and K follows.
+        g.record(event("B", "succeeded", 1));
+        assert!(g.cannot_run(&after("J")));
+        assert_eq!(g.outcome(&plan), Outcome::Running);
     }
 }
