@@ -53,8 +53,8 @@
 //! was on its way through a broker that crashed is lost to the detectors beyond it. So
 //! that a generation does not wait for ever after such a fault, each agent also follows
 //! its applications' generations: it subscribes to their triggers and to their `APPL_END`
-//! statuses (from the time the application was deployed here, stored ones first), and
-//! keeps the generations it has seen start and not end. Every [`Options::catch_up`]
+//! statuses (from an hour before the application was deployed here, stored ones first),
+//! and keeps the generations it has seen start and not end. Every [`Options::catch_up`]
 //! (doubling to [`CATCH_UP_MOST`] times that while nothing new is found), for each such
 //! generation in which one of its jobs has not run, it reads the generation's statuses
 //! from the brokers' history stores and runs each of its jobs whose dependencies those
@@ -64,6 +64,13 @@
 //!
 //! An ended generation (its `APPL_END` seen, live or from history) is forgotten by every
 //! agent, leaving a mark in the journal so that nothing of it runs again.
+//!
+//! # Versions
+//! Each trigger names the version of the definition it starts (the home agent's), and a
+//! job's dependency takes only triggers of its own version. A new version deployed here
+//! replaces the old one for new generations; the old one stays deployed (without its
+//! cron and event triggers) while generations seen started on it have not ended, and at
+//! least [`RETIRE_GRACE`], then is withdrawn.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -210,7 +217,7 @@ struct Check {
 
 /// How long a replaced version is kept at least, for generations other agents (the home
 /// agent, not yet given the new version) start on it meanwhile.
-const RETIRE_GRACE: Duration = Duration::from_secs(120);
+pub const RETIRE_GRACE: Duration = Duration::from_secs(120);
 
 /// Most checks started each second.
 const CHECKS_PER_TICK: usize = 16;
