@@ -295,6 +295,13 @@ fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
     assert_eq!(ran(&log, "v2"), ["P", "Q2", "R"], "v2 ran on the new one");
     let v1_states = states(operator, "versions", "v1");
     assert_eq!(state_of(&v1_states, "Q"), "succeeded", "v1's status shows its own jobs: {v1_states:?}");
+    let version = |gid: &str| {
+        let out = padres(operator, &["workflow", "status", "versions", "--gid", gid, "--json"]);
+        let value: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        value["generations"][0]["version"].as_str().unwrap_or_default().to_owned()
+    };
+    let (first, second) = (version("v1"), version("v2"));
+    assert!(first.len() == 12 && second.len() == 12 && first != second, "versions {first} and {second}");
 
     // Operations: T outlives its timeout (its grandchild too, until killed); F fails
     // unless its agent's work directory holds `ok`; G follows F.

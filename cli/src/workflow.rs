@@ -317,7 +317,8 @@ impl Follow {
 }
 
 /// One generation's state, as text lines: a heading, then a line per job.
-fn render(plan: &Plan, gid: &str, date: Option<&str>, generation: &Generation) -> Vec<String> {
+fn render(known: &Known, gid: &str, date: Option<&str>, generation: &Generation) -> Vec<String> {
+    let plan = known.plan_of(gid);
     let outcome = match generation.outcome(plan) {
         Outcome::Running => "running".to_owned(),
         Outcome::Succeeded => "succeeded".to_owned(),
@@ -326,7 +327,9 @@ fn render(plan: &Plan, gid: &str, date: Option<&str>, generation: &Generation) -
         }
         Outcome::Stuck(failed) => format!("stuck: {} failed, nothing can proceed", failed.join(" ")),
     };
-    let mut lines = vec![format!("generation {gid} ({}): {outcome}", date.unwrap_or("no trigger seen"))];
+    let version = known.versions.get(gid).map(|v| format!(", version {v}")).unwrap_or_default();
+    let mut lines =
+        vec![format!("generation {gid} ({}{version}): {outcome}", date.unwrap_or("no trigger seen"))];
     for (job, planned) in &plan.jobs {
         if job == APPL_START || job == APPL_END {
             continue;
@@ -349,7 +352,13 @@ fn render(plan: &Plan, gid: &str, date: Option<&str>, generation: &Generation) -
     lines
 }
 
-fn generation_json(plan: &Plan, gid: &str, date: Option<&str>, generation: &Generation) -> serde_json::Value {
+fn generation_json(
+    known: &Known,
+    gid: &str,
+    date: Option<&str>,
+    generation: &Generation,
+) -> serde_json::Value {
+    let plan = known.plan_of(gid);
     let (outcome, failed) = match generation.outcome(plan) {
         Outcome::Running => ("running", Vec::new()),
         Outcome::Succeeded => ("succeeded", Vec::new()),
@@ -374,7 +383,10 @@ fn generation_json(plan: &Plan, gid: &str, date: Option<&str>, generation: &Gene
             })
         })
         .collect();
-    serde_json::json!({ "gid": gid, "date": date, "outcome": outcome, "failed": failed, "jobs": jobs })
+    let version = known.versions.get(gid);
+    serde_json::json!({
+        "gid": gid, "date": date, "version": version, "outcome": outcome, "failed": failed, "jobs": jobs
+    })
 }
 
 /// `--since` as a time, `default` when not given.
@@ -399,9 +411,7 @@ pub(crate) async fn status(
         let generations: Vec<serde_json::Value> = known
             .generations
             .iter()
-            .map(|(g, (date, generation, _))| {
-                generation_json(known.plan_of(g), g, date.as_deref(), generation)
-            })
+            .map(|(g, (date, generation, _))| generation_json(known, g, date.as_deref(), generation))
             .collect();
         out!("{}", serde_json::json!({ "appl": appl, "generations": generations }));
         return Ok(());
@@ -410,7 +420,7 @@ pub(crate) async fn status(
         out!("{appl}: no generation since {}", since.to_rfc3339());
     }
     for (g, (date, generation, _)) in &known.generations {
-        for line in render(known.plan_of(g), g, date.as_deref(), generation) {
+        for line in render(known, g, date.as_deref(), generation) {
             out!("{line}");
         }
     }
@@ -493,7 +503,7 @@ pub(crate) async fn wait(
                 return Ok(ExitCode::SUCCESS);
             }
             Outcome::Stuck(failed) if seen => {
-                for line in render(follow.known.plan_of(gid), gid, date.as_deref(), &generation) {
+                for line in render(&follow.known, gid, date.as_deref(), &generation) {
                     out!("{line}");
                 }
                 eprintln!(
@@ -514,7 +524,7 @@ pub(crate) async fn wait(
                         .get(gid)
                         .map(|(d, g, _)| (d.clone(), g.clone()))
                         .unwrap_or_default();
-                    for line in render(follow.known.plan_of(gid), gid, date.as_deref(), &generation) {
+                    for line in render(&follow.known, gid, date.as_deref(), &generation) {
                         out!("{line}");
                     }
                     eprintln!("padres: {appl} generation {gid} has not ended (timeout)");
@@ -546,7 +556,7 @@ pub(crate) async fn watch(
         if terminal {
             let mut lines = Vec::new();
             for (g, (date, generation, _)) in &known.generations {
-                lines.extend(render(known.plan_of(g), g, date.as_deref(), generation));
+                lines.extend(render(known, g, date.as_deref(), generation));
             }
             // Back to the first line drawn, then draw over it.
             if printed > 0 {
