@@ -40,6 +40,21 @@ fn chain(test: &str) -> Vec<Broker> {
     brokers
 }
 
+/// The chain of [`chain`], a directory for the test's files and the log its jobs write
+/// (`ran.log`), and agent-1, agent-2 and agent-3 on B1, B3 and B5.
+fn payroll_federation(test: &str) -> (Vec<Broker>, PathBuf, PathBuf, [Agent; 3]) {
+    let brokers = chain(test);
+    let dir = brokers[0].dir.join("test");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("ran.log");
+    let agents = [
+        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
+        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
+        Agent::start(&brokers[4], "agent-3", &dir.join("agent-3")),
+    ];
+    (brokers, dir, log, agents)
+}
+
 fn broker_flags(broker: &Broker) -> Vec<String> {
     vec![
         "--broker".into(),
@@ -183,15 +198,7 @@ fn state_of(states: &[(String, String)], job: &str) -> String {
 
 #[test]
 fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
-    let brokers = chain("workflow");
-    let dir = brokers[0].dir.join("test");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let log = dir.join("ran.log");
-    let mut agents = [
-        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
-        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
-        Agent::start(&brokers[4], "agent-3", &dir.join("agent-3")),
-    ];
+    let (brokers, dir, log, mut agents) = payroll_federation("workflow");
     let operator = &brokers[4];
 
     // Payroll. B fails its first attempt in each generation and succeeds on its retry.
@@ -492,15 +499,7 @@ fn wait_for_file(path: &Path) {
 /// runs once.
 #[test]
 fn generations_finish_after_a_broker_and_an_agent_restart_mid_generation() {
-    let mut brokers = chain("restart");
-    let dir = brokers[0].dir.join("test");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let log = dir.join("ran.log");
-    let mut agents = [
-        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
-        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
-        Agent::start(&brokers[4], "agent-3", &dir.join("agent-3")),
-    ];
+    let (mut brokers, dir, log, mut agents) = payroll_federation("restart");
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks).expect("dir");
     let b = format!("touch {}/b-$1; sleep 4", marks.display());

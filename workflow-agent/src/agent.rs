@@ -1652,34 +1652,10 @@ impl Agent {
             return;
         }
         let date = f.date.clone();
-        // The jobs here that have not run and whose dependencies are met.
-        let ready: Vec<MessageId> = self
-            .version_of(&appl, &gid)
-            .map(|a| {
-                a.subscriptions
-                    .iter()
-                    .filter(|(job, sub)| {
-                        self.jobs.get(*sub).is_some_and(|d| generation.ready(&d.after))
-                            && self.not_run(&appl, &gid, job)
-                    })
-                    .map(|(_, sub)| sub.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        // And those that can no longer run.
-        let unneeded: Vec<MessageId> = self
-            .version_of(&appl, &gid)
-            .map(|a| {
-                a.subscriptions
-                    .iter()
-                    .filter(|(job, sub)| {
-                        self.jobs.get(*sub).is_some_and(|d| generation.cannot_run(&d.after))
-                            && self.not_run(&appl, &gid, job)
-                    })
-                    .map(|(_, sub)| sub.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        // The jobs here that have not run and whose dependencies are met, and those that can
+        // no longer run.
+        let ready = self.waiting_jobs(&appl, &gid, |after| generation.ready(after));
+        let unneeded = self.waiting_jobs(&appl, &gid, |after| generation.cannot_run(after));
         for sub in &ready {
             self.ready(sub, &gid, date.as_deref(), true);
         }
@@ -1701,6 +1677,20 @@ impl Agent {
         let wait =
             if ready.is_empty() && unneeded.is_empty() { f.every } else { f.every.min(CATCH_UP_AGAIN) };
         f.next = Some(tokio::time::Instant::now() + wait);
+    }
+
+    /// The dependency subscriptions of the jobs of `appl` here (in generation `gid`'s
+    /// version) that have not run in it and whose dependencies satisfy `test`.
+    fn waiting_jobs(&self, appl: &str, gid: &str, test: impl Fn(&[Need]) -> bool) -> Vec<MessageId> {
+        let Some(application) = self.version_of(appl, gid) else { return Vec::new() };
+        application
+            .subscriptions
+            .iter()
+            .filter(|(job, sub)| {
+                self.jobs.get(*sub).is_some_and(|d| test(&d.after)) && self.not_run(appl, gid, job)
+            })
+            .map(|(_, sub)| sub.clone())
+            .collect()
     }
 
     /// `key` (appl, gid, job) is no longer running here.
