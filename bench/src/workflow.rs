@@ -176,8 +176,14 @@ fn traffic_run(xml: &str, mode: Mode, brokers: usize, generations: &[(&str, &str
         sim.send(
             players[home].client,
             &format!(
-                "p [class,'trigger'],[appl,'{}'],[version,'{}'],[gid,'{gid}'],[date,'{date}']",
-                app.name, players[home].body.version
+                "p {}",
+                padres_workflow::control::trigger_publication(
+                    &app.name,
+                    &players[home].body.version,
+                    gid,
+                    date
+                )
+                .expect("a trigger")
             ),
         );
         players[home].triggered.insert((*gid).to_owned(), (*date).to_owned());

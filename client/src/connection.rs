@@ -540,11 +540,6 @@ impl Notifications {
     pub async fn next(&mut self) -> Option<Notification> {
         self.0.recv().await
     }
-
-    /// The next notification if one has come, without waiting.
-    pub fn try_next(&mut self) -> Option<Notification> {
-        self.0.try_recv().ok()
-    }
 }
 
 /// A connected client (see the module docs).

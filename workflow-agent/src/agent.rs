@@ -23,6 +23,9 @@
 //!   after `APPL_END` forgets the generation;
 //! - for a job its run term does not select on the generation's date publishes `skipped`
 //!   (which satisfies its successors, DESIGN §8);
+//! - (on a match of the job's `unless` subscription, a predecessor's final status refusing
+//!   it, reads the generation's statuses and publishes it `skipped` once every other
+//!   dependency is decided: [`padres_workflow::progress::Generation::cannot_run`])
 //! - else runs it ([`crate::job`]), at most `max_parallel` at once, publishing `started` for
 //!   each attempt and then its outcome (`succeeded`, `failed` or `timeout`, with `exit`,
 //!   `attempt` and, when the process did not say, a `reason`).
@@ -31,8 +34,8 @@
 //! acknowledged by the broker (up to 64 written ahead of their acknowledgements): one that
 //! cannot be sent (the broker is away) is sent again until it is taken, so a broker
 //! restart loses none. One the broker refuses (its
-//! advertisement withdrawn meanwhile, by an undeploy or a new version deployed while the job
-//! ran) is logged and dropped. A job found running in the journal
+//! advertisement withdrawn meanwhile, by an undeploy while the job ran) is logged and
+//! dropped. A job found running in the journal
 //! when the agent starts (it stopped while the job ran) is published `failed` with exit -1
 //! and the reason: its outcome is unknown, and it is not run again.
 //!
@@ -197,7 +200,8 @@ struct Followed {
     date: Option<String>,
     /// Its trigger's time (epoch milliseconds).
     since_ms: i64,
-    /// When to check it next; `None` while a check runs or once every job here has run.
+    /// When to check it next; `None` while a check runs (or, with catching up off, until
+    /// an `unless` match asks for one).
     next: Option<tokio::time::Instant>,
     /// The wait before the next check.
     every: Duration,
@@ -935,12 +939,7 @@ impl Agent {
         for cron in &application.crons {
             cron.abort();
         }
-        for sub in application.all_subscriptions() {
-            let _ = self.client.unsubscribe(sub).await;
-        }
-        for adv in &application.advertisements {
-            let _ = self.client.unadvertise(adv.clone()).await;
-        }
+        withdraw_all(&self.client, application.all_subscriptions(), application.advertisements.clone()).await;
     }
 
     /// Replaces the deployed version of `appl` (a new one is about to be deployed): kept,
@@ -1071,10 +1070,7 @@ impl Agent {
         let at = publication.time().and_then(|t| chrono::DateTime::from_timestamp_millis(t.millis()));
         let at = at.unwrap_or_else(now);
         let date = at.with_timezone(&tz).format("%Y-%m-%d").to_string();
-        let digest = publication
-            .to_string()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let digest = padres_workflow::translate::digest(&publication.to_string());
         let gid = format!("event-{}-{:08x}", at.timestamp_millis(), digest & 0xffff_ffff);
         tracing::info!("{appl}/{gid}: triggered by {publication}");
         self.start_generation(appl, gid, date);
@@ -1511,14 +1507,7 @@ impl Agent {
             self.forget_application(&application);
             let (client, subs, advs) =
                 (self.client.clone(), application.all_subscriptions(), application.advertisements);
-            tokio::spawn(async move {
-                for sub in subs {
-                    let _ = client.unsubscribe(sub).await;
-                }
-                for adv in advs {
-                    let _ = client.unadvertise(adv).await;
-                }
-            });
+            tokio::spawn(async move { withdraw_all(&client, subs, advs).await });
         }
     }
 
@@ -1705,6 +1694,17 @@ impl Agent {
             tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
         }
         self.send(status);
+    }
+}
+
+/// Withdraws `subs` and `advs` (what an application made); a failure (the connection is
+/// gone, with what it made) is no matter.
+async fn withdraw_all(client: &Client, subs: Vec<MessageId>, advs: Vec<MessageId>) {
+    for sub in subs {
+        let _ = client.unsubscribe(sub).await;
+    }
+    for adv in advs {
+        let _ = client.unadvertise(adv).await;
     }
 }
 

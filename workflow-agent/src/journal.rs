@@ -123,7 +123,8 @@ impl Journal {
     /// The journal cannot be read or written: the job must not run.
     pub fn claim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
-        Ok(self.claim_many(std::slice::from_ref(&key))?.pop().unwrap_or(Claim::GenerationEnded))
+        // One job in, one claim out.
+        self.claim_many(std::slice::from_ref(&key))?.pop().ok_or(rusqlite::Error::QueryReturnedNoRows)
     }
 
     /// Claims each of `jobs` (appl, gid, job) as [`Journal::claim`] does, in one
@@ -231,8 +232,7 @@ impl Journal {
             "INSERT OR IGNORE INTO ended (appl, gid, at_ms) VALUES (?1, ?2, ?3)",
             params![appl, gid, at_ms],
         )? > 0;
-        tx.execute("DELETE FROM generations WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
-        tx.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+        forget_rows(&tx, appl, gid)?;
         // Marks past their time go as new ones come.
         if new {
             tx.execute("DELETE FROM ended WHERE at_ms < ?1", params![at_ms - ENDED_KEPT_MS])?;
@@ -254,8 +254,7 @@ impl Journal {
     /// # Errors
     /// The journal cannot be written.
     pub fn forget(&self, appl: &str, gid: &str) -> rusqlite::Result<usize> {
-        self.db.execute("DELETE FROM generations WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
-        self.db.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])
+        forget_rows(&self.db, appl, gid)
     }
 
     /// Records generation `gid`'s run day, for an operator's rerun of one of its jobs.
@@ -442,6 +441,12 @@ impl Journal {
         let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
         rows.collect()
     }
+}
+
+/// Deletes generation `gid` of `appl`'s date and jobs; returns how many jobs.
+fn forget_rows(db: &Connection, appl: &str, gid: &str) -> rusqlite::Result<usize> {
+    db.execute("DELETE FROM generations WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+    db.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])
 }
 
 /// Whether generation `gid` of `appl` has its end marked.

@@ -379,11 +379,13 @@ fn impossible_of(appl: &str, dep: &Dependency) -> Result<Option<CompositeSubscri
     }
 }
 
-/// When a job with dependencies `deps` can no longer run in a generation: its trigger and
-/// any one dependency made impossible for good (a predecessor ended `succeeded` or
-/// `skipped`, which its condition refuses: a failure handler `status="failed"` after a
-/// success). Its agent then publishes it `skipped`, so that its successors, and
-/// `APPL_END`, go on. `None` when no final status can refuse them (`ok`, `any`).
+/// When a job with dependencies `deps` may no longer be able to run in a generation: its
+/// trigger and any one dependency made impossible for good (a predecessor ended
+/// `succeeded` or `skipped`, which its condition refuses: a failure handler
+/// `status="failed"` after a success). On its match the agent reads the generation's
+/// statuses and publishes the job `skipped` once every other dependency is decided too
+/// ([`crate::progress::Generation::cannot_run`]), so that its successors, and `APPL_END`,
+/// go on. `None` when no final status can refuse them (`ok`, `any`).
 pub fn unless_of(
     appl: &str,
     version: &str,
@@ -443,11 +445,19 @@ fn after(job: &str) -> Dependency {
 /// reaches an agent (a command, a dependency, a calendar) to another.
 pub fn translate(app: &Application) -> Result<Deployment, TranslateError> {
     let draft = translate_version(app, "")?;
-    let digest = draft.envelopes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, envelope| {
-        let text = format!("{}\u{0}{}\u{0}", envelope.agent, envelope.body(&draft.appl));
-        text.bytes().fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-    });
-    translate_version(app, &format!("{:012x}", digest & 0xffff_ffff_ffff))
+    let text: String = draft
+        .envelopes
+        .iter()
+        .map(|envelope| format!("{}\u{0}{}\u{0}", envelope.agent, envelope.body(&draft.appl)))
+        .collect();
+    translate_version(app, &format!("{:012x}", digest(&text) & 0xffff_ffff_ffff))
+}
+
+/// A digest of `text` (64-bit FNV-1a): stable across runs and builds, for names made from
+/// content (an application's version, an event-triggered generation's id). Not for
+/// security.
+pub fn digest(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 fn translate_version(app: &Application, version: &str) -> Result<Deployment, TranslateError> {

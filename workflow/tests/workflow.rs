@@ -205,12 +205,8 @@ fn run_generation(app: &Application, day: &str) -> Vec<(String, String)> {
     let mut history: Vec<Publication> =
         deployment.jobs.iter().map(|j| status_publication(appl, "old", &j.job, "succeeded")).collect();
     history.push(
-        format!(
-            "[class,'trigger'],[appl,'{appl}'],[version,'{}'],[gid,'g1'],[date,'{day}']",
-            deployment.version
-        )
-        .parse()
-        .expect("trigger"),
+        padres_workflow::control::trigger_publication(appl, &deployment.version, "g1", day)
+            .expect("a trigger"),
     );
     let mut done: HashMap<String, String> = HashMap::new();
     let mut order = Vec::new();
