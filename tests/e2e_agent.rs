@@ -61,6 +61,21 @@ async fn operator(broker: &padres_tests::broker::Broker) -> Client {
     operator
 }
 
+/// Deploys `xml`, application `appl` of one job on agent-1, through `operator` (its
+/// `agent_ctl` envelopes published directly), waits for its three dependency subscriptions
+/// (`APPL_START`, the job, `APPL_END`), and triggers generation g1 on 2026-11-27.
+async fn deploy_one_job_and_trigger(operator: &Client, xml: &str, appl: &str) {
+    let deployment = translate(&parse_application(xml).expect("valid")).expect("translates");
+    for envelope in &deployment.envelopes {
+        operator.publish(envelope.publication(appl).expect("an envelope")).await.expect("deployed");
+    }
+    until_stats(operator, "the agent did not deploy", |s| s.composites >= 3).await;
+    operator
+        .publish(trigger_publication(appl, &deployment.version, "g1", "2026-11-27").expect("a trigger"))
+        .await
+        .expect("triggered");
+}
+
 fn publication(text: &str) -> Publication {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
 }
@@ -179,16 +194,8 @@ async fn an_agent_killed_mid_job_reports_it_failed_after_restart() {
          <command>sh</command><arg>-c</arg><arg>echo $$ &gt;&gt; {}; sleep 60</arg></job></application>",
         marker.display()
     );
-    let deployment = translate(&parse_application(&xml).expect("valid")).expect("translates");
     until_stats(&operator, "the agent did not subscribe", |s| s.subscriptions >= 2).await;
-    for envelope in &deployment.envelopes {
-        operator.publish(envelope.publication("slow").expect("an envelope")).await.expect("deployed");
-    }
-    until_stats(&operator, "the agent did not deploy", |s| s.composites >= 3).await;
-    operator
-        .publish(trigger_publication("slow", &deployment.version, "g1", "2026-11-27").expect("a trigger"))
-        .await
-        .expect("triggered");
+    deploy_one_job_and_trigger(&operator, &xml, "slow").await;
     statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "started")).await;
     // Its process has started too (it wrote its group's id).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -335,15 +342,7 @@ async fn a_status_made_while_the_broker_is_down_is_sent_after_the_agent_restarts
          <command>sh</command><arg>-c</arg><arg>sleep 1; echo done &gt; {}</arg></job></application>",
         marker.display()
     );
-    let deployment = translate(&parse_application(&xml).expect("valid")).expect("translates");
-    for envelope in &deployment.envelopes {
-        operator.publish(envelope.publication("late").expect("an envelope")).await.expect("deployed");
-    }
-    until_stats(&operator, "the agent did not deploy", |s| s.composites >= 3).await;
-    operator
-        .publish(trigger_publication("late", &deployment.version, "g1", "2026-11-27").expect("a trigger"))
-        .await
-        .expect("triggered");
+    deploy_one_job_and_trigger(&operator, &xml, "late").await;
     statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, s)| job == "S" && s == "started")).await;
     broker.kill();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

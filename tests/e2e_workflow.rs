@@ -481,6 +481,31 @@ fn month_end_runs_on_the_last_workday_and_on_an_ordinary_day() {
     assert!(!written.contains("ops/backup"), "{written}");
 }
 
+/// Waits up to 20 s for `broker`'s history store to hold a publication matching `filter`
+/// (read from its file by `padres-broker history`).
+fn stored_at(broker: &Broker, filter: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = Command::new(padres_tests::binary("padres-broker"))
+            .arg("history")
+            .arg("--data-dir")
+            .arg(&broker.dir)
+            .arg(filter)
+            .output()
+            .expect("padres-broker history runs");
+        if out.status.success() && !stdout(&out).trim().is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{filter} not stored at {}: {}",
+            broker.dir.display(),
+            explain(&out)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits up to 20 s for `path` to exist.
 fn wait_for_file(path: &Path) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -519,9 +544,10 @@ fn generations_finish_after_a_broker_and_an_agent_restart_mid_generation() {
     trigger(&brokers[4], "payroll", "r1", "2026-11-27");
     wait_for_file(&marks.join("b-r1"));
     wait_for_file(&marks.join("c-r1"));
-    // C's status reaches B3's detector.
-    std::thread::sleep(Duration::from_millis(500));
+    // C's status has reached B3 (its store, so its detector, which takes it first).
+    stored_at(&brokers[2], "[class,eq,'job_status'],[gid,eq,'r1'],[job,eq,'C'],[status,eq,'succeeded']");
     brokers[2].kill();
+    // Down a while, as a crashed broker is.
     std::thread::sleep(Duration::from_millis(500));
     brokers[2].start_again();
     let out = wait(&brokers[4], "payroll", "r1");
