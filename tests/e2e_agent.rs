@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use padres_agent::agent::{CATCH_UP, Options, serve};
+use padres_agent::agent::{Options, serve};
 use padres_client::{Client, Notification};
 use padres_lang::Publication;
 use padres_tests::broker::{client, start_broker};
@@ -107,8 +107,7 @@ async fn payroll_runs_on_three_agents_friday_and_wednesday_at_once() {
     std::fs::create_dir_all(&work).expect("work dir");
     for name in ["agent-1", "agent-2", "agent-3"] {
         let agent = client(&broker, name).await;
-        let options =
-            Options { name: name.to_owned(), work_dir: work.join(name), max_parallel: 4, catch_up: CATCH_UP };
+        let options = Options { max_parallel: 4, ..Options::new(name, work.join(name)) };
         tokio::spawn(async move { serve(agent, options).await.expect("the agent serves") });
     }
     let mut monitor = client(&broker, "monitor").await;
@@ -262,8 +261,7 @@ async fn the_home_agent_fires_a_missed_cron_run_event_triggers_and_holds_to_max_
         .cron_fired("nightly", "0 18 * * *", three_days_ago)
         .expect("recorded");
     let agent = client(&broker, "agent-1").await;
-    let options =
-        Options { name: "agent-1".to_owned(), work_dir: work.clone(), max_parallel: 4, catch_up: CATCH_UP };
+    let options = Options { max_parallel: 4, ..Options::new("agent-1", work.clone()) };
     tokio::spawn(async move { serve(agent, options).await.expect("the agent serves") });
     let mut monitor = client(&broker, "monitor").await;
     monitor.send("s [class,eq,'job_status'],[job,eq,'APPL_END']").await.expect("subscribed");

@@ -13,188 +13,13 @@
 //! - an agent SIGKILLed mid-job and restarted: the job is reported failed (not run again),
 //!   and after a bypass the generation finishes; no job ran twice on its own.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
-use padres_tests::broker::{Broker, neighbour_of, start_with};
-
-/// The history filters every broker here keeps.
-fn history_flags() -> Vec<String> {
-    ["[class,eq,'agent_ctl']", "[class,eq,'trigger']", "[class,eq,'job_status']"]
-        .iter()
-        .flat_map(|f| ["--history".to_owned(), (*f).to_owned()])
-        .collect()
-}
-
-/// Five brokers in a chain, B1 - B2 - B3 - B4 - B5.
-fn chain(test: &str) -> Vec<Broker> {
-    let mut brokers: Vec<Broker> = Vec::new();
-    for i in 1..=5 {
-        let mut flags = history_flags();
-        if let Some(previous) = brokers.last() {
-            flags.extend(neighbour_of(previous));
-        }
-        brokers.push(start_with(&format!("B{i}"), test, &flags));
-    }
-    brokers
-}
-
-/// The chain of [`chain`], a directory for the test's files and the log its jobs write
-/// (`ran.log`), and agent-1, agent-2 and agent-3 on B1, B3 and B5.
-fn payroll_federation(test: &str) -> (Vec<Broker>, PathBuf, PathBuf, [Agent; 3]) {
-    let brokers = chain(test);
-    let dir = brokers[0].dir.join("test");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let log = dir.join("ran.log");
-    let agents = [
-        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
-        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
-        Agent::start(&brokers[4], "agent-3", &dir.join("agent-3")),
-    ];
-    (brokers, dir, log, agents)
-}
-
-fn broker_flags(broker: &Broker) -> Vec<String> {
-    vec![
-        "--broker".into(),
-        format!("quic://{}", broker.addr),
-        "--ca".into(),
-        broker.dir.join("cert.pem").display().to_string(),
-    ]
-}
-
-/// Runs `padres ARGS` against `broker`.
-fn padres(broker: &Broker, args: &[&str]) -> Output {
-    Command::new(padres_tests::binary("padres"))
-        .args(args)
-        .args(broker_flags(broker))
-        .output()
-        .expect("padres runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn explain(output: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        stdout(output),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// A `padres-agent` process, killed when dropped.
-struct Agent {
-    child: Child,
-    name: String,
-    work: PathBuf,
-}
-
-impl Agent {
-    /// Starts agent `name`; its log goes to `agent.log` in `work`, appended to across
-    /// restarts.
-    fn start(broker: &Broker, name: &str, work: &Path) -> Self {
-        std::fs::create_dir_all(work).expect("work dir");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(work.join("agent.log"))
-            .expect("agent log");
-        let child = Command::new(padres_tests::binary("padres-agent"))
-            .args(["--name", name])
-            .args(broker_flags(broker))
-            .arg("--work-dir")
-            .arg(work)
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("padres-agent starts");
-        Self { child, name: name.to_owned(), work: work.to_owned() }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A job of the test's applications: `script` run by `sh -c` in its agent's work
-/// directory, with the generation's id as `$1`; it appends `JOB GID` to `log` first.
-fn job(name: &str, run: &str, agent: &str, after: &[&str], script: &str, extra: &str, log: &Path) -> String {
-    let after: String = after.iter().map(|a| format!("<after job=\"{a}\"/>")).collect();
-    let script = script.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    format!(
-        "<job name=\"{name}\" run=\"{run}\" agent=\"{agent}\" {extra}><command>sh</command><arg>-c</arg>\
-         <arg>echo \"{name} $1\" &gt;&gt; {log}; {script}</arg><arg>sh</arg><arg>${{gen.gid}}</arg>{after}</job>",
-        log = log.display()
-    )
-}
-
-/// `job` (made by [`job`]) waiting for its predecessors' failure (`status="failed"`).
-fn on_failure(job: String) -> String {
-    job.replace("\"/>", "\" status=\"failed\"/>")
-}
-
-fn application(name: &str, jobs: &[String]) -> String {
-    format!(
-        "<application name=\"{name}\" tz=\"UTC\" calendar=\"bank\" max-generations=\"4\"><calendar name=\"bank\" workdays=\"mon-fri\"/>{}</application>",
-        jobs.concat()
-    )
-}
-
-/// The lines `log` holds for generation `gid`, as job names in order.
-fn ran(log: &Path, gid: &str) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_once(' ').filter(|(_, g)| *g == gid).map(|(job, _)| job.to_owned()))
-        .collect()
-}
-
-/// Deploys `xml` (written to `dir`) through `broker`, retrying while agents connect.
-fn deploy(broker: &Broker, dir: &Path, name: &str, xml: &str) {
-    let file = dir.join(format!("{name}.xml"));
-    std::fs::write(&file, xml).expect("written");
-    let out = padres(broker, &["workflow", "deploy", file.to_str().expect("utf-8"), "--timeout", "30"]);
-    assert!(out.status.success(), "deploy {name}: {}", explain(&out));
-}
-
-fn trigger(broker: &Broker, appl: &str, gid: &str, date: &str) {
-    let out = padres(broker, &["workflow", "trigger", appl, "--gid", gid, "--date", date]);
-    assert!(out.status.success(), "trigger {appl} {gid}: {}", explain(&out));
-    assert_eq!(stdout(&out).trim(), gid);
-}
-
-fn wait(broker: &Broker, appl: &str, gid: &str) -> Output {
-    padres(broker, &["workflow", "wait", appl, "--gid", gid, "--timeout", "60"])
-}
-
-/// The JSON status of generation `gid`: each job's state.
-fn states(broker: &Broker, appl: &str, gid: &str) -> Vec<(String, String)> {
-    let out = padres(broker, &["workflow", "status", appl, "--gid", gid, "--json"]);
-    assert!(out.status.success(), "status: {}", explain(&out));
-    let value: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
-    let generation = &value["generations"][0];
-    assert_eq!(generation["gid"], gid, "{value}");
-    generation["jobs"]
-        .as_array()
-        .expect("jobs")
-        .iter()
-        .map(|j| (j["job"].as_str().unwrap_or("").to_owned(), j["state"].as_str().unwrap_or("").to_owned()))
-        .collect()
-}
-
-fn state_of(states: &[(String, String)], job: &str) -> String {
-    states.iter().find(|(j, _)| j == job).map(|(_, s)| s.clone()).unwrap_or_default()
-}
+#[path = "common/workflow.rs"]
+mod workflow;
+use workflow::*;
 
 #[test]
 fn workflows_run_end_to_end_on_five_brokers_and_three_agents() {
@@ -450,11 +275,15 @@ fn month_end_runs_on_the_last_workday_and_on_an_ordinary_day() {
     }
     let xml = xml.replace("<command>/opt/", &format!("<command>{}/", opt.display()));
     let app = padres_workflow::parse_application(&xml).expect("the example is valid");
-    let _agents: Vec<Agent> = ["etl-1", "etl-2", "etl-3", "ledger", "reports"]
+    let mut _agents: Vec<Agent> = ["etl-1", "etl-2", "etl-3", "reports"]
         .iter()
         .enumerate()
         .map(|(i, name)| Agent::start(&brokers[i % 3], name, &dir.join(name)))
         .collect();
+    // The ledger pool's two members: nothing is deployed to them.
+    for (i, name) in ["ledger-1", "ledger-2"].iter().enumerate() {
+        _agents.push(Agent::start_with(&brokers[i], name, &dir.join(name), &["--pool", "ledger"]));
+    }
     let operator = &brokers[2];
     deploy(operator, &dir, "month-end", &xml);
     // 2026-11-30, a Monday, is November's last workday; 2026-11-18 an ordinary Wednesday.
@@ -479,6 +308,14 @@ fn month_end_runs_on_the_last_workday_and_on_an_ordinary_day() {
     let written = std::fs::read_to_string(&log).expect("the jobs wrote");
     assert_eq!(written.lines().filter(|l| l.starts_with("ledger/close")).count(), 1, "{written}");
     assert!(!written.contains("ops/backup"), "{written}");
+    // The pool's jobs ran on its members, dispatched by the home agent.
+    let ran_on = |member: &str| {
+        std::fs::read_to_string(dir.join(member).join("agent.log"))
+            .unwrap_or_default()
+            .matches("dispatched here")
+            .count()
+    };
+    assert!(ran_on("ledger-1") + ran_on("ledger-2") >= 8, "the ledger pool's jobs ran on its members");
 }
 
 /// Waits up to 20 s for `broker`'s history store to hold a publication matching `filter`

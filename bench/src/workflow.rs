@@ -414,12 +414,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
     for (i, name) in agents.iter().enumerate() {
         let client =
             padres_client::Connect::new(brokers[i % 5]).name(name).connect().await.expect("connects");
-        let options = padres_agent::agent::Options {
-            name: name.clone(),
-            work_dir: root.join("agents").join(name),
-            max_parallel: 8,
-            catch_up: padres_agent::agent::CATCH_UP,
-        };
+        let options = padres_agent::agent::Options::new(name, root.join("agents").join(name));
         tokio::spawn(
             async move { padres_agent::agent::serve(client, options).await.expect("the agent serves") },
         );

@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::{Datelike as _, NaiveDate, Weekday};
-use padres_agent::agent::{CATCH_UP, Options, serve};
+use padres_agent::agent::{Options, serve};
 use padres_broker::config::{Config, HistoryFilter};
 use padres_client::Connect;
 use padres_workflow::progress::{Outcome, State};
@@ -122,12 +122,7 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
             .connect()
             .await
             .map_err(|e| format!("{agent}: {e}"))?;
-        let options = Options {
-            name: (*agent).to_owned(),
-            work_dir: work_dir.clone(),
-            max_parallel: 4,
-            catch_up: CATCH_UP,
-        };
+        let options = Options { max_parallel: 4, ..Options::new(agent, work_dir.clone()) };
         tokio::spawn(async move {
             if let Err(e) = serve(client, options).await {
                 eprintln!("padres demo: {} stopped: {e}", work_dir.display());

@@ -18,6 +18,7 @@ macro_rules! out {
     };
 }
 
+mod agents;
 mod demo;
 mod workflow;
 
@@ -155,6 +156,27 @@ enum Command {
         /// `padres workflow` commands on it.
         #[arg(long)]
         stay: bool,
+    },
+    /// The federation's agents, from their load reports (agent_load, which every agent
+    /// publishes every second or so): state (up, leaving, left, or silent when it missed
+    /// 3 reports), pools, capacity, running and queued jobs, recent queueing delays and
+    /// arrivals, and its broker. Reads the reports stored since --since (the history
+    /// stores must keep [class,eq,'agent_load']) and listens 1.5 s for live ones.
+    ///
+    /// `padres agents drain NAME` drains an agent: it takes no new pool jobs, finishes
+    /// those it has, says it left, and exits.
+    #[command(args_conflicts_with_subcommands = true)]
+    Agents {
+        #[command(subcommand)]
+        command: Option<AgentsCommand>,
+        /// How far back to read reports (1h, 30m, an RFC 3339 time …).
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerArgs,
     },
     /// Inspect a broker: its counters or its routing tables.
     Broker {
@@ -330,6 +352,22 @@ struct GenerationJob {
 }
 
 #[derive(Debug, Subcommand)]
+enum AgentsCommand {
+    /// Drain agent NAME: no new pool jobs go to it; it finishes those it has, reports
+    /// `left` and exits. Returns once the agent has taken the command.
+    Drain {
+        /// The agent.
+        #[arg(value_name = "NAME")]
+        agent: String,
+        /// Seconds to wait for the agent's answer.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        timeout: u64,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum BrokerCommand {
     /// Counters: clients, neighbours, table sizes, messages in and out.
     Stats {
@@ -453,6 +491,18 @@ fn main() -> ExitCode {
             Ok(code) => return code,
             Err(error) => Err(error),
         },
+        Command::Agents { command, since, json, broker } => {
+            runtime().map_err(|e| e.to_string()).and_then(|rt| {
+                rt.block_on(async {
+                    match command {
+                        Some(AgentsCommand::Drain { agent, timeout, broker }) => {
+                            agents::drain(&agent, Duration::from_secs(timeout), &broker).await
+                        }
+                        None => agents::list(since.as_deref(), json, &broker).await,
+                    }
+                })
+            })
+        }
         Command::Broker { command } => {
             runtime().map_err(|e| e.to_string()).and_then(|rt| rt.block_on(inspect(command)))
         }

@@ -41,7 +41,7 @@ pub(crate) fn read_workflow(file: &Path) -> Result<padres_workflow::Application,
 }
 
 /// A reference for a command: unique enough to tell this run's replies from others'.
-fn reference() -> String {
+pub(crate) fn reference() -> String {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
@@ -50,7 +50,7 @@ fn reference() -> String {
 /// Sends `controls` and waits for every agent's reply, sending again those not answered
 /// every [`RESEND_EVERY`] when `resend` (a command an agent takes twice to no harm).
 /// Returns each agent's refusal, if any, or fails naming the agents that did not answer.
-async fn command_agents(
+pub(crate) async fn command_agents(
     client: &mut Client,
     controls: &[Control],
     timeout: Duration,
@@ -213,7 +213,10 @@ impl Known {
                         versioned.add(&control.agent, &body);
                     }
                     Command::Undeploy => self.plan.remove_agent(&control.agent),
-                    Command::Rerun { .. } | Command::Bypass { .. } | Command::Trigger { .. } => return false,
+                    Command::Rerun { .. }
+                    | Command::Bypass { .. }
+                    | Command::Trigger { .. }
+                    | Command::Drain => return false,
                 }
                 true
             }
@@ -285,6 +288,12 @@ impl Follow {
             if follow.next().await?.is_none() {
                 return Err("the broker closed the connection".into());
             }
+        }
+        if follow.known.plan.jobs.is_empty() && !follow.missing.is_empty() {
+            return Err(format!(
+                "no deployment of {appl} found, and the history stores at {} did not answer: try again",
+                follow.missing.join(", ")
+            ));
         }
         if follow.known.plan.jobs.is_empty() {
             return Err(format!(
@@ -390,7 +399,7 @@ fn generation_json(
 }
 
 /// `--since` as a time, `default` when not given.
-fn since_arg(since: Option<&str>, default: &str) -> Result<Timestamp, String> {
+pub(crate) fn since_arg(since: Option<&str>, default: &str) -> Result<Timestamp, String> {
     let now = padres_client::check::now();
     padres_lang::time::parse_bound(since.unwrap_or(default), now).map_err(|e| format!("--since: {e}"))
 }

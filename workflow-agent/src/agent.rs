@@ -99,7 +99,11 @@ use padres_workflow::{
 
 use crate::job::{DEFAULT_OUTPUT_CAP, Run};
 use crate::journal::{Claim, Journal};
+use crate::pool::{MemberState, Members, Meter};
 use crate::trigger::{CronTrigger, now};
+
+mod pools;
+use pools::Dispatch;
 
 /// How an agent runs.
 #[derive(Clone, Debug)]
@@ -115,6 +119,34 @@ pub struct Options {
     /// for jobs of its own whose dependencies are met without it having been told
     /// (see the module docs); zero does not check.
     pub catch_up: Duration,
+    /// The pools it is a member of (it runs their jobs when a home agent dispatches them
+    /// here).
+    pub pools: Vec<String>,
+    /// The broker it is connected to, as given: announced in its load reports.
+    pub broker: String,
+    /// How often it publishes its load ([`crate::pool`]).
+    pub load_period: Duration,
+    /// Load reports a pool member may miss before the home agents that dispatch to it
+    /// consider it gone (and dispatch its jobs again).
+    pub silence: u32,
+}
+
+impl Options {
+    /// The options of agent `name` working in `work_dir`, every other one at its default:
+    /// 8 jobs at once, catching up after [`CATCH_UP`], in no pool, load reported every
+    /// [`crate::pool::LOAD_PERIOD`].
+    pub fn new(name: &str, work_dir: PathBuf) -> Self {
+        Self {
+            name: name.to_owned(),
+            work_dir,
+            max_parallel: 8,
+            catch_up: CATCH_UP,
+            pools: Vec::new(),
+            broker: String::new(),
+            load_period: crate::pool::LOAD_PERIOD,
+            silence: crate::pool::SILENCE,
+        }
+    }
 }
 
 /// The default of [`Options::catch_up`].
@@ -160,6 +192,8 @@ struct Deployed {
     calendar: Arc<Calendar>,
     /// What it waits for, for catching up.
     after: Vec<Need>,
+    /// For a pool job: its pool (this agent, the home, dispatches it).
+    pool: Option<padres_workflow::translate::PoolInfo>,
 }
 
 /// An application deployed here: what it was deployed from, its subscriptions (by job)
@@ -181,13 +215,15 @@ struct Application {
     unless: Vec<MessageId>,
     /// When a newer version replaced it (it is kept while its generations run).
     replaced: Option<tokio::time::Instant>,
+    /// The statuses of its pool jobs (those this home agent dispatches), if it has any.
+    pool_statuses: Option<MessageId>,
 }
 
 impl Application {
     /// Every subscription it made.
     fn all_subscriptions(&self) -> Vec<MessageId> {
         let subs = self.subscriptions.values().chain(&self.events).chain(&self.follows);
-        subs.chain(&self.unless).cloned().collect()
+        subs.chain(&self.unless).chain(&self.pool_statuses).cloned().collect()
     }
 }
 
@@ -248,6 +284,9 @@ struct Status {
     exit: i64,
     attempt: u32,
     reason: Option<String>,
+    /// More attributes: a pool job's `pool`, and its dispatch's `to`, `incarnation`,
+    /// `date` and `info`.
+    extra: Vec<(&'static str, Value)>,
 }
 
 impl Status {
@@ -260,7 +299,13 @@ impl Status {
             exit,
             attempt,
             reason: None,
+            extra: Vec::new(),
         }
+    }
+
+    fn with(mut self, extra: Vec<(&'static str, Value)>) -> Self {
+        self.extra.extend(extra);
+        self
     }
 
     fn because(mut self, reason: Option<String>) -> Self {
@@ -276,6 +321,8 @@ enum Outgoing {
     Reply(Reply),
     /// A generation's trigger: appl, version, gid, date.
     Trigger(String, String, String, String),
+    /// The agent's load report (not kept: the next one replaces it).
+    Load(crate::pool::Load),
 }
 
 /// The publisher's first wait before sending again, and its longest.
@@ -309,6 +356,27 @@ struct Agent {
     unless: HashMap<MessageId, MessageId>,
     /// Earlier versions of applications, kept while generations started on them run.
     retiring: HashMap<String, Vec<Application>>,
+    /// When this run of the agent started (epoch milliseconds): its incarnation as a pool
+    /// member.
+    incarnation: i64,
+    /// Up, or leaving (drained).
+    state: MemberState,
+    /// Its load, measured.
+    meter: Arc<Mutex<Meter>>,
+    /// As a pool member: its subscription to the jobs dispatched to it.
+    assignments: Option<MessageId>,
+    /// As a pool member: the jobs whose status it has advertised.
+    advertised: HashSet<(String, String)>,
+    /// As a home agent: the members of the pools it dispatches to, from their reports.
+    members: Members,
+    /// Its subscriptions to pools' load reports, by pool, and when each was made.
+    pool_loads: HashMap<String, (MessageId, tokio::time::Instant)>,
+    /// Its subscriptions to applications' pool job statuses, to their application.
+    pool_statuses: HashMap<MessageId, String>,
+    /// Pool jobs dispatched from here and not ended, by (appl, gid, job).
+    dispatches: HashMap<(String, String, String), Dispatch>,
+    /// Pool jobs waiting for a member with room, in order.
+    admission: VecDeque<(String, String, String)>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -358,9 +426,21 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         checks: HashMap::new(),
         unless: HashMap::new(),
         retiring: HashMap::new(),
+        incarnation: now().timestamp_millis(),
+        state: MemberState::Up,
+        meter: Arc::default(),
+        assignments: None,
+        advertised: HashSet::new(),
+        members: Members::default(),
+        pool_loads: HashMap::new(),
+        pool_statuses: HashMap::new(),
+        dispatches: HashMap::new(),
+        admission: VecDeque::new(),
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
+    agent.join().await?;
     agent.restore().await?;
+    agent.restore_dispatches();
     // What was waiting to be sent when the agent last stopped goes first, once the
     // deployments are advertised again.
     let pending = agent.outgoing.journal().outbox_pending()?;
@@ -384,6 +464,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     agent.client.send(&control_subscription(&agent.options.name)).await?;
     let mut ticks = tokio::time::interval(Duration::from_secs(1));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut load_ticks = tokio::time::interval(agent.options.load_period.max(Duration::from_millis(10)));
+    load_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // A notification taken while gathering a batch of matches, handled next.
     let mut deferred = None;
     loop {
@@ -391,6 +473,13 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
             notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.recv().await } } => notification,
                         _ = ticks.tick() => {
                 agent.check_due().await;
+                continue;
+            }
+            _ = load_ticks.tick() => {
+                if agent.pool_tick() {
+                    tracing::info!("drained: every job it had has ended; leaving");
+                    break;
+                }
                 continue;
             }
             Some(internal) = from_tasks.recv() => {
@@ -418,7 +507,13 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 }
                 let mut others = false;
                 for sub in &subs {
-                    if let Some(appl) = agent.follows.get(sub).cloned() {
+                    if agent.pool_loads.values().any(|(id, _)| id == sub) {
+                        agent.load_report(&publication);
+                    } else if let Some(appl) = agent.pool_statuses.get(sub).cloned() {
+                        agent.pool_status(&appl, &publication);
+                    } else if agent.assignments.as_ref() == Some(sub) {
+                        agent.assigned(&publication).await;
+                    } else if let Some(appl) = agent.follows.get(sub).cloned() {
                         agent.follow(&appl, &publication);
                     } else if let Some(check) = agent.checks.get_mut(sub) {
                         if let Some(event) = StatusEvent::from_publication(&check.appl, &publication) {
@@ -492,6 +587,7 @@ impl Outbox {
                 true,
             ),
             Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl), false),
+            Outgoing::Load(load) => (load.publication(), "the load report".to_owned(), false),
             Outgoing::Trigger(appl, version, gid, date) => {
                 (trigger_publication(appl, version, gid, date), format!("the trigger of {appl}/{gid}"), true)
             }
@@ -520,7 +616,7 @@ impl Outbox {
         };
         let if_refused = match outgoing {
             Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
-            Outgoing::Status(_) | Outgoing::Reply(_) => None,
+            Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) => None,
         };
         self.queue.send(Queued { seq, publication, what, if_refused }).is_ok()
     }
@@ -658,6 +754,9 @@ fn status_publication(agent: &str, status: &Status) -> Result<Publication, padre
     if let Some(reason) = &status.reason {
         attrs.push((name("reason")?, Value::str(reason)));
     }
+    for (attr, value) in &status.extra {
+        attrs.push((name(attr)?, value.clone()));
+    }
     Publication::new(attrs)
 }
 
@@ -697,6 +796,19 @@ impl Agent {
     async fn report_interrupted(&self) -> Result<(), AgentError> {
         let interrupted = self.journal().interrupted()?;
         for entry in interrupted {
+            if self.journal().is_assigned(&entry.appl, &entry.gid, &entry.job)? {
+                // A pool job: its home agent dispatches it again when it sees this agent
+                // back as a new incarnation. Nothing is published of it from here.
+                tracing::warn!(
+                    "{}/{}/{}: the agent stopped while it ran this pool job (attempt {}); left to its home agent to dispatch again",
+                    entry.appl,
+                    entry.gid,
+                    entry.job,
+                    entry.attempt
+                );
+                self.journal().end(&entry.appl, &entry.gid, &entry.job, "failed", -1, entry.attempt)?;
+                continue;
+            }
             self.client.advertise(status_advertisement(&entry.appl, &entry.job)).await?;
             tracing::warn!(
                 "{}/{}/{}: the agent stopped while it ran (attempt {}); reported failed, not run again",
@@ -779,6 +891,10 @@ impl Agent {
             Command::Rerun { gid, job } => self.rerun(&appl, gid, job),
             Command::Bypass { gid, job } => self.bypass(&appl, gid, job),
             Command::Trigger { gid, date } => self.trigger(&appl, gid.clone(), date.clone()),
+            Command::Drain => {
+                self.drain();
+                Ok(())
+            }
         };
         match &outcome {
             Ok(()) => tracing::info!("{} {appl}: done", control.command.name()),
@@ -825,6 +941,7 @@ impl Agent {
             follows: Vec::new(),
             unless: Vec::new(),
             replaced: None,
+            pool_statuses: None,
         };
         if home {
             let adv =
@@ -872,6 +989,7 @@ impl Agent {
                     schedule,
                     calendar: calendar.clone(),
                     after: job.after,
+                    pool: job.pool,
                 },
             ));
         }
@@ -897,6 +1015,14 @@ impl Agent {
                     return Err(format!("following its generations ({follow}): {why}"));
                 }
             }
+        }
+        let pools: Vec<String> =
+            jobs.iter().filter_map(|(_, d)| d.pool.as_ref().map(|p| p.name.clone())).collect();
+        if !pools.is_empty()
+            && let Err(e) = self.dispatch_pools(&mut application, &pools, &since).await
+        {
+            self.withdraw(&application).await;
+            return Err(e);
         }
         if home {
             for spec in &body.triggers {
@@ -1006,11 +1132,12 @@ impl Agent {
     }
 
     /// An operator's rerun of a failed job.
-    fn rerun(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
+    fn rerun(&mut self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
         let deployed = self.deployed(appl, gid, job)?;
         let (Some(info), Some(_)) = (&deployed.info, &deployed.schedule) else {
             return Err(format!("{job} is a virtual job: it has nothing to run"));
         };
+        let (info, pooled) = (info.clone(), deployed.pool.is_some());
         if self.journal().generation_ended(appl, gid).map_err(|e| format!("journal: {e}"))? {
             return Err(format!("generation {gid} of {appl} has ended: nothing of it runs again"));
         }
@@ -1036,7 +1163,12 @@ impl Agent {
             }
         };
         tracing::info!("{appl}/{gid}/{job}: rerun by an operator, from attempt {}", last + 1);
-        self.spawn_run(key, info.clone(), date, last + 1);
+        if pooled {
+            let reason = Some("rerun by an operator".to_owned());
+            self.dispatch(key, date, last + 1, 1, reason, None);
+        } else {
+            self.spawn_run(key, info, date, last + 1, None);
+        }
         Ok(())
     }
 
@@ -1357,17 +1489,36 @@ impl Agent {
         if let Err(e) = self.journal().generation(&key.0, &key.1, &date) {
             tracing::warn!("{}/{}: journal: {e}", key.0, key.1);
         }
-        self.spawn_run(key, info.clone(), date, 1);
+        if deployed.pool.is_some() {
+            return self.dispatch(key, date, 1, 1, None, None);
+        }
+        self.spawn_run(key, info.clone(), date, 1, None);
     }
 
     /// Runs job `key` (claimed, and marked running) from attempt `first`: `started` for
-    /// each attempt, its outcome at the end, in the journal and published.
-    fn spawn_run(&self, key: (String, String, String), info: Arc<JobInfo>, date: String, first: u32) {
+    /// each attempt, its outcome at the end, in the journal and published. A pool job
+    /// (`pool`) has its pool in its statuses, and dies with the agent.
+    fn spawn_run(
+        &self,
+        key: (String, String, String),
+        info: Arc<JobInfo>,
+        date: String,
+        first: u32,
+        pool: Option<String>,
+    ) {
+        let die_with_agent = pool.is_some();
+        let extra: Vec<(&'static str, Value)> = pool.map(|p| ("pool", Value::str(&p))).into_iter().collect();
         let (journal, outgoing, slots, running) =
             (self.journal.clone(), self.outgoing.clone(), self.slots.clone(), self.running.clone());
         let work_dir = self.options.work_dir.clone();
+        let meter = self.meter.clone();
+        fn lock(meter: &Mutex<Meter>) -> std::sync::MutexGuard<'_, Meter> {
+            meter.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+        let ticket = lock(&meter).arrive(tokio::time::Instant::now());
         tokio::spawn(async move {
             let _slot = slots.acquire_owned().await;
+            lock(&meter).start(ticket, tokio::time::Instant::now());
             let (appl, gid, job) = &key;
             let output = work_dir.join("output").join(appl).join(gid).join(job);
             let run = Run {
@@ -1378,6 +1529,7 @@ impl Agent {
                 output: &output,
                 output_cap: DEFAULT_OUTPUT_CAP,
                 first_attempt: first,
+                die_with_agent,
             };
             let attempts = run
                 .run(|n| {
@@ -1387,12 +1539,14 @@ impl Agent {
                     if let Err(e) = attempt {
                         tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
                     }
-                    let _ = outgoing.send(Outgoing::Status(Status::new(&key, "started", 0, n)));
+                    let started = Status::new(&key, "started", 0, n).with(extra.clone());
+                    let _ = outgoing.send(Outgoing::Status(started));
                 })
                 .await;
             let last = attempts.last().expect("at least one attempt");
             let status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
-                .because(last.ended.reason());
+                .because(last.ended.reason())
+                .with(extra);
             let ended = journal.lock().unwrap_or_else(PoisonError::into_inner).end(
                 appl,
                 gid,
@@ -1407,6 +1561,7 @@ impl Agent {
             // No longer running before its status is out: an operator acting on the status
             // (rerun, bypass) finds it ended.
             running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+            lock(&meter).end();
             let _ = outgoing.send(Outgoing::Status(status));
         });
     }
@@ -1471,6 +1626,7 @@ impl Agent {
         if let Err(e) = self.journal().end_generation(appl, gid, now().timestamp_millis()) {
             tracing::warn!("{appl}/{gid}: marking the generation ended: {e}");
         }
+        self.forget_dispatches(appl, gid);
         self.generation_ended(appl, gid);
         self.retire_finished(appl);
     }
@@ -1524,6 +1680,9 @@ impl Agent {
         }
         for sub in &application.unless {
             self.unless.remove(sub);
+        }
+        if let Some(sub) = &application.pool_statuses {
+            self.pool_statuses.remove(sub);
         }
     }
 

@@ -57,6 +57,10 @@ pub struct Run<'a> {
     /// The first attempt's number: 1, or after the attempts of an earlier run (an
     /// operator's rerun) the next.
     pub first_attempt: u32,
+    /// Whether the process is killed when the agent dies (a pool job's: its home agent
+    /// dispatches it to another member then, and it must not also run on here). Other
+    /// jobs outlive a killed agent, which reports them failed when it starts again.
+    pub die_with_agent: bool,
 }
 
 /// How one attempt ended.
@@ -187,6 +191,22 @@ impl Run<'_> {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if self.die_with_agent {
+            let agent = rustix::process::getpid();
+            // SAFETY: the closure runs in the child between fork and exec, and makes only
+            // two system calls (prctl, getppid), which allocate nothing and take no lock.
+            #[allow(unsafe_code)]
+            unsafe {
+                command.pre_exec(move || {
+                    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+                    // The agent died before the death signal was set: go now.
+                    if rustix::process::getppid() != Some(agent) {
+                        return Err(std::io::Error::other("the agent has gone"));
+                    }
+                    Ok(())
+                });
+            }
+        }
         command.spawn().map_err(|e| {
             if dir.is_dir() {
                 format!("cannot start {}: {e}", self.info.command)
@@ -305,6 +325,7 @@ mod tests {
             output,
             output_cap: DEFAULT_OUTPUT_CAP,
             first_attempt: 1,
+            die_with_agent: false,
         }
     }
 

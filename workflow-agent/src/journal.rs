@@ -55,6 +55,27 @@ pub enum Claim {
     GenerationEnded,
 }
 
+/// A pool job dispatched by this agent (its application's home) to a member of its pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dispatched {
+    /// The application.
+    pub appl: String,
+    /// The generation.
+    pub gid: String,
+    /// The job.
+    pub job: String,
+    /// The member it is dispatched to (empty: waiting in the admission queue).
+    pub agent: String,
+    /// That member's incarnation (when it started, epoch milliseconds).
+    pub incarnation: i64,
+    /// The attempt the member runs it from.
+    pub attempt: u32,
+    /// How many times it has been dispatched.
+    pub n: u32,
+    /// The generation's run day.
+    pub date: String,
+}
+
 /// One job of one generation the journal holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -99,7 +120,15 @@ impl Journal {
                  seq INTEGER PRIMARY KEY AUTOINCREMENT, publication TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS cron_fired (
                  appl TEXT NOT NULL, pattern TEXT NOT NULL, at_ms INTEGER NOT NULL,
-                 PRIMARY KEY (appl, pattern));",
+                 PRIMARY KEY (appl, pattern));
+             CREATE TABLE IF NOT EXISTS dispatches (
+                 appl TEXT NOT NULL, gid TEXT NOT NULL, job TEXT NOT NULL,
+                 agent TEXT NOT NULL, incarnation INTEGER NOT NULL, attempt INTEGER NOT NULL,
+                 n INTEGER NOT NULL, date TEXT NOT NULL,
+                 PRIMARY KEY (appl, gid, job));
+             CREATE TABLE IF NOT EXISTS assigned (
+                 appl TEXT NOT NULL, gid TEXT NOT NULL, job TEXT NOT NULL, at_ms INTEGER NOT NULL,
+                 PRIMARY KEY (appl, gid, job));",
         )?;
         // Journals made before deployments had a time get the column (a deployment of
         // unknown time counts from the epoch).
@@ -113,6 +142,14 @@ impl Journal {
         }
         let now_ms = crate::trigger::now().timestamp_millis();
         db.execute("DELETE FROM ended WHERE at_ms < ?1", params![now_ms - ENDED_KEPT_MS])?;
+        // A pool member never sees the generations it ran jobs of end: their rows go
+        // after as long as the marks of ends are kept.
+        db.execute(
+            "DELETE FROM runs WHERE EXISTS (SELECT 1 FROM assigned a WHERE a.appl = runs.appl
+             AND a.gid = runs.gid AND a.job = runs.job AND a.at_ms < ?1)",
+            params![now_ms - ENDED_KEPT_MS],
+        )?;
+        db.execute("DELETE FROM assigned WHERE at_ms < ?1", params![now_ms - ENDED_KEPT_MS])?;
         Ok(Self { db })
     }
 
@@ -209,9 +246,12 @@ impl Journal {
     /// # Errors
     /// The journal cannot be read.
     pub fn interrupted(&self) -> rusqlite::Result<Vec<Entry>> {
+        // A pool job dispatched from here runs elsewhere: it is not interrupted.
         let mut query = self.db.prepare(
             "SELECT appl, gid, job, attempt FROM runs WHERE status IS NULL
              AND NOT EXISTS (SELECT 1 FROM ended WHERE ended.appl = runs.appl AND ended.gid = runs.gid)
+             AND NOT EXISTS (SELECT 1 FROM dispatches d WHERE d.appl = runs.appl AND d.gid = runs.gid
+                             AND d.job = runs.job)
              ORDER BY appl, gid, job",
         )?;
         let rows = query.query_map([], |row| {
@@ -342,6 +382,129 @@ impl Journal {
         })
     }
 
+    /// Takes pool job `job` of generation `gid`, dispatched here to run from attempt
+    /// `attempt`: [`Claim::New`] if it is to run (not taken before, or taken and ended
+    /// `failed` or `timeout` before this dispatch: an operator's rerun); else what became
+    /// of it ([`Claim::Ended`] with a final status, which no dispatch changes, or
+    /// [`Claim::Unfinished`]: it runs here now). The commit waits for the disk, as a
+    /// claim's does.
+    ///
+    /// # Errors
+    /// The journal cannot be read or written: the job must not run.
+    pub fn take_assignment(
+        &mut self,
+        appl: &str,
+        gid: &str,
+        job: &str,
+        attempt: u32,
+    ) -> rusqlite::Result<Claim> {
+        self.db.pragma_update(None, "synchronous", "FULL")?;
+        let taken = (|| {
+            let tx = self.db.transaction()?;
+            if has_ended(&tx, appl, gid)? {
+                return Ok(Claim::GenerationEnded);
+            }
+            let claim = match run_row(&tx, appl, gid, job)? {
+                None => {
+                    tx.execute(
+                        "INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)",
+                        params![appl, gid, job],
+                    )?;
+                    Claim::New
+                }
+                Some((last, Some(status), _))
+                    if last < attempt && (status == "failed" || status == "timeout") =>
+                {
+                    tx.execute(
+                        "UPDATE runs SET status = NULL, exit = NULL WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+                        params![appl, gid, job],
+                    )?;
+                    Claim::New
+                }
+                Some((last, Some(status), exit)) => {
+                    Claim::Ended { status, exit: exit.unwrap_or(-1), attempt: last }
+                }
+                Some((last, None, _)) => Claim::Unfinished { attempt: last },
+            };
+            let take = claim == Claim::New;
+            if take {
+                tx.execute(
+                    "INSERT OR REPLACE INTO assigned (appl, gid, job, at_ms) VALUES (?1, ?2, ?3, ?4)",
+                    params![appl, gid, job, crate::trigger::now().timestamp_millis()],
+                )?;
+            }
+            tx.commit()?;
+            Ok(claim)
+        })();
+        self.db.pragma_update(None, "synchronous", "NORMAL")?;
+        taken
+    }
+
+    /// Whether job `job` of generation `gid` ran here as a pool member's (dispatched by
+    /// another agent).
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn is_assigned(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<bool> {
+        self.db
+            .query_row(
+                "SELECT 1 FROM assigned WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+                params![appl, gid, job],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|found| found.is_some())
+    }
+
+    /// Keeps (or replaces) where pool job `d.job` of generation `d.gid` is dispatched.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn keep_dispatch(&self, d: &Dispatched) -> rusqlite::Result<()> {
+        self.db.execute(
+            "INSERT OR REPLACE INTO dispatches (appl, gid, job, agent, incarnation, attempt, n, date)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![d.appl, d.gid, d.job, d.agent, d.incarnation, d.attempt, d.n, d.date],
+        )?;
+        Ok(())
+    }
+
+    /// Pool job `job` of generation `gid` is no longer dispatched (it ended).
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    pub fn drop_dispatch(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<()> {
+        self.db.execute(
+            "DELETE FROM dispatches WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+            params![appl, gid, job],
+        )?;
+        Ok(())
+    }
+
+    /// Every pool job dispatched from here and not ended (of generations not ended).
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    pub fn dispatches(&self) -> rusqlite::Result<Vec<Dispatched>> {
+        let mut query = self.db.prepare(
+            "SELECT appl, gid, job, agent, incarnation, attempt, n, date FROM dispatches
+             ORDER BY appl, gid, job",
+        )?;
+        let rows = query.query_map([], |row| {
+            Ok(Dispatched {
+                appl: row.get(0)?,
+                gid: row.get(1)?,
+                job: row.get(2)?,
+                agent: row.get(3)?,
+                incarnation: row.get(4)?,
+                attempt: row.get(5)?,
+                n: row.get(6)?,
+                date: row.get(7)?,
+            })
+        })?;
+        rows.collect()
+    }
+
     /// Keeps application `appl`'s deployment here (its envelope body, as JSON, deployed at
     /// `at_ms`), so that the agent deploys it again when it restarts.
     ///
@@ -446,6 +609,8 @@ impl Journal {
 /// Deletes generation `gid` of `appl`'s date and jobs; returns how many jobs.
 fn forget_rows(db: &Connection, appl: &str, gid: &str) -> rusqlite::Result<usize> {
     db.execute("DELETE FROM generations WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+    db.execute("DELETE FROM dispatches WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+    db.execute("DELETE FROM assigned WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
     db.execute("DELETE FROM runs WHERE appl = ?1 AND gid = ?2", params![appl, gid])
 }
 

@@ -6,6 +6,8 @@
 //! - [`journal`]: what ran, in SQLite in the agent's work directory, so that a job runs at
 //!   most once per generation across restarts; jobs interrupted by a restart are listed.
 //!
+//! - [`pool`]: agents' load reports, a member's measure of its load, and the home agent's
+//!   view of pool members with the placement policies.
 //! - [`trigger`]: when cron triggers fire, and the run made up after a home agent was down.
 //! - [`agent`]: the agent's loop: deployments from `agent_ctl`, dependency subscriptions,
 //!   jobs run or skipped per generation, `job_status` published.
@@ -13,4 +15,5 @@
 pub mod agent;
 pub mod job;
 pub mod journal;
+pub mod pool;
 pub mod trigger;

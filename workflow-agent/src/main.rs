@@ -47,6 +47,20 @@ struct Args {
     /// after each check that finds nothing new, up to 32 times this. 0: never.
     #[arg(long, value_name = "SECS", default_value_t = padres_agent::agent::CATCH_UP.as_secs())]
     catch_up: u64,
+    /// A pool the agent is a member of (repeat for several): it runs the pool's jobs that
+    /// the applications' home agents dispatch to it, with no deployment of its own. It may
+    /// join or leave at any time (`padres agents drain NAME`).
+    #[arg(long = "pool", value_name = "POOL")]
+    pools: Vec<String>,
+    /// Milliseconds between two load reports (`agent_load`: running and queued jobs,
+    /// recent queueing delays), which every agent publishes and home agents place pool
+    /// jobs by.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    load_period: u64,
+    /// Load reports a pool member may miss before the home agents consider it gone and
+    /// dispatch the jobs it runs to another member.
+    #[arg(long, value_name = "N", default_value_t = padres_agent::pool::SILENCE)]
+    silence: u32,
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -60,11 +74,22 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let client = connect.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.broker))?;
     tracing::info!("agent {} connected to {}", args.name, args.broker);
+    for pool in &args.pools {
+        if padres_lang::Name::new(pool).is_err() {
+            return Err(format!("--pool {pool}: a pool name is an identifier (letters, digits, _ . -)"));
+        }
+    }
+    if args.load_period == 0 || args.silence == 0 {
+        return Err("--load-period and --silence must be at least 1".to_owned());
+    }
     let options = Options {
-        name: args.name,
-        work_dir: args.work_dir,
         max_parallel: args.max_parallel,
         catch_up: Duration::from_secs(args.catch_up),
+        pools: args.pools,
+        broker: args.broker,
+        load_period: Duration::from_millis(args.load_period),
+        silence: args.silence,
+        ..Options::new(&args.name, args.work_dir)
     };
     serve(client, options).await.map_err(|e| e.to_string())
 }

@@ -9,6 +9,8 @@
 //! - `rerun`: job `job` of generation `gid`, which failed or timed out, runs again;
 //! - `bypass`: job `job` of generation `gid` is published `succeeded` without running (with
 //!   the reason `bypassed`), so that its successors proceed;
+//! - `drain` (with `appl` [`ANY_APPL`]): the agent takes no new pool jobs, finishes what it
+//!   has and leaves (`docs/pools.md`);
 //! - `trigger`: the application's home agent (the one running `APPL_START`) publishes the
 //!   trigger of generation `gid` run on `date`. Triggers come from the home agent, which
 //!   advertises them for as long as the application is deployed there, rather than from
@@ -60,7 +62,13 @@ pub enum Command {
         /// Its run day, YYYY-MM-DD.
         date: String,
     },
+    /// Drain the agent: it takes no new pool jobs, finishes those it has, and leaves
+    /// (its `appl` is [`ANY_APPL`]).
+    Drain,
 }
+
+/// The `appl` of a command to the agent as a whole (`drain`).
+pub const ANY_APPL: &str = "*";
 
 impl Command {
     /// The `cmd` attribute.
@@ -71,6 +79,7 @@ impl Command {
             Self::Rerun { .. } => "rerun",
             Self::Bypass { .. } => "bypass",
             Self::Trigger { .. } => "trigger",
+            Self::Drain => "drain",
         }
     }
 }
@@ -143,7 +152,12 @@ impl Control {
             "trigger" => {
                 Command::Trigger { gid: needed("gid")?.to_owned(), date: needed("date")?.to_owned() }
             }
-            other => return Err(format!("unknown cmd '{other}' (deploy, undeploy, rerun, bypass, trigger)")),
+            "drain" => Command::Drain,
+            other => {
+                return Err(format!(
+                    "unknown cmd '{other}' (deploy, undeploy, rerun, bypass, trigger, drain)"
+                ));
+            }
         };
         Ok(Self { agent, appl, reference, command })
     }
@@ -162,7 +176,7 @@ impl Control {
         ];
         match &self.command {
             Command::Deploy(body) => attrs.push(attr("body", &body.to_json())?),
-            Command::Undeploy => {}
+            Command::Undeploy | Command::Drain => {}
             Command::Rerun { gid, job } | Command::Bypass { gid, job } => {
                 attrs.push(attr("gid", gid)?);
                 attrs.push(attr("job", job)?);

@@ -32,6 +32,85 @@ pub struct Application {
     pub triggers: Vec<Trigger>,
     /// The jobs, in document order.
     pub jobs: Vec<Job>,
+    /// The agent that starts and ends its generations and dispatches its pool jobs
+    /// (`home="…"`); by default the agent of the first job.
+    pub home: Option<String>,
+    /// How its pools place jobs (`<pool>` elements), by pool name.
+    pub pools: Vec<PoolSpec>,
+}
+
+/// How a pool places an application's jobs among its members (`<pool>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// The pool.
+    pub name: String,
+    /// Placement policy.
+    pub policy: Policy,
+    /// Most times a job is dispatched again after its agent is gone.
+    pub redispatch: u32,
+}
+
+/// How a pool job's member is chosen (see `docs/pools.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// Members in turn, by name.
+    RoundRobin,
+    /// The member with the most headroom: capacity less running and queued jobs
+    /// (Tsai et al.).
+    #[default]
+    LeastLoaded,
+    /// The member with the lowest recent queueing delay (Jin et al.'s LAPSA).
+    LowestDelay,
+}
+
+impl Policy {
+    /// As written in the XML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RoundRobin => "round-robin",
+            Self::LeastLoaded => "least-loaded",
+            Self::LowestDelay => "lowest-delay",
+        }
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "round-robin" => Ok(Self::RoundRobin),
+            "least-loaded" => Ok(Self::LeastLoaded),
+            "lowest-delay" | "lapsa" => Ok(Self::LowestDelay),
+            other => Err(format!(
+                "unknown placement policy '{other}' (known: round-robin, least-loaded, lowest-delay)"
+            )),
+        }
+    }
+}
+
+/// Re-dispatches of a pool job after its agent is gone, unless a `<pool>` says otherwise.
+pub const REDISPATCH: u32 = 3;
+
+impl Application {
+    /// The agent that hosts `APPL_START` and `APPL_END`: `home`, else the first job's agent
+    /// (parsing refuses an application whose first job runs in a pool and that names no
+    /// home).
+    pub fn home_agent(&self) -> &str {
+        match (&self.home, self.jobs.first().map(|j| &j.runner)) {
+            (Some(home), _) => home,
+            (None, Some(Runner::Agent(a))) => a,
+            _ => "",
+        }
+    }
+
+    /// How pool `pool` places jobs: its `<pool>`, or the defaults.
+    pub fn pool(&self, pool: &str) -> PoolSpec {
+        self.pools.iter().find(|p| p.name == pool).cloned().unwrap_or_else(|| PoolSpec {
+            name: pool.to_owned(),
+            policy: Policy::default(),
+            redispatch: REDISPATCH,
+        })
+    }
 }
 
 impl Application {

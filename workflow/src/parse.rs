@@ -9,7 +9,7 @@ use chrono::NaiveDate;
 
 use super::calendar::{Calendar, HolidayRule, RunTerm, Schedule, parse_weekdays};
 use super::duration::parse_duration;
-use super::model::{Application, Dependency, Job, Pos, Runner, StatusCondition, Trigger};
+use super::model::{Application, Dependency, Job, Policy, PoolSpec, Pos, Runner, StatusCondition, Trigger};
 
 /// Largest definition accepted, in bytes.
 pub const MAX_BYTES: usize = 4 << 20;
@@ -172,7 +172,7 @@ pub fn parse_application(xml: &str) -> Result<Application, WorkflowErrors> {
 }
 
 fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'input>) -> Application {
-    r.only_attributes(root, &["name", "version", "tz", "calendar", "max-generations"]);
+    r.only_attributes(root, &["name", "version", "tz", "calendar", "max-generations", "home"]);
     let name = match root.attribute("name") {
         Some(n) if is_name(n) => n.to_owned(),
         Some(n) => {
@@ -195,6 +195,7 @@ fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'inpu
     let mut triggers = Vec::new();
     let mut defaults = Defaults::default();
     let mut jobs: Vec<Job> = Vec::new();
+    let mut pools: Vec<(PoolSpec, Pos)> = Vec::new();
     let mut seen: HashMap<String, Pos> = HashMap::new();
     for node in Reader::elements(root) {
         match node.tag_name().name() {
@@ -204,6 +205,15 @@ fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'inpu
             }
             "trigger" => triggers.extend(read_trigger(r, node)),
             "defaults" => defaults = read_defaults(r, node),
+            "pool" => {
+                if let Some(pool) = read_pool(r, node) {
+                    if pools.iter().any(|(p, _)| p.name == pool.name) {
+                        r.error(node, format!("pool '{}' is described twice", pool.name));
+                    } else {
+                        pools.push((pool, r.pos(node)));
+                    }
+                }
+            }
             "job" => {
                 if jobs.len() == MAX_JOBS {
                     r.error(node, format!("more than {MAX_JOBS} jobs"));
@@ -223,7 +233,7 @@ fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'inpu
             other => r.error(
                 node,
                 format!(
-                    "unknown element <{other}> in <application> (known: calendar, trigger, defaults, job)"
+                    "unknown element <{other}> in <application> (known: calendar, trigger, defaults, pool, job)"
                 ),
             ),
         }
@@ -246,7 +256,35 @@ fn read_application<'a, 'input>(r: &mut Reader<'a, 'input>, root: Node<'a, 'inpu
     if jobs.is_empty() && r.errors.is_empty() {
         r.error(root, "the application has no jobs");
     }
+    let home = match root.attribute("home") {
+        Some(h) if is_name(h) => Some(h.to_owned()),
+        Some(h) => {
+            r.error(root, format!("home agent '{h}' must be an identifier"));
+            None
+        }
+        None => None,
+    };
+    if home.is_none()
+        && let Some(first) = jobs.first()
+        && let Runner::Pool(pool) = &first.runner
+    {
+        r.error(
+            root,
+            format!(
+                "the first job, '{}', runs in pool '{pool}': name the agent that starts and ends the generations and dispatches pool jobs with home=\"…\"",
+                first.name
+            ),
+        );
+    }
+    for (pool, at) in &pools {
+        if !jobs.iter().any(|j| j.runner == Runner::Pool(pool.name.clone())) {
+            let message = format!("<pool name=\"{}\"> describes a pool no job runs in", pool.name);
+            r.errors.push(WorkflowError { at: *at, message });
+        }
+    }
     Application {
+        home,
+        pools: pools.into_iter().map(|(p, _)| p).collect(),
         name,
         version: root.attribute("version").map(str::to_owned),
         tz: root.attribute("tz").unwrap_or("UTC").to_owned(),
@@ -317,6 +355,24 @@ fn read_trigger<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>) 
             None
         }
     }
+}
+
+fn read_pool<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>) -> Option<PoolSpec> {
+    r.only_attributes(node, &["name", "policy", "redispatch"]);
+    let name = match node.attribute("name") {
+        Some(n) if is_name(n) => n.to_owned(),
+        Some(n) => {
+            r.error(node, format!("pool name '{n}' must be an identifier"));
+            return None;
+        }
+        None => {
+            r.error(node, "a <pool> needs a name");
+            return None;
+        }
+    };
+    let policy = r.parsed(node, "policy", |p| p.parse::<Policy>()).unwrap_or_default();
+    let redispatch = r.parsed(node, "redispatch", number).unwrap_or(super::model::REDISPATCH);
+    Some(PoolSpec { name, policy, redispatch })
 }
 
 fn read_defaults<'a, 'input>(r: &mut Reader<'a, 'input>, node: Node<'a, 'input>) -> Defaults {

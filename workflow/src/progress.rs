@@ -99,13 +99,21 @@ impl StatusEvent {
         })
     }
 
-    fn ended(&self) -> bool {
-        self.status != "started"
+    /// Whether it is an end (not `started`, nor a pool job's `dispatched`).
+    pub fn ended(&self) -> bool {
+        !matches!(self.status.as_str(), "started" | "dispatched")
     }
 
-    /// Its place among a job's statuses: later attempts above, an end above a start.
-    fn rank(&self) -> (u32, bool) {
-        (self.attempt, self.ended())
+    /// Its place among a job's statuses: later attempts above; within an attempt, an end
+    /// above a start above a dispatch (a pool job's, numbered with the attempt its member
+    /// starts from).
+    fn rank(&self) -> (u32, u8) {
+        let step = match self.status.as_str() {
+            "dispatched" => 0,
+            "started" => 1,
+            _ => 2,
+        };
+        (self.attempt, step)
     }
 }
 
@@ -121,10 +129,12 @@ pub enum State {
 }
 
 impl State {
-    /// A word for it: `waiting`, `running`, or the status it ended with.
+    /// A word for it: `waiting`, `dispatched` (a pool job given to a member that has not
+    /// started it), `running`, or the status it ended with.
     pub fn word(&self) -> &str {
         match self {
             Self::Waiting => "waiting",
+            Self::Running(e) if e.status == "dispatched" => "dispatched",
             Self::Running(_) => "running",
             Self::Ended(e) => &e.status,
         }

@@ -29,15 +29,17 @@ use padres_lang::{Advertisement, InvalidMessage, Publication, Subscription, Valu
 
 use super::calendar::weekdays_text;
 use super::control::{Command, Control};
-use super::model::{Application, Dependency, Job, StatusCondition, Trigger};
+use super::model::{Application, Dependency, Job, Runner, StatusCondition, Trigger};
 
 /// The virtual job before every start job.
 pub const APPL_START: &str = "APPL_START";
 /// The virtual job after every end job.
 pub const APPL_END: &str = "APPL_END";
 
-/// Every status a `job_status` publication may carry.
-pub const STATUSES: [&str; 5] = ["started", "succeeded", "failed", "skipped", "timeout"];
+/// Every status a `job_status` publication may carry. `dispatched` is a pool job's
+/// assignment to one member of its pool, published by the application's home agent
+/// (`docs/pools.md`).
+pub const STATUSES: [&str; 6] = ["started", "succeeded", "failed", "skipped", "timeout", "dispatched"];
 
 /// How a job runs: what its agent needs besides the subscription and advertisement.
 /// Travels as JSON in the envelope body.
@@ -73,6 +75,20 @@ pub struct JobInfo {
 }
 
 impl JobInfo {
+    /// As JSON, as a pool job's `dispatched` status carries it.
+    pub fn to_json(&self) -> String {
+        // Plain data of strings and numbers: serialising cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads [`JobInfo::to_json`]'s text back.
+    ///
+    /// # Errors
+    /// The text is not a job's information, in words.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| format!("bad job information: {e}"))
+    }
+
     fn of(job: &Job) -> Self {
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Self {
@@ -113,6 +129,21 @@ pub struct BodyJob {
     /// refused that way (`success`, `failed`): see [`unless_of`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unless: Option<String>,
+    /// The pool that runs it, for a pool job: the home agent, which the envelope is for,
+    /// dispatches it to one member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolInfo>,
+}
+
+/// How a pool job is placed, in an envelope body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolInfo {
+    /// The pool.
+    pub name: String,
+    /// Placement policy: `round-robin`, `least-loaded` or `lowest-delay`.
+    pub policy: String,
+    /// Most re-dispatches after the member running it is gone.
+    pub redispatch: u32,
 }
 
 /// One dependency of a job, in an envelope body.
@@ -215,6 +246,9 @@ pub struct JobDeployment {
     pub unless: Option<CompositeSubscription>,
     /// How it runs; `None` for the virtual jobs.
     pub info: Option<JobInfo>,
+    /// The pool that runs it (the home agent, `agent`, dispatches it); `None` for a job
+    /// of a named agent.
+    pub pool: Option<PoolInfo>,
 }
 
 /// One `agent_ctl` envelope: everything one agent is to deploy.
@@ -303,11 +337,15 @@ fn statuses_subscription(appl: &str, job: &str, allowed: &[&str]) -> Subscriptio
 
 /// The advertisement of `job`'s `job_status` publications. `reason`, when present, says
 /// why a job ended as it did without its process saying so (it could not start, its agent
-/// stopped while it ran, an operator bypassed it).
+/// stopped while it ran, an operator bypassed it). A pool job's statuses carry its
+/// `pool`; its `dispatched` status names the member it is for (`to`, and that member's
+/// `incarnation`) and carries what the member runs: the generation's `date` and the job's
+/// [`JobInfo`] as JSON (`info`).
 pub fn status_advertisement(appl: &str, job: &str) -> Advertisement {
     let text = format!(
         "[class,eq,'job_status'],[appl,eq,{}],[gid,isPresent,''],[job,eq,{}],[agent,isPresent,''],\
-         [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0],[reason,isPresent,'']",
+         [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0],[reason,isPresent,''],\
+         [pool,isPresent,''],[to,isPresent,''],[incarnation,isPresent,0],[date,isPresent,''],[info,isPresent,'']",
         quoted(appl),
         quoted(job)
     );
@@ -430,6 +468,7 @@ fn deployment(
         after: deps.iter().map(Need::of).collect(),
         unless: unless_of(appl, version, deps).map_err(error)?,
         info: None,
+        pool: None,
     })
 }
 
@@ -462,15 +501,28 @@ pub fn digest(text: &str) -> u64 {
 
 fn translate_version(app: &Application, version: &str) -> Result<Deployment, TranslateError> {
     let appl = app.name.as_str();
-    let home = app.jobs.first().map_or("", |j| j.runner.name());
+    let home = app.home_agent();
     let has_successor =
         |job: &Job| app.jobs.iter().any(|other| other.predecessors().contains(&job.name.as_str()));
     let mut jobs = vec![deployment(appl, version, APPL_START, home, &[])?];
     for job in &app.jobs {
         let deps: Vec<Dependency> =
             if job.after.is_empty() { vec![after(APPL_START)] } else { job.after.clone() };
-        let mut deployed = deployment(appl, version, &job.name, job.runner.name(), &deps)?;
+        // A pool job's dependency is the home agent's, which dispatches it.
+        let agent = match &job.runner {
+            Runner::Agent(agent) => agent.as_str(),
+            Runner::Pool(_) => home,
+        };
+        let mut deployed = deployment(appl, version, &job.name, agent, &deps)?;
         deployed.info = Some(JobInfo::of(job));
+        if let Runner::Pool(pool) = &job.runner {
+            let spec = app.pool(pool);
+            deployed.pool = Some(PoolInfo {
+                name: spec.name,
+                policy: spec.policy.as_str().to_owned(),
+                redispatch: spec.redispatch,
+            });
+        }
         jobs.push(deployed);
     }
     let ends: Vec<Dependency> =
@@ -529,6 +581,7 @@ impl Envelope {
                     info: j.info.clone(),
                     after: j.after.clone(),
                     unless: j.unless.as_ref().map(|u| format!("cs {u}")),
+                    pool: j.pool.clone(),
                 })
                 .collect(),
             triggers: self.triggers.clone(),

@@ -1,0 +1,482 @@
+//! The agent's part in pools (`docs/pools.md`): as a member, it reports its load and runs
+//! the jobs dispatched to it; as an application's home agent, it dispatches the
+//! application's pool jobs to members, holds them while every member is at its limit,
+//! and dispatches a job again when the member running it is gone.
+//!
+//! Why a pool job runs once per generation without a coordinator of its own: only the
+//! application's home agent dispatches its pool jobs, and its journal claims each job of
+//! each generation once, as any agent's does for its own jobs. A dispatch is a
+//! `job_status` publication (`dispatched`) naming one member and that member's
+//! incarnation; a member runs only what names it in its current incarnation, and its
+//! journal takes each dispatch once however often it is delivered (a reconnection replays
+//! them from the history stores). Reordering cannot make two members run a job: there is
+//! one dispatch per (generation, job) until the home agent decides the member is gone
+//! (silent for `silence` report periods, restarted, or left), and only then another, with
+//! a higher attempt number. The one case of two runs is a member cut off for longer than
+//! that while its process still runs: then both run, and the statuses of the later
+//! dispatch rank above; the home agent counts only the current member's.
+
+use std::sync::{Arc, PoisonError};
+
+use tokio::time::Instant;
+
+use padres_client::ClientError;
+use padres_lang::{Publication, Value};
+use padres_workflow::JobInfo;
+use padres_workflow::model::Policy;
+use padres_workflow::progress::StatusEvent;
+use padres_workflow::translate::status_advertisement;
+
+use super::{Agent, Application, Outgoing, Status, text};
+use crate::journal::{Claim, Dispatched};
+use crate::pool::{ADMISSION, Change, Load, MemberState, load_advertisement, pool_subscription};
+
+/// A pool job dispatched (or waiting to be) by this home agent.
+#[derive(Debug)]
+pub(super) struct Dispatch {
+    d: Dispatched,
+    /// The highest attempt the member was seen starting.
+    last_attempt: u32,
+}
+
+type Key = (String, String, String);
+
+impl Agent {
+    fn meter(&self) -> std::sync::MutexGuard<'_, crate::pool::Meter> {
+        self.meter.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This agent's load report now.
+    fn report(&self) -> Load {
+        let at = Instant::now();
+        let mut meter = self.meter();
+        meter.prune(at);
+        Load {
+            agent: self.options.name.clone(),
+            broker: self.options.broker.clone(),
+            pools: self.options.pools.clone(),
+            incarnation: self.incarnation,
+            state: self.state,
+            period_ms: i64::try_from(self.options.load_period.as_millis()).unwrap_or(i64::MAX),
+            capacity: i64::try_from(self.options.max_parallel.max(1)).unwrap_or(i64::MAX),
+            running: meter.running(),
+            queued: meter.queued(),
+            delay_short_ms: meter.delay_ms(at, crate::pool::SHORT_WINDOW),
+            delay_long_ms: meter.delay_ms(at, crate::pool::LONG_WINDOW),
+            arrivals: meter.arrivals(at),
+        }
+    }
+
+    /// Announces the agent (its first load report) and, for a pool member, takes the jobs
+    /// dispatched to this incarnation of it.
+    pub(super) async fn join(&mut self) -> Result<(), ClientError> {
+        self.client.advertise(load_advertisement(&self.options.name)).await?;
+        if !self.options.pools.is_empty() {
+            let since = padres_lang::Timestamp::from_millis(self.incarnation)
+                .map_or_else(|| "0".to_owned(), padres_lang::Timestamp::to_rfc3339);
+            let sub = format!(
+                "s [class,eq,'job_status'],[status,eq,'dispatched'],[to,eq,{}],[incarnation,=,{}],[time,>=,{since}]",
+                Value::str(&self.options.name),
+                self.incarnation
+            );
+            self.assignments = self.client.send(&sub).await?;
+            tracing::info!("member of the pools {}", self.options.pools.join(", "));
+        }
+        let _ = self.outgoing.send(Outgoing::Load(self.report()));
+        Ok(())
+    }
+
+    /// An operator drains the agent: it takes no new pool work, finishes what it has, and
+    /// leaves.
+    pub(super) fn drain(&mut self) {
+        if self.state == MemberState::Up {
+            tracing::info!("draining: no new pool jobs; leaving once the jobs here have ended");
+            self.state = MemberState::Leaving;
+            let _ = self.outgoing.send(Outgoing::Load(self.report()));
+        }
+    }
+
+    /// Every load period: the load report; as a home agent, jobs of members gone
+    /// dispatched again and held jobs admitted. True when a drained agent has nothing left
+    /// and leaves (its last report, `left`, is queued).
+    pub(super) fn pool_tick(&mut self) -> bool {
+        let report = self.report();
+        if self.state == MemberState::Leaving && report.running == 0 && report.queued == 0 {
+            self.state = MemberState::Left;
+            let _ = self.outgoing.send(Outgoing::Load(self.report()));
+            return true;
+        }
+        let _ = self.outgoing.send(Outgoing::Load(report));
+        self.redispatch_gone();
+        self.admit();
+        false
+    }
+
+    /// Subscribes, for `application` (deployed here, its home) with pool jobs in `pools`, to
+    /// those pools' load reports and to the application's pool job statuses since `since`.
+    pub(super) async fn dispatch_pools(
+        &mut self,
+        application: &mut Application,
+        pools: &[String],
+        since: &str,
+    ) -> Result<(), String> {
+        for pool in pools {
+            if self.pool_loads.contains_key(pool) {
+                continue;
+            }
+            match self.client.send(&pool_subscription(pool)).await {
+                Ok(Some(sub)) => {
+                    self.pool_loads.insert(pool.clone(), (sub, Instant::now()));
+                }
+                other => {
+                    let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
+                    return Err(format!("pool {pool}'s load reports: {why}"));
+                }
+            }
+        }
+        let appl = application.body.appl.clone();
+        let sub = format!(
+            "s [class,eq,'job_status'],[appl,eq,{}],[pool,isPresent,''],[time,>=,{since}]",
+            Value::str(&appl)
+        );
+        match self.client.send(&sub).await {
+            Ok(Some(id)) => {
+                self.pool_statuses.insert(id.clone(), appl);
+                application.pool_statuses = Some(id);
+                Ok(())
+            }
+            other => {
+                let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
+                Err(format!("its pool jobs' statuses: {why}"))
+            }
+        }
+    }
+
+    /// Takes the pool jobs the journal says were dispatched from here and not ended.
+    pub(super) fn restore_dispatches(&mut self) {
+        let kept = match self.journal().dispatches() {
+            Ok(kept) => kept,
+            Err(e) => return tracing::error!("journal: the pool jobs dispatched cannot be read: {e}"),
+        };
+        for d in kept {
+            let key = (d.appl.clone(), d.gid.clone(), d.job.clone());
+            self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
+            if d.agent.is_empty() {
+                self.admission.push_back(key.clone());
+            }
+            let last_attempt = d.attempt;
+            self.dispatches.insert(key, Dispatch { d, last_attempt });
+        }
+        if !self.dispatches.is_empty() {
+            tracing::info!(
+                "{} pool jobs dispatched before the agent stopped, followed again",
+                self.dispatches.len()
+            );
+        }
+    }
+
+    /// A member's load report.
+    pub(super) fn load_report(&mut self, publication: &Publication) {
+        let Some(load) = Load::from_publication(publication) else { return };
+        let agent = load.agent.clone();
+        let at_ms = publication
+            .time()
+            .map_or_else(|| crate::trigger::now().timestamp_millis(), padres_lang::Timestamp::millis);
+        match self.members.report(load, Instant::now(), at_ms) {
+            Change::Joined => tracing::info!("pool member {agent} is up"),
+            Change::Restarted { was } => {
+                tracing::info!("pool member {agent} restarted: what its earlier run had is dispatched again");
+                self.redispatch_from(&agent, Some(was), "restarted");
+            }
+            Change::Left => {
+                tracing::info!("pool member {agent} left");
+                self.redispatch_from(&agent, None, "left");
+            }
+            Change::Load => {}
+        }
+        self.admit();
+    }
+
+    /// A status of a pool job of `appl` (dispatched from here): the member started it, or
+    /// it ended.
+    pub(super) fn pool_status(&mut self, appl: &str, publication: &Publication) {
+        let Some(event) = StatusEvent::from_publication(appl, publication) else { return };
+        let key = (appl.to_owned(), event.gid.clone(), event.job.clone());
+        let Some(dispatch) = self.dispatches.get_mut(&key) else { return };
+        // Only the member it is dispatched to now speaks for it (for any attempt: a job
+        // dispatched to the same member again is run once, and its status is the first
+        // dispatch's).
+        if event.status == "dispatched" || event.agent != dispatch.d.agent {
+            return;
+        }
+        dispatch.last_attempt = dispatch.last_attempt.max(event.attempt);
+        if !event.ended() {
+            return;
+        }
+        self.dispatches.remove(&key);
+        self.members.ended(&event.agent);
+        let ended = self.journal().end(&key.0, &key.1, &key.2, &event.status, event.exit, event.attempt);
+        let dropped = self.journal().drop_dispatch(&key.0, &key.1, &key.2);
+        if let Err(e) = ended.and(dropped) {
+            tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
+        }
+        self.not_running(&key);
+        self.admit();
+    }
+
+    /// A job dispatched to this member: run from the attempt it names, once.
+    pub(super) async fn assigned(&mut self, publication: &Publication) {
+        let (Some(appl), Some(gid), Some(job)) =
+            (text(publication, "appl"), text(publication, "gid"), text(publication, "job"))
+        else {
+            return;
+        };
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        let for_me = text(publication, "to") == Some(self.options.name.as_str())
+            && matches!(publication.get("incarnation"), Some(Value::Int(i)) if *i == self.incarnation);
+        if !for_me {
+            return;
+        }
+        let attempt = match publication.get("attempt") {
+            Some(Value::Int(n)) => u32::try_from(*n).unwrap_or(1).max(1),
+            _ => 1,
+        };
+        let info = text(publication, "info").map(JobInfo::from_json);
+        let (Some(Ok(info)), Some(date), Some(pool)) =
+            (info, text(publication, "date"), text(publication, "pool"))
+        else {
+            return tracing::warn!(
+                "{}/{}/{}: a dispatch without its job, date or pool: not run",
+                key.0,
+                key.1,
+                key.2
+            );
+        };
+        let (date, pool) = (date.to_owned(), pool.to_owned());
+        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+            return;
+        }
+        let dispatched = attempt;
+        let taken = self.journal().take_assignment(&key.0, &key.1, &key.2, attempt);
+        match taken {
+            Ok(Claim::New) => {}
+            Ok(Claim::Ended { status, exit, attempt }) => {
+                // Dispatched again after it ended here (its status was late, or lost to
+                // the home agent): said again, not run again.
+                self.not_running(&key);
+                let status = match status.as_str() {
+                    "succeeded" => "succeeded",
+                    "skipped" => "skipped",
+                    "timeout" => "timeout",
+                    _ => "failed",
+                };
+                tracing::info!(
+                    "{}/{}/{}: dispatched again, and {status} here already: said again",
+                    key.0,
+                    key.1,
+                    key.2
+                );
+                // Numbered as the dispatch, so that it ranks above it.
+                let attempt = attempt.max(dispatched);
+                let again = Status::new(&key, status, exit, attempt).with(vec![("pool", Value::str(&pool))]);
+                return self.send(again);
+            }
+            Ok(Claim::Unfinished { .. } | Claim::GenerationEnded) => return self.not_running(&key),
+            Err(e) => {
+                tracing::error!("{}/{}/{}: the journal failed, not run: {e}", key.0, key.1, key.2);
+                return self.not_running(&key);
+            }
+        }
+        let advertised = (key.0.clone(), key.2.clone());
+        if !self.advertised.contains(&advertised) {
+            if let Err(e) = self.client.advertise(status_advertisement(&key.0, &key.2)).await {
+                tracing::warn!("{}/{}: its status advertisement: {e}", key.0, key.2);
+            }
+            self.advertised.insert(advertised);
+        }
+        tracing::info!(
+            "{}/{}/{}: dispatched here (pool {}), from attempt {attempt}",
+            key.0,
+            key.1,
+            key.2,
+            pool
+        );
+        self.spawn_run(key, Arc::new(info), date, attempt, Some(pool));
+    }
+
+    /// Dispatches pool job `key` (claimed here, its home, and marked running) of the
+    /// generation run on `date`, for the `n`th time, to run from attempt `attempt`: to the
+    /// member its pool's policy chooses (not `except`, if another can take it), or held
+    /// while every member is at its limit.
+    pub(super) fn dispatch(
+        &mut self,
+        key: Key,
+        date: String,
+        attempt: u32,
+        n: u32,
+        reason: Option<String>,
+        except: Option<&str>,
+    ) {
+        let mut d = Dispatched {
+            appl: key.0.clone(),
+            gid: key.1.clone(),
+            job: key.2.clone(),
+            agent: String::new(),
+            incarnation: 0,
+            attempt,
+            n,
+            date,
+        };
+        match self.place(&key, except) {
+            Some((agent, incarnation)) => {
+                (d.agent, d.incarnation) = (agent, incarnation);
+                self.publish_dispatch(&key, &d, reason);
+            }
+            None => {
+                tracing::info!("{}/{}/{}: held: no member of its pool has room", key.0, key.1, key.2);
+                self.admission.push_back(key.clone());
+            }
+        }
+        if let Err(e) = self.journal().keep_dispatch(&d) {
+            tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
+        }
+        self.dispatches.insert(key, Dispatch { d, last_attempt: attempt.saturating_sub(1) });
+    }
+
+    /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
+    fn place(&mut self, key: &Key, except: Option<&str>) -> Option<(String, i64)> {
+        let deployed = self.deployed(&key.0, &key.1, &key.2).ok()?;
+        let pool = deployed.pool.clone()?;
+        let policy: Policy = pool.policy.parse().unwrap_or_default();
+        let (at, misses) = (Instant::now(), self.options.silence);
+        let chosen = self.members.choose(&pool.name, policy, at, misses, except);
+        if chosen.is_some() || self.admission.len() < ADMISSION {
+            return chosen;
+        }
+        // The admission queue is full: the member with the most room takes it all the same.
+        self.members.choose(&pool.name, Policy::LeastLoaded, at, misses, None).or_else(|| {
+            let live = self.members.all().filter(|m| self.members.takes_work(m, &pool.name, at, misses));
+            live.max_by_key(|m| m.headroom()).map(|m| (m.load.agent.clone(), m.load.incarnation))
+        })
+    }
+
+    /// Publishes dispatch `d` of pool job `key`.
+    fn publish_dispatch(&mut self, key: &Key, d: &Dispatched, reason: Option<String>) {
+        let Ok(deployed) = self.deployed(&key.0, &key.1, &key.2) else { return };
+        let (Some(info), Some(pool)) = (&deployed.info, &deployed.pool) else { return };
+        let info = info.to_json();
+        tracing::info!("{}/{}/{}: dispatched to {} (pool {})", key.0, key.1, key.2, d.agent, pool.name);
+        let status = Status::new(key, "dispatched", 0, d.attempt).because(reason).with(vec![
+            ("pool", Value::str(&pool.name)),
+            ("to", Value::str(&d.agent)),
+            ("incarnation", Value::Int(d.incarnation)),
+            ("date", Value::str(&d.date)),
+            ("info", Value::str(&info)),
+        ]);
+        self.send(status);
+    }
+
+    /// Held pool jobs go to members with room, in order.
+    fn admit(&mut self) {
+        while let Some(key) = self.admission.front().cloned() {
+            let Some(dispatch) = self.dispatches.get(&key) else {
+                self.admission.pop_front();
+                continue;
+            };
+            let waited = dispatch.d.clone();
+            let Some((agent, incarnation)) = self.place(&key, None) else { break };
+            self.admission.pop_front();
+            let d = Dispatched { agent, incarnation, ..waited };
+            self.publish_dispatch(&key, &d, None);
+            if let Err(e) = self.journal().keep_dispatch(&d) {
+                tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
+            }
+            if let Some(dispatch) = self.dispatches.get_mut(&key) {
+                dispatch.d = d;
+            }
+        }
+    }
+
+    /// Jobs dispatched to members silent for `silence` periods (or never heard from since
+    /// this agent subscribed to their pool's reports, for as long) are dispatched again.
+    fn redispatch_gone(&mut self) {
+        let (at, misses) = (Instant::now(), self.options.silence);
+        let settled = |since: Instant| {
+            at.saturating_duration_since(since) > self.options.load_period * misses.max(1) * 2
+        };
+        let mut gone = Vec::new();
+        for (key, dispatch) in &self.dispatches {
+            let d = &dispatch.d;
+            if d.agent.is_empty() || self.members.alive(&d.agent, d.incarnation, at, misses) {
+                continue;
+            }
+            // A member not heard from yet (this agent has just started) is given time.
+            let known = self.members.get(&d.agent).is_some();
+            let pool = self.jobs_pool(key);
+            let watched =
+                pool.and_then(|p| self.pool_loads.get(&p)).is_some_and(|(_, since)| settled(*since));
+            if known || watched {
+                gone.push(key.clone());
+            }
+        }
+        for key in gone {
+            let agent = self.dispatches.get(&key).map(|d| d.d.agent.clone()).unwrap_or_default();
+            self.redispatch(key, &agent, "silent");
+        }
+    }
+
+    /// The pool of pool job `key`, as deployed.
+    fn jobs_pool(&self, key: &Key) -> Option<String> {
+        self.deployed(&key.0, &key.1, &key.2).ok()?.pool.as_ref().map(|p| p.name.clone())
+    }
+
+    /// Jobs dispatched to `agent` (to its incarnation `was`, or any) are dispatched again.
+    fn redispatch_from(&mut self, agent: &str, was: Option<i64>, why: &str) {
+        let keys: Vec<Key> = self
+            .dispatches
+            .iter()
+            .filter(|(_, d)| d.d.agent == agent && was.is_none_or(|w| d.d.incarnation == w))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in keys {
+            self.redispatch(key, agent, why);
+        }
+    }
+
+    /// Pool job `key`'s member `agent` is gone (`why`): dispatched again from the attempt
+    /// after the last seen, or, after its pool's most re-dispatches, `failed`.
+    fn redispatch(&mut self, key: Key, agent: &str, why: &str) {
+        let Some(dispatch) = self.dispatches.remove(&key) else { return };
+        let d = dispatch.d;
+        let most =
+            self.deployed(&key.0, &key.1, &key.2).ok().and_then(|j| j.pool.as_ref()).map(|p| p.redispatch);
+        let Some(most) = most else {
+            tracing::warn!("{}/{}/{}: no longer deployed here: not dispatched again", key.0, key.1, key.2);
+            return self.not_running(&key);
+        };
+        let attempt = dispatch.last_attempt.max(d.attempt) + 1;
+        if d.n > most {
+            let reason = format!("its agent {agent} is {why}, and it was dispatched {} times", d.n);
+            tracing::warn!("{}/{}/{}: {reason}: failed", key.0, key.1, key.2);
+            let pool = self.jobs_pool(&key).unwrap_or_default();
+            if let Err(e) = self.journal().drop_dispatch(&key.0, &key.1, &key.2) {
+                tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
+            }
+            let status = Status::new(&key, "failed", -1, attempt)
+                .because(Some(reason))
+                .with(vec![("pool", Value::str(&pool))]);
+            self.finish(&key, status);
+            return self.not_running(&key);
+        }
+        let reason = format!("dispatched again: its agent {agent} is {why}");
+        tracing::warn!("{}/{}/{}: {reason}", key.0, key.1, key.2);
+        self.dispatch(key, d.date, attempt, d.n + 1, Some(reason), Some(agent));
+    }
+
+    /// Generation `gid` of `appl` ended: nothing of it is dispatched any more.
+    pub(super) fn forget_dispatches(&mut self, appl: &str, gid: &str) {
+        let ended = |key: &Key| key.0 == appl && key.1 == gid;
+        self.dispatches.retain(|key, _| !ended(key));
+        self.admission.retain(|key| !ended(key));
+    }
+}
