@@ -797,4 +797,62 @@ mod tests {
             .expect("write");
         assert!(Journal::open(&work).is_err());
     }
+
+    #[test]
+    fn a_dispatch_is_taken_once_and_a_rerun_after_a_failure_again() {
+        let work = dir("assigned");
+        let mut journal = Journal::open(&work).expect("open");
+        assert_eq!(journal.take_assignment("p", "g1", "A", 1).expect("take"), Claim::New);
+        // The same dispatch delivered again (live and from history) while it runs.
+        assert_eq!(
+            journal.take_assignment("p", "g1", "A", 1).expect("take"),
+            Claim::Unfinished { attempt: 0 }
+        );
+        journal.attempt("p", "g1", "A", 1).expect("attempt");
+        journal.end("p", "g1", "A", "failed", 3, 1).expect("end");
+        // The home agent dispatched it again before the failure reached it: said again.
+        let failed = Claim::Ended { status: "failed".to_owned(), exit: 3, attempt: 1 };
+        assert_eq!(journal.take_assignment("p", "g1", "A", 1).expect("take"), failed);
+        // An operator's rerun, from attempt 2: taken.
+        assert_eq!(journal.take_assignment("p", "g1", "A", 2).expect("take"), Claim::New);
+        journal.end("p", "g1", "A", "succeeded", 0, 2).expect("end");
+        // A succeeded job is never run again, whatever the attempt.
+        let succeeded = Claim::Ended { status: "succeeded".to_owned(), exit: 0, attempt: 2 };
+        assert_eq!(journal.take_assignment("p", "g1", "A", 3).expect("take"), succeeded);
+        assert!(journal.is_assigned("p", "g1", "A").expect("read"));
+        assert!(!journal.is_assigned("p", "g1", "B").expect("read"));
+        // Its generation ended: nothing of it runs.
+        journal.end_generation("p", "g1", 1).expect("ended");
+        assert_eq!(journal.take_assignment("p", "g1", "B", 1).expect("take"), Claim::GenerationEnded);
+    }
+
+    #[test]
+    fn a_pool_job_dispatched_from_here_is_not_interrupted_and_its_dispatch_survives_a_restart() {
+        let work = dir("dispatches");
+        let mut journal = Journal::open(&work).expect("open");
+        assert_eq!(journal.claim("p", "g1", "A").expect("claim"), Claim::New);
+        let d = Dispatched {
+            appl: "p".into(),
+            gid: "g1".into(),
+            job: "A".into(),
+            agent: "w1".into(),
+            incarnation: 7,
+            attempt: 1,
+            n: 1,
+            date: "2026-11-18".into(),
+        };
+        journal.keep_dispatch(&d).expect("kept");
+        drop(journal);
+        let mut journal = Journal::open(&work).expect("reopen");
+        assert!(journal.interrupted().expect("list").is_empty(), "it runs elsewhere");
+        assert_eq!(journal.dispatches().expect("list"), std::slice::from_ref(&d));
+        // Dispatched again, to another member.
+        let again = Dispatched { agent: "w2".into(), n: 2, attempt: 2, ..d };
+        journal.keep_dispatch(&again).expect("kept");
+        assert_eq!(journal.dispatches().expect("list"), [again]);
+        journal.drop_dispatch("p", "g1", "A").expect("dropped");
+        assert!(journal.dispatches().expect("list").is_empty());
+        journal.end_generation("p", "g1", 1).expect("ended");
+        assert!(journal.dispatches().expect("list").is_empty());
+    }
 }

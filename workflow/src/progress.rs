@@ -498,4 +498,21 @@ mod tests {
         assert!(g.cannot_run(&after("J")));
         assert_eq!(g.outcome(&plan), Outcome::Running);
     }
+
+    #[test]
+    fn a_dispatch_ranks_below_the_start_of_its_attempt_and_does_not_end_a_job() {
+        let mut g = Generation::default();
+        g.record(event("P", "dispatched", 1));
+        assert_eq!(g.state("P").word(), "dispatched");
+        g.record(event("P", "started", 1));
+        assert_eq!(g.state("P").word(), "running");
+        // Its member went silent: dispatched again, from attempt 2.
+        g.record(event("P", "dispatched", 2));
+        assert_eq!(g.state("P").word(), "dispatched");
+        // The first member's late end of attempt 1 does not hide the dispatch of attempt 2.
+        g.record(event("P", "succeeded", 1));
+        assert_eq!(g.state("P").word(), "dispatched");
+        g.record(event("P", "succeeded", 2));
+        assert_eq!(g.state("P").word(), "succeeded");
+    }
 }

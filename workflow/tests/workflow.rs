@@ -78,6 +78,7 @@ fn every_problem_is_named_with_its_position() {
     let job = |name: &str, body: &str| {
         format!("<job name=\"{name}\" agent=\"a1\"><command>x</command>{body}</job>")
     };
+    let pooled = "<job name=\"B\" pool=\"p\"><command>x</command></job>";
     let cases: Vec<(String, &str)> = vec![
         (app(&job("A", "<after job=\"Z\"/>")), "2:46 job 'A' depends on 'Z', which is not defined"),
         (
@@ -129,6 +130,22 @@ fn every_problem_is_named_with_its_position() {
         ("<application name=\"t\">\n  <job></jbo>\n</application>".to_owned(), "2:8 not well-formed XML"),
         ("<workflow/>".to_owned(), "1:1 the document must be an <application>"),
         (app(""), "1:1 the application has no jobs"),
+        (
+            app("<job name=\"A\" pool=\"p\"><command>x</command></job>"),
+            "1:1 the first job, 'A', runs in pool 'p': name the agent that starts and ends the generations",
+        ),
+        (
+            app(&format!("<pool name=\"p\" policy=\"random\"/>{}{pooled}", job("A", ""))),
+            "2:1 policy: unknown placement policy 'random' (known: round-robin, least-loaded, lowest-delay)",
+        ),
+        (
+            app(&format!("<pool name=\"q\"/>{}", job("A", ""))),
+            "2:1 <pool name=\"q\"> describes a pool no job runs in",
+        ),
+        (
+            app(&format!("<pool name=\"p\" redispatch=\"-1\"/>{}{pooled}", job("A", ""))),
+            "2:1 redispatch: '-1' is not a whole number",
+        ),
     ];
     for (xml, expected) in cases {
         let got = error(&xml);
@@ -356,4 +373,41 @@ fn the_home_agent_alone_carries_the_triggers_and_an_unknown_zone_is_refused() {
     let bad = PAYROLL.replace("tz=\"UTC\"", "tz=\"Mars/Olympus\"");
     let errors = parse_application(&bad).expect_err("an unknown zone").to_string();
     assert!(errors.contains("unknown time zone 'Mars/Olympus'"), "{errors}");
+}
+
+#[test]
+fn pool_jobs_are_deployed_to_the_home_agent_with_their_placement() {
+    let xml = "<application name=\"p\" home=\"h\">\
+        <pool name=\"w\" policy=\"lowest-delay\" redispatch=\"2\"/>\
+        <job name=\"A\" pool=\"w\"><command>x</command></job>\
+        <job name=\"B\" pool=\"v\"><command>x</command><after job=\"A\"/></job>\
+        <job name=\"C\" agent=\"a\"><command>x</command><after job=\"B\"/></job></application>";
+    let app = parse_application(xml).unwrap_or_else(|e| panic!("valid:\n{e}"));
+    assert_eq!(app.home_agent(), "h");
+    let deployment = translate(&app).expect("translates");
+    // The pools get no envelope: the home agent dispatches their jobs.
+    let agents: Vec<&str> = deployment.envelopes.iter().map(|e| e.agent.as_str()).collect();
+    assert_eq!(agents, ["a", "h"]);
+    let home = deployment.envelopes.iter().find(|e| e.agent == "h").expect("h").envelope_body("p");
+    type Placed<'a> = (&'a str, Option<(&'a str, &'a str, u32)>);
+    let jobs: Vec<Placed<'_>> = home
+        .jobs
+        .iter()
+        .map(|j| {
+            (j.job.as_str(), j.pool.as_ref().map(|p| (p.name.as_str(), p.policy.as_str(), p.redispatch)))
+        })
+        .collect();
+    assert_eq!(
+        jobs,
+        [
+            (APPL_START, None),
+            ("A", Some(("w", "lowest-delay", 2))),
+            ("B", Some(("v", "least-loaded", 3))),
+            (APPL_END, None)
+        ],
+        "a pool without a <pool> takes the defaults"
+    );
+    // A job's information travels in a dispatch and reads back whole.
+    let info = home.jobs[1].info.clone().expect("a real job");
+    assert_eq!(padres_workflow::JobInfo::from_json(&info.to_json()), Ok(info));
 }
