@@ -32,7 +32,7 @@ fn application(log: &Path) -> String {
         let after: String = after.iter().map(|a| format!("<after job=\"{a}\"/>")).collect();
         format!(
             "<job name=\"{name}\" pool=\"workers\"><command>sh</command><arg>-c</arg>\
-             <arg>sleep 0.3; echo \"{name} $1 $(basename \"$PWD\")\" &gt;&gt; {log}</arg><arg>sh</arg>\
+             <arg>sleep 0.1; echo \"{name} $1 $(basename \"$PWD\")\" &gt;&gt; {log}</arg><arg>sh</arg>\
              <arg>${{gen.gid}}</arg>{after}</job>",
             log = log.display()
         )
@@ -192,4 +192,81 @@ fn a_pool_runs_every_generation_once_through_a_kill_a_join_and_a_drain() {
         ["up", "silent", "left", "up", "up"],
         "{value}"
     );
+}
+
+#[test]
+fn a_provisioner_grows_a_full_pool_and_drains_a_member_once_it_is_idle() {
+    let brokers = chain("provision");
+    let dir = brokers[0].dir.join("test");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("ran.log");
+    let flags = broker_flags(&brokers[1]).join(" ");
+    // A scale-up starts a member named after the members there were; a scale-down drains
+    // the member named.
+    let scale_up = format!(
+        "{} --name extra-$PADRES_MEMBERS --pool workers --max-parallel 1 --load-period 200 {flags} \
+         --work-dir {dir}/extra-$PADRES_MEMBERS 2>> {dir}/extra.log & echo $! >> {dir}/extra.pids",
+        padres_tests::binary("padres-agent").display(),
+        dir = dir.display()
+    );
+    let scale_down =
+        format!("{} agents drain \"$PADRES_MEMBER\" {flags}", padres_tests::binary("padres").display());
+    let watch = [
+        "--provision",
+        "workers",
+        "--scale-up",
+        &scale_up,
+        "--scale-down",
+        &scale_down,
+        "--over-for",
+        "1",
+        "--under-for",
+        "2",
+        "--max-members",
+        "2",
+        "--load-period",
+        "200",
+    ];
+    // w1 first, so that the pool is not found empty (fewer than the fewest member) when
+    // the home agent starts watching.
+    let mut w1 = Agent::start_with(
+        &brokers[2],
+        "w1",
+        &dir.join("w1"),
+        &["--pool", "workers", "--max-parallel", "1", "--load-period", "200"],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let _home = Agent::start_with(&brokers[0], "home", &dir.join("home"), &watch);
+    deploy(
+        &brokers[3],
+        &dir,
+        "pooled",
+        &application(&log).replace("max-generations=\"50\"", "max-generations=\"10\""),
+    );
+    for g in 0..10 {
+        trigger(&brokers[3], "pooled", &format!("g{g}"), "2026-11-18");
+    }
+    // w1 alone is full: a second member is started and gets work.
+    for g in 0..10 {
+        let out = wait(&brokers[3], "pooled", &format!("g{g}"));
+        assert_eq!(out.status.code(), Some(0), "g{g}: {}", explain(&out));
+    }
+    let ran = runs(&log);
+    let on_extra = ran.values().filter(|m| m.iter().any(|x| x.starts_with("extra-"))).count();
+    assert!(on_extra > 0, "the member the scale-up started got work: {ran:?}");
+    // Idle now: one member is drained (the least loaded, by name the later: w1) and leaves.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(status) = w1.child.try_wait().expect("w1's status") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no member drained within 60 s of the pool going idle");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let home_log = std::fs::read_to_string(dir.join("home").join("agent.log")).expect("the home's log");
+    assert!(home_log.contains("scale-up advised") && home_log.contains("scale-down advised"), "{home_log}");
+    for pid in std::fs::read_to_string(dir.join("extra.pids")).unwrap_or_default().lines() {
+        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+    }
 }

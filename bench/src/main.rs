@@ -16,6 +16,7 @@ mod composite;
 mod history;
 mod impair;
 mod peers;
+mod pools;
 mod probe;
 mod quic;
 mod workflow;
@@ -126,6 +127,15 @@ enum Command {
         /// Runs of each (the median is reported).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+    },
+    /// Pools: placement policies on two members of unequal speed (Jin et al.'s experiment,
+    /// time scaled down): round robin, lowest recent queueing delay and most headroom, then
+    /// the lowest delay with load reports every 100 ms and 2 s; the split of jobs, mean
+    /// and p95 queueing delay per member, and the share over 1 s.
+    Pools {
+        /// Fewer generations (60 per run).
+        #[arg(long)]
+        quick: bool,
     },
     /// The history store: ingest rate (full and normal) against raw SQLite inserts of the
     /// same rows, routing throughput with a store against without, and query latency for one
@@ -249,6 +259,10 @@ fn main() {
             print_machine("one thread, the routers sans-IO");
             composite::traffic(quick, seed);
             composite::throughput(quick, seed, repeat);
+        }
+        Command::Pools { quick } => {
+            print_machine("brokers and agents in this process, on loopback QUIC");
+            tokio::runtime::Runtime::new().expect("a runtime").block_on(pools::placement(quick));
         }
         Command::Workflow { quick, repeat } => {
             print_machine("brokers and agents in this process, on loopback QUIC");

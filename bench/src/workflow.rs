@@ -320,7 +320,7 @@ fn true_job(name: &str, agent: &str, after: Option<&str>) -> String {
 }
 
 /// Deploys `xml` through `operator`, waiting for every agent's reply.
-async fn deploy(operator: &mut padres_client::Client, xml: &str) -> Application {
+pub(crate) async fn deploy(operator: &mut padres_client::Client, xml: &str) -> Application {
     use padres_workflow::control::{Reply, reply_subscription};
     let app = parse_application(xml).expect("a valid definition");
     let deployment = translate(&app).expect("translates");
@@ -355,7 +355,7 @@ async fn run_generations(
     gids: &[String],
 ) -> (usize, std::time::Duration) {
     use padres_workflow::control::{Command, Control};
-    let home = app.jobs.first().map(|j| j.runner.name().to_owned()).expect("a job");
+    let home = app.home_agent().to_owned();
     let start = std::time::Instant::now();
     for gid in gids {
         let control = Control {

@@ -129,6 +129,11 @@ pub struct Options {
     /// Load reports a pool member may miss before the home agents that dispatch to it
     /// consider it gone (and dispatch its jobs again).
     pub silence: u32,
+    /// The jobs it reports it can hold, running and queued, before home agents stop
+    /// giving it pool jobs; `None`: `max_parallel`.
+    pub capacity: Option<usize>,
+    /// A pool this agent watches, advising it to grow or shrink ([`crate::pool::Provisioning`]).
+    pub provision: Option<crate::pool::Provisioning>,
 }
 
 impl Options {
@@ -145,6 +150,8 @@ impl Options {
             broker: String::new(),
             load_period: crate::pool::LOAD_PERIOD,
             silence: crate::pool::SILENCE,
+            capacity: None,
+            provision: None,
         }
     }
 }
@@ -323,6 +330,8 @@ enum Outgoing {
     Trigger(String, String, String, String),
     /// The agent's load report (not kept: the next one replaces it).
     Load(crate::pool::Load),
+    /// Advice to a pool (not kept).
+    Advice(String, crate::pool::Advice),
 }
 
 /// The publisher's first wait before sending again, and its longest.
@@ -377,6 +386,8 @@ struct Agent {
     dispatches: HashMap<(String, String, String), Dispatch>,
     /// Pool jobs waiting for a member with room, in order.
     admission: VecDeque<(String, String, String)>,
+    /// The pool it advises, if any.
+    provisioner: Option<crate::pool::Provisioner>,
 }
 
 /// Serves as agent `options.name` over `client` until its connection ends for good.
@@ -436,6 +447,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         pool_statuses: HashMap::new(),
         dispatches: HashMap::new(),
         admission: VecDeque::new(),
+        provisioner: None,
     };
     agent.client.advertise(reply_advertisement(&agent.options.name)).await?;
     agent.join().await?;
@@ -588,6 +600,11 @@ impl Outbox {
             ),
             Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl), false),
             Outgoing::Load(load) => (load.publication(), "the load report".to_owned(), false),
+            Outgoing::Advice(pool, advice) => (
+                advice.publication(pool, &self.agent),
+                format!("the {} advice to {pool}", advice.word()),
+                false,
+            ),
             Outgoing::Trigger(appl, version, gid, date) => {
                 (trigger_publication(appl, version, gid, date), format!("the trigger of {appl}/{gid}"), true)
             }
@@ -616,7 +633,7 @@ impl Outbox {
         };
         let if_refused = match outgoing {
             Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
-            Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) => None,
+            Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) | Outgoing::Advice(..) => None,
         };
         self.queue.send(Queued { seq, publication, what, if_refused }).is_ok()
     }

@@ -61,9 +61,83 @@ struct Args {
     /// dispatch the jobs it runs to another member.
     #[arg(long, value_name = "N", default_value_t = padres_agent::pool::SILENCE)]
     silence: u32,
+    /// Jobs the agent takes from pools, running and waiting for a slot, before home agents
+    /// stop giving it more (they hold them in their admission queue) [default:
+    /// --max-parallel].
+    #[arg(long, value_name = "N")]
+    capacity: Option<usize>,
+    /// Watch pool POOL and advise it to grow or shrink (`pool_advice` publications): a
+    /// scale-up when every member has been at its limit for --over-for seconds (or there
+    /// are fewer than --min-members), a scale-down of the least loaded member when every
+    /// member has been under --under-load percent of its capacity for --under-for seconds.
+    #[arg(long, value_name = "POOL")]
+    provision: Option<String>,
+    /// Command run (by `sh -c`, in the work directory) on a scale-up advice, e.g. one that
+    /// starts `padres-agent --pool POOL`; PADRES_POOL, PADRES_ADVICE and PADRES_MEMBERS are
+    /// set. Its output goes to WORK_DIR/provision.log.
+    #[arg(long, value_name = "CMD", requires = "provision")]
+    scale_up: Option<String>,
+    /// Command run on a scale-down advice, e.g. `padres agents drain "$PADRES_MEMBER"`
+    /// (PADRES_MEMBER names the member to stop).
+    #[arg(long, value_name = "CMD", requires = "provision")]
+    scale_down: Option<String>,
+    /// Seconds every member stays at its limit before a scale-up.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0, requires = "provision")]
+    over_for: f64,
+    /// Seconds every member stays under --under-load before a scale-down.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "provision")]
+    under_for: f64,
+    /// Percent of its capacity a member's jobs stay under for a scale-down.
+    #[arg(long, value_name = "PERCENT", default_value_t = 50.0, requires = "provision")]
+    under_load: f64,
+    /// Fewest members of the provisioned pool.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "provision")]
+    min_members: usize,
+    /// Most members of the provisioned pool.
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "provision")]
+    max_members: usize,
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    let seconds = |name: &str, secs: f64| {
+        if (0.0..1e9).contains(&secs) {
+            Ok(Duration::from_secs_f64(secs))
+        } else {
+            Err(format!("{name} {secs}: seconds, at least 0"))
+        }
+    };
+    let provision = match &args.provision {
+        Some(pool) => {
+            if padres_lang::Name::new(pool).is_err() {
+                return Err(format!("--provision {pool}: a pool name is an identifier"));
+            }
+            if !(0.0..=100.0).contains(&args.under_load) || args.min_members > args.max_members {
+                return Err("--under-load is a percent (0 to 100), and --min-members at most --max-members"
+                    .to_owned());
+            }
+            Some(padres_agent::pool::Provisioning {
+                watch: padres_agent::pool::Provision {
+                    pool: pool.clone(),
+                    over_for: seconds("--over-for", args.over_for)?,
+                    under_for: seconds("--under-for", args.under_for)?,
+                    under: args.under_load / 100.0,
+                    min: args.min_members,
+                    max: args.max_members,
+                },
+                scale_up: args.scale_up.clone(),
+                scale_down: args.scale_down.clone(),
+            })
+        }
+        None => None,
+    };
+    for pool in &args.pools {
+        if padres_lang::Name::new(pool).is_err() {
+            return Err(format!("--pool {pool}: a pool name is an identifier (letters, digits, _ . -)"));
+        }
+    }
+    if args.load_period == 0 || args.silence == 0 {
+        return Err("--load-period and --silence must be at least 1".to_owned());
+    }
     let mut connect = Connect::uri(&args.broker)
         .await
         .map_err(|e| format!("--broker: {e}"))?
@@ -74,14 +148,6 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let client = connect.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.broker))?;
     tracing::info!("agent {} connected to {}", args.name, args.broker);
-    for pool in &args.pools {
-        if padres_lang::Name::new(pool).is_err() {
-            return Err(format!("--pool {pool}: a pool name is an identifier (letters, digits, _ . -)"));
-        }
-    }
-    if args.load_period == 0 || args.silence == 0 {
-        return Err("--load-period and --silence must be at least 1".to_owned());
-    }
     let options = Options {
         max_parallel: args.max_parallel,
         catch_up: Duration::from_secs(args.catch_up),
@@ -89,6 +155,8 @@ async fn run(args: Args) -> Result<(), String> {
         broker: args.broker,
         load_period: Duration::from_millis(args.load_period),
         silence: args.silence,
+        capacity: args.capacity,
+        provision,
         ..Options::new(&args.name, args.work_dir)
     };
     serve(client, options).await.map_err(|e| e.to_string())

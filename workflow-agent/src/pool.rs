@@ -423,6 +423,184 @@ impl Members {
     }
 }
 
+/// The class of provisioning advice.
+pub const ADVICE: &str = "pool_advice";
+
+/// When a provisioner advises a pool to grow or shrink (after Tsai et al.'s dynamic
+/// provisioning: add a reserved server when every server is over its limit, release one
+/// when the load stays low).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provision {
+    /// The pool watched.
+    pub pool: String,
+    /// How long every member must stay at or over its limit before a scale-up.
+    pub over_for: Duration,
+    /// How long every member must stay under `under` of its capacity before a scale-down.
+    pub under_for: Duration,
+    /// The share of its capacity a member's jobs must stay under for a scale-down.
+    pub under: f64,
+    /// Fewest members: fewer is a scale-up at once; no scale-down below.
+    pub min: usize,
+    /// Most members: no scale-up above.
+    pub max: usize,
+}
+
+/// What a provisioner advises.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Start a member: every member has been over its limit (or there are fewer than the
+    /// fewest).
+    ScaleUp {
+        /// Members now.
+        members: usize,
+        /// Why, in words.
+        reason: String,
+    },
+    /// Stop `member` (the least loaded, drained: it finishes what it has).
+    ScaleDown {
+        /// Members now.
+        members: usize,
+        /// The one to stop.
+        member: String,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+impl Advice {
+    /// `scale-up` or `scale-down`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Self::ScaleUp { .. } => "scale-up",
+            Self::ScaleDown { .. } => "scale-down",
+        }
+    }
+
+    /// The `pool_advice` publication of `pool`'s advice, by agent `agent`.
+    ///
+    /// # Errors
+    /// A name or value the language refuses.
+    pub fn publication(&self, pool: &str, agent: &str) -> Result<Publication, InvalidMessage> {
+        let name = |n: &str| Name::interned(n);
+        let (members, member, reason) = match self {
+            Self::ScaleUp { members, reason } => (*members, "", reason),
+            Self::ScaleDown { members, member, reason } => (*members, member.as_str(), reason),
+        };
+        Publication::new(vec![
+            (name("class")?, Value::str(ADVICE)),
+            (name("pool")?, Value::str(pool)),
+            (name("advice")?, Value::str(self.word())),
+            (name("members")?, Value::Int(i64::try_from(members).unwrap_or(i64::MAX))),
+            (name("member")?, Value::str(member)),
+            (name("reason")?, Value::str(reason)),
+            (name("agent")?, Value::str(agent)),
+        ])
+    }
+}
+
+/// The advertisement of the advice agent `agent` publishes for `pool`.
+pub fn advice_advertisement(pool: &str, agent: &str) -> Advertisement {
+    let text = format!(
+        "[class,eq,'{ADVICE}'],[pool,eq,{}],[advice,isPresent,''],[members,isPresent,0],\
+         [member,isPresent,''],[reason,isPresent,''],[agent,eq,{}]",
+        Value::str(pool),
+        Value::str(agent)
+    );
+    text.parse().unwrap_or_else(|e| panic!("the pool_advice advertisement {text}: {e}"))
+}
+
+/// A provisioner's watch and the commands it runs on its advice (`sh -c`, in the agent's
+/// work directory, with `PADRES_POOL`, `PADRES_ADVICE`, `PADRES_MEMBERS` and, for a
+/// scale-down, `PADRES_MEMBER` set).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provisioning {
+    /// What it watches for.
+    pub watch: Provision,
+    /// Run on a scale-up advice (e.g. start an agent with `--pool`).
+    pub scale_up: Option<String>,
+    /// Run on a scale-down advice (e.g. `padres agents drain "$PADRES_MEMBER"`).
+    pub scale_down: Option<String>,
+}
+
+/// Watches one pool's members and advises (see [`Provision`]).
+#[derive(Debug)]
+pub struct Provisioner {
+    /// What it watches for.
+    pub spec: Provision,
+    over_since: Option<Instant>,
+    under_since: Option<Instant>,
+}
+
+impl Provisioner {
+    /// A provisioner for `spec`.
+    pub fn new(spec: Provision) -> Self {
+        Self { spec, over_since: None, under_since: None }
+    }
+
+    /// Looks at `members` at `now` (members silent for `misses` periods do not count),
+    /// with `waiting` of the pool's jobs held back (a home agent's admission queue: every
+    /// member is at its limit): advice, if the time has come. After an advice the watch
+    /// starts over, so a command that takes effect slowly is not asked again at once.
+    pub fn observe(
+        &mut self,
+        members: &Members,
+        now: Instant,
+        misses: u32,
+        waiting: usize,
+    ) -> Option<Advice> {
+        let pool = self.spec.pool.as_str();
+        let live: Vec<&Member> = members.all().filter(|m| members.takes_work(m, pool, now, misses)).collect();
+        let n = live.len();
+        if n < self.spec.min {
+            self.over_since = None;
+            self.under_since = None;
+            return Some(Advice::ScaleUp {
+                members: n,
+                reason: format!("{n} members, fewer than the fewest ({})", self.spec.min),
+            });
+        }
+        let load = |m: &Member| m.load.running + m.load.queued;
+        let over = n > 0 && (waiting > 0 || live.iter().all(|m| m.load.headroom() <= 0));
+        let under = n > 0
+            && waiting == 0
+            && live.iter().all(|m| (load(m) as f64) < self.spec.under * m.load.capacity.max(1) as f64);
+        self.over_since = if over { self.over_since.or(Some(now)) } else { None };
+        self.under_since = if under { self.under_since.or(Some(now)) } else { None };
+        if let Some(since) = self.over_since
+            && now.saturating_duration_since(since) >= self.spec.over_for
+            && n < self.spec.max
+        {
+            self.over_since = None;
+            return Some(Advice::ScaleUp {
+                members: n,
+                reason: format!(
+                    "every member has been at its limit (or jobs waited for room) for {} s",
+                    self.spec.over_for.as_secs_f64()
+                ),
+            });
+        }
+        if let Some(since) = self.under_since
+            && now.saturating_duration_since(since) >= self.spec.under_for
+            && n > self.spec.min.max(1)
+        {
+            self.under_since = None;
+            let idle = live
+                .iter()
+                .min_by(|a, b| load(a).cmp(&load(b)).then_with(|| b.load.agent.cmp(&a.load.agent)))?;
+            return Some(Advice::ScaleDown {
+                members: n,
+                member: idle.load.agent.clone(),
+                reason: format!(
+                    "every member has been under {:.0}% of its capacity for {} s",
+                    100.0 * self.spec.under,
+                    self.spec.under_for.as_secs_f64()
+                ),
+            });
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,5 +740,62 @@ mod tests {
         meter.prune(late);
         assert_eq!(meter.delay_ms(late, LONG_WINDOW), 0.0);
         assert_eq!(meter.arrivals(late), 0.0);
+    }
+
+    #[test]
+    fn a_provisioner_advises_growth_after_a_full_while_and_shrinking_after_an_idle_one() {
+        let spec = Provision {
+            pool: "p".to_owned(),
+            over_for: Duration::from_secs(5),
+            under_for: Duration::from_secs(20),
+            under: 0.5,
+            min: 1,
+            max: 3,
+        };
+        let mut provisioner = Provisioner::new(spec);
+        let t0 = Instant::now();
+        let mut members = Members::default();
+        // No member: fewer than the fewest, at once.
+        assert!(matches!(provisioner.observe(&members, t0, 3, 0), Some(Advice::ScaleUp { members: 0, .. })));
+        members.report(load("a", 2, 2, 0.0), t0, 0);
+        members.report(load("b", 2, 1, 0.0), t0, 0);
+        // b has room: nothing, however long.
+        assert_eq!(provisioner.observe(&members, t0 + Duration::from_secs(10), 3, 0), None);
+        // Jobs waiting for room at a home agent count as every member being full.
+        assert_eq!(provisioner.observe(&members, t0 + Duration::from_secs(10), 3, 4), None);
+        assert!(matches!(
+            provisioner.observe(&members, t0 + Duration::from_secs(15), 3, 4),
+            Some(Advice::ScaleUp { members: 2, .. })
+        ));
+        // Both full from 10 s: advice at 15 s, not before; then the watch starts over.
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        members.report(load("a", 2, 2, 0.0), at(10), 10_000);
+        members.report(load("b", 2, 2, 0.0), at(10), 10_000);
+        assert_eq!(provisioner.observe(&members, at(10), 3, 0), None);
+        assert_eq!(provisioner.observe(&members, at(14), 3, 0), None);
+        members.report(load("a", 2, 2, 0.0), at(14), 14_000);
+        members.report(load("b", 2, 2, 0.0), at(14), 14_000);
+        assert!(matches!(
+            provisioner.observe(&members, at(15), 3, 0),
+            Some(Advice::ScaleUp { members: 2, .. })
+        ));
+        assert_eq!(provisioner.observe(&members, at(16), 3, 0), None);
+        // Idle from 20 s: after 20 s of it, the least loaded (a, no job; b has none
+        // either: the later name) is to go.
+        for s in [20, 30, 40] {
+            members.report(load("a", 2, 0, 0.0), at(s), s as i64 * 1000);
+            members.report(load("b", 2, 0, 0.0), at(s), s as i64 * 1000);
+            let advice = provisioner.observe(&members, at(s), 3, 0);
+            if s < 40 {
+                assert_eq!(advice, None, "at {s} s");
+            } else {
+                let Some(Advice::ScaleDown { member, members: 2, .. }) = advice else { panic!("{advice:?}") };
+                assert_eq!(member, "b");
+            }
+        }
+        let publication = Advice::ScaleUp { members: 2, reason: "full".to_owned() }
+            .publication("p", "home")
+            .expect("valid");
+        assert!(padres_lang::semantics::conforms(&publication, &advice_advertisement("p", "home")));
     }
 }

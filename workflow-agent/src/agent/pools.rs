@@ -29,7 +29,10 @@ use padres_workflow::translate::status_advertisement;
 
 use super::{Agent, Application, Outgoing, Status, text};
 use crate::journal::{Claim, Dispatched};
-use crate::pool::{ADMISSION, Change, Load, MemberState, load_advertisement, pool_subscription};
+use crate::pool::{
+    ADMISSION, Advice, Change, Load, MemberState, Provisioner, advice_advertisement, load_advertisement,
+    pool_subscription,
+};
 
 /// A pool job dispatched (or waiting to be) by this home agent.
 #[derive(Debug)]
@@ -58,7 +61,8 @@ impl Agent {
             incarnation: self.incarnation,
             state: self.state,
             period_ms: i64::try_from(self.options.load_period.as_millis()).unwrap_or(i64::MAX),
-            capacity: i64::try_from(self.options.max_parallel.max(1)).unwrap_or(i64::MAX),
+            capacity: i64::try_from(self.options.capacity.unwrap_or(self.options.max_parallel).max(1))
+                .unwrap_or(i64::MAX),
             running: meter.running(),
             queued: meter.queued(),
             delay_short_ms: meter.delay_ms(at, crate::pool::SHORT_WINDOW),
@@ -83,7 +87,78 @@ impl Agent {
             tracing::info!("member of the pools {}", self.options.pools.join(", "));
         }
         let _ = self.outgoing.send(Outgoing::Load(self.report()));
+        if let Some(provisioning) = self.options.provision.clone() {
+            let pool = provisioning.watch.pool.clone();
+            self.client.advertise(advice_advertisement(&pool, &self.options.name)).await?;
+            if !self.pool_loads.contains_key(&pool)
+                && let Some(sub) = self.client.send(&pool_subscription(&pool)).await?
+            {
+                self.pool_loads.insert(pool.clone(), (sub, Instant::now()));
+            }
+            tracing::info!("watching pool {pool} to advise it to grow or shrink");
+            self.provisioner = Some(Provisioner::new(provisioning.watch));
+        }
         Ok(())
+    }
+
+    /// As a provisioner: advice, when the time has come, published and acted on.
+    fn provision(&mut self) {
+        let Some(provisioner) = &mut self.provisioner else { return };
+        // Members are given a few periods to report before the watch begins.
+        let since = self.pool_loads.get(&provisioner.spec.pool).map(|(_, since)| *since);
+        let settled =
+            since.is_some_and(|s| s.elapsed() > self.options.load_period * self.options.silence.max(1));
+        if !settled {
+            return;
+        }
+        let pool = provisioner.spec.pool.clone();
+        let waiting =
+            self.admission.iter().filter(|key| self.jobs_pool(key).as_deref() == Some(pool.as_str())).count();
+        let Some(provisioner) = &mut self.provisioner else { return };
+        let Some(advice) = provisioner.observe(&self.members, Instant::now(), self.options.silence, waiting)
+        else {
+            return;
+        };
+        let pool = provisioner.spec.pool.clone();
+        tracing::info!("pool {pool}: {} advised: {advice:?}", advice.word());
+        let command = self.options.provision.as_ref().and_then(|p| match advice {
+            Advice::ScaleUp { .. } => p.scale_up.clone(),
+            Advice::ScaleDown { .. } => p.scale_down.clone(),
+        });
+        if let Some(command) = command {
+            let (members, member) = match &advice {
+                Advice::ScaleUp { members, .. } => (*members, String::new()),
+                Advice::ScaleDown { members, member, .. } => (*members, member.clone()),
+            };
+            let work_dir = self.options.work_dir.clone();
+            let (word, pool_name) = (advice.word(), pool.clone());
+            tokio::spawn(async move {
+                let log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(work_dir.join("provision.log"));
+                let mut run = tokio::process::Command::new("sh");
+                run.arg("-c")
+                    .arg(&command)
+                    .current_dir(&work_dir)
+                    .env("PADRES_POOL", &pool_name)
+                    .env("PADRES_ADVICE", word)
+                    .env("PADRES_MEMBERS", members.to_string())
+                    .env("PADRES_MEMBER", &member)
+                    .stdin(std::process::Stdio::null());
+                if let Ok(log) = log
+                    && let Ok(err) = log.try_clone()
+                {
+                    run.stdout(log).stderr(err);
+                }
+                match run.status().await {
+                    Ok(status) if status.success() => tracing::info!("pool {pool_name}: {word} command ran"),
+                    Ok(status) => tracing::warn!("pool {pool_name}: {word} command: {status}"),
+                    Err(e) => tracing::warn!("pool {pool_name}: {word} command cannot start: {e}"),
+                }
+            });
+        }
+        let _ = self.outgoing.send(Outgoing::Advice(pool, advice));
     }
 
     /// An operator drains the agent: it takes no new pool work, finishes what it has, and
@@ -109,6 +184,7 @@ impl Agent {
         let _ = self.outgoing.send(Outgoing::Load(report));
         self.redispatch_gone();
         self.admit();
+        self.provision();
         false
     }
 
