@@ -155,7 +155,175 @@ fn summary(outcome: &mut Outcome) -> String {
     parts.join("; ")
 }
 
-/// `padres-bench pools`: the policies, then the lowest delay with three report periods.
+/// Tsai et al.'s experiment, time scaled: Poisson arrivals at rising rates against one
+/// member, and against a pool that a provisioner grows (up to 10 members) and shrinks.
+/// Each member runs one 100 ms job at a time and reports a limit of 2 jobs. The benchmark
+/// plays the provisioning commands: on a `scale-up` advice it starts a member in this
+/// process, on a `scale-down` it drains the member named. Returns per rate the mean and
+/// largest response (trigger to the job's end, ms) and the most members seen.
+async fn provisioned(
+    brokers: &[std::net::SocketAddr],
+    root: &std::path::Path,
+    case: &str,
+    grow: bool,
+    rates: &[f64],
+    phase: Duration,
+) -> Vec<(f64, f64, i64, usize)> {
+    use padres_workflow::control::{ANY_APPL, Command, Control};
+    let (home, pool, appl) = (format!("home-{case}"), format!("p-{case}"), format!("tsai-{case}"));
+    let period = Duration::from_millis(200);
+    let client = padres_client::Connect::new(brokers[0]).name(&home).connect().await.expect("connects");
+    let mut options = padres_agent::agent::Options::new(&home, root.join("agents").join(&home));
+    options.load_period = period;
+    if grow {
+        options.provision = Some(padres_agent::pool::Provisioning {
+            watch: padres_agent::pool::Provision {
+                pool: pool.clone(),
+                over_for: Duration::from_secs(1),
+                under_for: Duration::from_secs(3),
+                under: 0.5,
+                min: 1,
+                max: 10,
+            },
+            scale_up: None,
+            scale_down: None,
+        });
+    }
+    tokio::spawn(async move { padres_agent::agent::serve(client, options).await.expect("the agent serves") });
+    let start_member = |n: usize| {
+        let (pool, name) = (pool.clone(), format!("m{n}-{case}"));
+        let broker = brokers[1 + n % (brokers.len() - 1)];
+        async move {
+            let client = padres_client::Connect::new(broker).name(&name).connect().await.expect("connects");
+            let work_dir = root.join("agents").join(&name);
+            std::fs::create_dir_all(&work_dir).expect("work dir");
+            std::fs::write(work_dir.join("service"), "0.1").expect("service time");
+            let mut options = padres_agent::agent::Options::new(&name, work_dir);
+            (options.pools, options.max_parallel, options.capacity, options.load_period) =
+                (vec![pool], 1, Some(2), period);
+            tokio::spawn(async move { padres_agent::agent::serve(client, options).await.expect("serves") });
+        }
+    };
+    start_member(0).await;
+    let mut operator =
+        padres_client::Connect::new(brokers[2]).name("operator").connect().await.expect("connects");
+    operator.advertise(padres_workflow::control::control_advertisement()).await.expect("advertised");
+    let mut monitor =
+        padres_client::Connect::new(brokers[2]).name("monitor").connect().await.expect("connects");
+    // Plays the scale-down command: drains the member named.
+    let drainer = padres_client::Connect::new(brokers[2]).name("drainer").connect().await.expect("connects");
+    drainer.advertise(padres_workflow::control::control_advertisement()).await.expect("advertised");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let xml = format!(
+        "<application name=\"{appl}\" home=\"{home}\" tz=\"UTC\" max-generations=\"100000\">\
+         <pool name=\"{pool}\" policy=\"least-loaded\"/>\
+         <job name=\"J\" pool=\"{pool}\" retries=\"0\"><command>sh</command><arg>-c</arg>\
+         <arg>sleep \"$(cat service)\"</arg></job></application>"
+    );
+    crate::workflow::deploy(&mut operator, &xml).await;
+    for sub in [
+        format!("s [class,eq,'trigger'],[appl,eq,'{appl}']"),
+        format!("s [class,eq,'job_status'],[appl,eq,'{appl}'],[job,eq,'J'],[status,eq,'succeeded']"),
+        format!("s [class,eq,'{}'],[pool,eq,'{pool}']", padres_agent::pool::ADVICE),
+        format!("s [class,eq,'{}'],[pools,str-contains,',{pool},']", padres_agent::pool::LOAD),
+    ] {
+        monitor.send(&sub).await.expect("subscribed");
+    }
+    tokio::time::sleep(period * 3).await;
+    // Triggers: Poisson arrivals, each rate for one phase.
+    let mut plan = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(11);
+    for (p, rate) in rates.iter().enumerate() {
+        let end = phase.as_secs_f64() * (p + 1) as f64;
+        let mut at = phase.as_secs_f64() * p as f64;
+        loop {
+            at += -(1.0 - rng.f64()).ln() / rate;
+            if at >= end {
+                break;
+            }
+            plan.push((at, p));
+        }
+    }
+    let total = plan.len();
+    let phase_of: HashMap<String, usize> =
+        plan.iter().enumerate().map(|(i, (_, p))| (format!("{case}-{i}"), *p)).collect();
+    let sender = {
+        let (home, appl, case) = (home.clone(), appl.clone(), case.to_owned());
+        tokio::spawn(async move {
+            let begin = tokio::time::Instant::now();
+            for (i, (at, _)) in plan.into_iter().enumerate() {
+                tokio::time::sleep_until(begin + Duration::from_secs_f64(at)).await;
+                let gid = format!("{case}-{i}");
+                let command = Command::Trigger { gid: gid.clone(), date: "2026-11-27".to_owned() };
+                let control = Control { agent: home.clone(), appl: appl.clone(), reference: gid, command };
+                operator.publish(control.publication().expect("a trigger")).await.expect("sent");
+            }
+            operator
+        })
+    };
+    let mut triggered: HashMap<String, i64> = HashMap::new();
+    let mut responses: Vec<Vec<i64>> = vec![Vec::new(); rates.len()];
+    let mut most: Vec<usize> = vec![1; rates.len()];
+    let mut members: HashMap<String, bool> = HashMap::new();
+    let (mut done, mut started_members) = (0, 1);
+    let begin = std::time::Instant::now();
+    while done < total {
+        let next = tokio::time::timeout(Duration::from_secs(300), monitor.next_notification()).await;
+        let Ok(Some(n)) = next else { panic!("{case}: stalled after {done} of {total} jobs") };
+        let Some((_, p)) = n.into_publication() else { continue };
+        let at = p.time().map_or(0, padres_lang::Timestamp::millis);
+        match p.class() {
+            "trigger" => {
+                triggered.insert(text(&p, "gid").unwrap_or_default().to_owned(), at);
+            }
+            "job_status" => {
+                let gid = text(&p, "gid").unwrap_or_default();
+                if let (Some(t), Some(phase)) = (triggered.get(gid), phase_of.get(gid)) {
+                    responses[*phase].push(at - t);
+                    done += 1;
+                }
+            }
+            class if class == padres_agent::pool::LOAD => {
+                if let Some(load) = padres_agent::pool::Load::from_publication(&p) {
+                    members.insert(load.agent, load.state == padres_agent::pool::MemberState::Up);
+                    let now = begin.elapsed().as_secs_f64();
+                    let phase = ((now / phase.as_secs_f64()) as usize).min(rates.len() - 1);
+                    most[phase] = most[phase].max(members.values().filter(|up| **up).count());
+                }
+            }
+            _ => match (text(&p, "advice"), text(&p, "member")) {
+                (Some("scale-up"), _) => {
+                    start_member(started_members).await;
+                    started_members += 1;
+                }
+                (Some("scale-down"), Some(member)) => {
+                    let control = Control {
+                        agent: member.to_owned(),
+                        appl: ANY_APPL.to_owned(),
+                        reference: "drain".to_owned(),
+                        command: Command::Drain,
+                    };
+                    drainer.publish(control.publication().expect("a drain")).await.expect("sent");
+                }
+                _ => {}
+            },
+        }
+    }
+    let _operator = sender.await.expect("the triggers went");
+    rates
+        .iter()
+        .zip(responses)
+        .zip(most)
+        .map(|((rate, mut r), most)| {
+            r.sort_unstable();
+            let mean = if r.is_empty() { 0.0 } else { r.iter().sum::<i64>() as f64 / r.len() as f64 };
+            (*rate, mean, r.last().copied().unwrap_or(0), most)
+        })
+        .collect()
+}
+
+/// `padres-bench pools`: the policies, then the lowest delay with three report periods;
+/// then Tsai et al.'s experiment.
 pub(crate) async fn placement(quick: bool) {
     let generations = if quick { 60 } else { GENERATIONS };
     let root = std::env::temp_dir().join(format!("padres-bench-pools-{}", std::process::id()));
@@ -181,6 +349,19 @@ pub(crate) async fn placement(quick: bool) {
         let mut outcome =
             run(&brokers, &root, &format!("lowest-delay-{ms}"), "lowest-delay", period, generations).await;
         println!("  lowest-delay  (reports every {ms} ms): {}", summary(&mut outcome));
+    }
+    let rates = [4.0, 8.0, 16.0, 32.0];
+    let phase = Duration::from_secs(if quick { 4 } else { 8 });
+    println!(
+        "provisioning (Tsai et al. 2010, time scaled): Poisson arrivals, each rate for {} s; a member runs one 100 ms job at a time (10/s) and reports a limit of 2; response = trigger to the job's end",
+        phase.as_secs()
+    );
+    for (case, grow) in [("one", false), ("pool", true)] {
+        let rows = provisioned(&brokers, &root, case, grow, &rates, phase).await;
+        let label = if grow { "a pool provisioned up to 10" } else { "one member" };
+        for (rate, mean, max, most) in rows {
+            println!("  {label:<27} {rate:>4.0}/s: response mean {mean:.0} ms, max {max} ms, members {most}");
+        }
     }
     let _ = std::fs::remove_dir_all(&root);
 }
