@@ -488,7 +488,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 continue;
             }
             _ = load_ticks.tick() => {
-                if agent.pool_tick() {
+                if agent.pool_tick(notifications.is_empty()) {
                     tracing::info!("drained: every job it had has ended; leaving");
                     break;
                 }
@@ -815,7 +815,8 @@ impl Agent {
         for entry in interrupted {
             if self.journal().is_assigned(&entry.appl, &entry.gid, &entry.job)? {
                 // A pool job: its home agent dispatches it again when it sees this agent
-                // back as a new incarnation. Nothing is published of it from here.
+                // back as a new incarnation. Nothing is published of it from here, and
+                // a dispatch of it here again runs it (`abandoned`).
                 tracing::warn!(
                     "{}/{}/{}: the agent stopped while it ran this pool job (attempt {}); left to its home agent to dispatch again",
                     entry.appl,
@@ -823,7 +824,7 @@ impl Agent {
                     entry.job,
                     entry.attempt
                 );
-                self.journal().end(&entry.appl, &entry.gid, &entry.job, "failed", -1, entry.attempt)?;
+                self.journal().end(&entry.appl, &entry.gid, &entry.job, "abandoned", -1, entry.attempt)?;
                 continue;
             }
             self.client.advertise(status_advertisement(&entry.appl, &entry.job)).await?;
@@ -1124,6 +1125,7 @@ impl Agent {
         if !abandon {
             return self.withdraw(&application).await;
         }
+        self.forget_dispatches(appl, None);
         self.followed.remove(appl);
         // Generations in flight are abandoned with the subscriptions that followed them:
         // their triggers were taken, so no new subscription sees them.
@@ -1643,7 +1645,7 @@ impl Agent {
         if let Err(e) = self.journal().end_generation(appl, gid, now().timestamp_millis()) {
             tracing::warn!("{appl}/{gid}: marking the generation ended: {e}");
         }
-        self.forget_dispatches(appl, gid);
+        self.forget_dispatches(appl, Some(gid));
         self.generation_ended(appl, gid);
         self.retire_finished(appl);
     }

@@ -412,8 +412,11 @@ impl Journal {
                     )?;
                     Claim::New
                 }
+                // Failed before this dispatch (an operator's rerun), or abandoned when this
+                // agent stopped while it ran (its home agent dispatches it again).
                 Some((last, Some(status), _))
-                    if last < attempt && (status == "failed" || status == "timeout") =>
+                    if (last < attempt && (status == "failed" || status == "timeout"))
+                        || status == "abandoned" =>
                 {
                     tx.execute(
                         "UPDATE runs SET status = NULL, exit = NULL WHERE appl = ?1 AND gid = ?2 AND job = ?3",
@@ -820,6 +823,11 @@ mod tests {
         let succeeded = Claim::Ended { status: "succeeded".to_owned(), exit: 0, attempt: 2 };
         assert_eq!(journal.take_assignment("p", "g1", "A", 3).expect("take"), succeeded);
         assert!(journal.is_assigned("p", "g1", "A").expect("read"));
+        // Abandoned when this agent stopped while it ran: taken again at any attempt.
+        assert_eq!(journal.take_assignment("p", "g1", "C", 1).expect("take"), Claim::New);
+        journal.attempt("p", "g1", "C", 2).expect("attempt");
+        journal.end("p", "g1", "C", "abandoned", -1, 2).expect("end");
+        assert_eq!(journal.take_assignment("p", "g1", "C", 2).expect("take"), Claim::New);
         assert!(!journal.is_assigned("p", "g1", "B").expect("read"));
         // Its generation ended: nothing of it runs.
         journal.end_generation("p", "g1", 1).expect("ended");

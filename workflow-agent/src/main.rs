@@ -57,8 +57,8 @@ struct Args {
     /// jobs by.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     load_period: u64,
-    /// Load reports a pool member may miss before the home agents consider it gone and
-    /// dispatch the jobs it runs to another member.
+    /// As a home agent: load reports a pool member may miss (of its own period) before
+    /// this agent considers it gone and dispatches the jobs it runs to another member.
     #[arg(long, value_name = "N", default_value_t = padres_agent::pool::SILENCE)]
     silence: u32,
     /// Jobs the agent takes from pools, running and waiting for a slot, before home agents

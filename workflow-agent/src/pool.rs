@@ -34,6 +34,9 @@ pub const LOAD_PERIOD: Duration = Duration::from_secs(1);
 /// Reports missed before a member is considered gone, by default.
 pub const SILENCE: u32 = 3;
 
+/// The largest count (jobs, milliseconds) a load report is taken to say.
+const COUNT_MOST: i64 = 1 << 40;
+
 /// Most pool jobs a home agent holds back while every member is at its limit; beyond, a
 /// job goes to the member with the most room (it waits in that member's queue).
 pub const ADMISSION: usize = 10_000;
@@ -161,13 +164,15 @@ impl Load {
             pools: text("pools")?.split(',').filter(|p| !p.is_empty()).map(str::to_owned).collect(),
             incarnation: int("incarnation")?,
             state: MemberState::parse(text("state")?)?,
-            period_ms: int("period")?.max(1),
-            capacity: int("capacity")?,
-            running: int("running").unwrap_or(0),
-            queued: int("queued").unwrap_or(0),
-            delay_short_ms: float("delay_short").unwrap_or(0.0),
-            delay_long_ms: float("delay_long").unwrap_or(0.0),
-            arrivals: float("arrivals").unwrap_or(0.0),
+            // Counts from the network are held to sensible ranges: no report makes a
+            // member look roomier than empty, nor overflows a sum.
+            period_ms: int("period")?.clamp(1, COUNT_MOST),
+            capacity: int("capacity")?.clamp(0, COUNT_MOST),
+            running: int("running").unwrap_or(0).clamp(0, COUNT_MOST),
+            queued: int("queued").unwrap_or(0).clamp(0, COUNT_MOST),
+            delay_short_ms: float("delay_short").unwrap_or(0.0).max(0.0),
+            delay_long_ms: float("delay_long").unwrap_or(0.0).max(0.0),
+            arrivals: float("arrivals").unwrap_or(0.0).max(0.0),
         })
     }
 
@@ -312,6 +317,13 @@ pub struct Members {
 }
 
 impl Members {
+    /// The reports this agent has read are current up to `at_ms` (it has read every
+    /// notification come so far): a member that stopped reporting is seen silent even
+    /// when it was the only one.
+    pub fn heard(&mut self, at_ms: i64) {
+        self.newest_ms = self.newest_ms.max(at_ms);
+    }
+
     /// Takes a report, made at `at_ms` (its publication's time).
     pub fn report(&mut self, load: Load, now: Instant, at_ms: i64) -> Change {
         self.newest_ms = self.newest_ms.max(at_ms);
@@ -529,12 +541,14 @@ pub struct Provisioner {
     pub spec: Provision,
     over_since: Option<Instant>,
     under_since: Option<Instant>,
+    /// When it last advised a scale-up for want of members.
+    short_since: Option<Instant>,
 }
 
 impl Provisioner {
     /// A provisioner for `spec`.
     pub fn new(spec: Provision) -> Self {
-        Self { spec, over_since: None, under_since: None }
+        Self { spec, over_since: None, under_since: None, short_since: None }
     }
 
     /// Looks at `members` at `now` (members silent for `misses` periods do not count),
@@ -554,6 +568,11 @@ impl Provisioner {
         if n < self.spec.min {
             self.over_since = None;
             self.under_since = None;
+            // Once per --over-for: a member started takes a while to report.
+            if self.short_since.is_some_and(|at| now.saturating_duration_since(at) < self.spec.over_for) {
+                return None;
+            }
+            self.short_since = Some(now);
             return Some(Advice::ScaleUp {
                 members: n,
                 reason: format!("{n} members, fewer than the fewest ({})", self.spec.min),
@@ -715,6 +734,9 @@ mod tests {
             members.alive("b", 2, later + Duration::from_secs(60), 3),
             "no newer report: nobody is taken for silent"
         );
+        // The home agent hears its own report, made 60 s later: b has been silent.
+        members.heard(63_100);
+        assert!(!members.alive("b", 2, later + Duration::from_secs(60), 3));
         leaving.state = MemberState::Left;
         assert_eq!(members.report(leaving, later, 3100), Change::Left);
         assert!(!members.alive("b", 2, later, 3));
@@ -755,8 +777,9 @@ mod tests {
         let mut provisioner = Provisioner::new(spec);
         let t0 = Instant::now();
         let mut members = Members::default();
-        // No member: fewer than the fewest, at once.
+        // No member: fewer than the fewest, at once; and not again before --over-for.
         assert!(matches!(provisioner.observe(&members, t0, 3, 0), Some(Advice::ScaleUp { members: 0, .. })));
+        assert_eq!(provisioner.observe(&members, t0 + Duration::from_secs(1), 3, 0), None);
         members.report(load("a", 2, 2, 0.0), t0, 0);
         members.report(load("b", 2, 1, 0.0), t0, 0);
         // b has room: nothing, however long.

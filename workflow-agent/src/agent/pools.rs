@@ -16,6 +16,7 @@
 //! that while its process still runs: then both run, and the statuses of the later
 //! dispatch rank above; the home agent counts only the current member's.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError};
 
 use tokio::time::Instant;
@@ -40,6 +41,24 @@ pub(super) struct Dispatch {
     d: Dispatched,
     /// The highest attempt the member was seen starting.
     last_attempt: u32,
+    /// The lowest attempt whose end counts: this dispatch's, or, dispatched again to the
+    /// same member, the first of those dispatches' (it runs the job once, and its end is
+    /// of that attempt). An older end (a replayed status of an earlier run) does not.
+    accept_from: u32,
+    /// Why it was dispatched (again), for the `dispatched` status.
+    reason: Option<String>,
+    /// Run here, by this home agent as a member of the job's pool.
+    run_here: bool,
+}
+
+/// Where a pool job can go now.
+enum Place {
+    /// To this member (name, incarnation).
+    To(String, i64),
+    /// Nowhere yet: every member is at its limit, or there is none.
+    Wait,
+    /// Nowhere: the job is no longer deployed here.
+    Gone,
 }
 
 type Key = (String, String, String);
@@ -76,7 +95,9 @@ impl Agent {
     pub(super) async fn join(&mut self) -> Result<(), ClientError> {
         self.client.advertise(load_advertisement(&self.options.name)).await?;
         if !self.options.pools.is_empty() {
-            let since = padres_lang::Timestamp::from_millis(self.incarnation)
+            // A minute before it started: a broker's clock may be behind this machine's
+            // (the incarnation in the filter keeps earlier runs' dispatches out).
+            let since = padres_lang::Timestamp::from_millis(self.incarnation - 60_000)
                 .map_or_else(|| "0".to_owned(), padres_lang::Timestamp::to_rfc3339);
             let sub = format!(
                 "s [class,eq,'job_status'],[status,eq,'dispatched'],[to,eq,{}],[incarnation,=,{}],[time,>=,{since}]",
@@ -173,9 +194,19 @@ impl Agent {
 
     /// Every load period: the load report; as a home agent, jobs of members gone
     /// dispatched again and held jobs admitted. True when a drained agent has nothing left
-    /// and leaves (its last report, `left`, is queued).
-    pub(super) fn pool_tick(&mut self) -> bool {
+    /// and leaves (its last report, `left`, is queued). `caught_up`: every notification
+    /// come so far has been read, so the members' reports are current up to now.
+    pub(super) fn pool_tick(&mut self, caught_up: bool) -> bool {
         let report = self.report();
+        let now_ms = crate::trigger::now().timestamp_millis();
+        if caught_up {
+            self.members.heard(now_ms);
+        }
+        // A broker does not send a client its own publications: a home agent that is a
+        // member of the pools it dispatches to takes its own report here.
+        if !self.options.pools.is_empty() && !self.pool_loads.is_empty() {
+            self.load_taken(report.clone(), now_ms);
+        }
         if self.state == MemberState::Leaving && report.running == 0 && report.queued == 0 {
             self.state = MemberState::Left;
             let _ = self.outgoing.send(Outgoing::Load(self.report()));
@@ -239,9 +270,15 @@ impl Agent {
             self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
             if d.agent.is_empty() {
                 self.admission.push_back(key.clone());
+            } else {
+                // Published again: the agent may have stopped between keeping it and
+                // sending it. A member takes a dispatch once, and ignores one for an
+                // earlier run of it.
+                self.publish_dispatch(&key, &d, None);
             }
-            let last_attempt = d.attempt;
-            self.dispatches.insert(key, Dispatch { d, last_attempt });
+            let (last_attempt, accept_from) = (d.attempt.saturating_sub(1), d.attempt);
+            self.dispatches
+                .insert(key, Dispatch { d, last_attempt, accept_from, reason: None, run_here: false });
         }
         if !self.dispatches.is_empty() {
             tracing::info!(
@@ -254,10 +291,15 @@ impl Agent {
     /// A member's load report.
     pub(super) fn load_report(&mut self, publication: &Publication) {
         let Some(load) = Load::from_publication(publication) else { return };
-        let agent = load.agent.clone();
         let at_ms = publication
             .time()
             .map_or_else(|| crate::trigger::now().timestamp_millis(), padres_lang::Timestamp::millis);
+        self.load_taken(load, at_ms);
+    }
+
+    /// Member `load.agent`'s report, made at `at_ms`.
+    fn load_taken(&mut self, load: Load, at_ms: i64) {
+        let agent = load.agent.clone();
         match self.members.report(load, Instant::now(), at_ms) {
             Change::Joined => tracing::info!("pool member {agent} is up"),
             Change::Restarted { was } => {
@@ -279,10 +321,11 @@ impl Agent {
         let Some(event) = StatusEvent::from_publication(appl, publication) else { return };
         let key = (appl.to_owned(), event.gid.clone(), event.job.clone());
         let Some(dispatch) = self.dispatches.get_mut(&key) else { return };
-        // Only the member it is dispatched to now speaks for it (for any attempt: a job
-        // dispatched to the same member again is run once, and its status is the first
-        // dispatch's).
-        if event.status == "dispatched" || event.agent != dispatch.d.agent {
+        // Only the member it is dispatched to now speaks for it, of this dispatch's run.
+        if event.status == "dispatched"
+            || event.agent != dispatch.d.agent
+            || event.attempt < dispatch.accept_from
+        {
             return;
         }
         dispatch.last_attempt = dispatch.last_attempt.max(event.attempt);
@@ -317,18 +360,16 @@ impl Agent {
             Some(Value::Int(n)) => u32::try_from(*n).unwrap_or(1).max(1),
             _ => 1,
         };
+        let pool = text(publication, "pool").unwrap_or_default().to_owned();
         let info = text(publication, "info").map(JobInfo::from_json);
-        let (Some(Ok(info)), Some(date), Some(pool)) =
-            (info, text(publication, "date"), text(publication, "pool"))
-        else {
-            return tracing::warn!(
-                "{}/{}/{}: a dispatch without its job, date or pool: not run",
-                key.0,
-                key.1,
-                key.2
-            );
+        let (Some(Ok(info)), Some(date)) = (info, text(publication, "date")) else {
+            // Said, so that its home agent does not wait for it.
+            tracing::warn!("{}/{}/{}: a dispatch without its job or date: not run", key.0, key.1, key.2);
+            let reason = Some("its dispatch did not carry the job or the generation's date".to_owned());
+            let failed = Status::new(&key, "failed", -1, attempt).because(reason);
+            return self.send(failed.with(vec![("pool", Value::str(&pool))]));
         };
-        let (date, pool) = (date.to_owned(), pool.to_owned());
+        let date = date.to_owned();
         if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
             return;
         }
@@ -336,6 +377,11 @@ impl Agent {
         let taken = self.journal().take_assignment(&key.0, &key.1, &key.2, attempt);
         match taken {
             Ok(Claim::New) => {}
+            Ok(Claim::Ended { attempt: last, .. }) if dispatched <= last => {
+                // A dispatch this member has run already (delivered again: a reconnection
+                // replays them).
+                return self.not_running(&key);
+            }
             Ok(Claim::Ended { status, exit, attempt }) => {
                 // Dispatched again after it ended here (its status was late, or lost to
                 // the home agent): said again, not run again.
@@ -403,37 +449,79 @@ impl Agent {
             n,
             date,
         };
-        match self.place(&key, except) {
-            Some((agent, incarnation)) => {
-                (d.agent, d.incarnation) = (agent, incarnation);
-                self.publish_dispatch(&key, &d, reason);
-            }
-            None => {
+        let earlier = self.dispatches.get(&key).map(|e| (e.d.agent.clone(), e.accept_from));
+        let placed = self.place(&key, except);
+        match placed {
+            Place::To(agent, incarnation) => (d.agent, d.incarnation) = (agent, incarnation),
+            Place::Wait => {
                 tracing::info!("{}/{}/{}: held: no member of its pool has room", key.0, key.1, key.2);
                 self.admission.push_back(key.clone());
             }
+            Place::Gone => {
+                tracing::warn!("{}/{}/{}: no longer deployed here: not dispatched", key.0, key.1, key.2);
+                self.dispatches.remove(&key);
+                return self.not_running(&key);
+            }
         }
+        // Kept before it is sent: after a restart it is followed, and sent again.
         if let Err(e) = self.journal().keep_dispatch(&d) {
             tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
         }
-        self.dispatches.insert(key, Dispatch { d, last_attempt: attempt.saturating_sub(1) });
+        if !d.agent.is_empty() {
+            self.publish_dispatch(&key, &d, reason.clone());
+        }
+        // Dispatched again to the same member (the one it was taken from was the only
+        // one): that member runs the job once, so an end of the earlier attempt counts.
+        let accept_from = match earlier {
+            Some((agent, from)) if !d.agent.is_empty() && agent == d.agent => from,
+            _ => attempt,
+        };
+        let last_attempt = attempt.saturating_sub(1);
+        self.dispatches
+            .insert(key.clone(), Dispatch { d, last_attempt, accept_from, reason, run_here: false });
+        self.run_own(&key);
+    }
+
+    /// Pool job `key`, if it is dispatched to this very agent (a home agent that is a
+    /// member of the pool; a broker does not send it its own dispatch): run here, once,
+    /// under its own claim.
+    fn run_own(&mut self, key: &Key) {
+        let Some(own) = self.dispatches.get_mut(key) else { return };
+        if own.run_here || own.d.agent != self.options.name || own.d.incarnation != self.incarnation {
+            return;
+        }
+        own.run_here = true;
+        let (date, attempt) = (own.d.date.clone(), own.d.attempt);
+        let Ok(deployed) = self.deployed(&key.0, &key.1, &key.2) else { return };
+        let (Some(info), Some(pool)) =
+            (deployed.info.clone(), deployed.pool.as_ref().map(|p| p.name.clone()))
+        else {
+            return;
+        };
+        tracing::info!("{}/{}/{}: dispatched here, by itself (pool {pool})", key.0, key.1, key.2);
+        self.spawn_run(key.clone(), info, date, attempt, Some(pool));
     }
 
     /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
-    fn place(&mut self, key: &Key, except: Option<&str>) -> Option<(String, i64)> {
-        let deployed = self.deployed(&key.0, &key.1, &key.2).ok()?;
-        let pool = deployed.pool.clone()?;
+    fn place(&mut self, key: &Key, except: Option<&str>) -> Place {
+        let Some(pool) = self.deployed(&key.0, &key.1, &key.2).ok().and_then(|j| j.pool.clone()) else {
+            return Place::Gone;
+        };
         let policy: Policy = pool.policy.parse().unwrap_or_default();
         let (at, misses) = (Instant::now(), self.options.silence);
         let chosen = self.members.choose(&pool.name, policy, at, misses, except);
-        if chosen.is_some() || self.admission.len() < ADMISSION {
-            return chosen;
-        }
-        // The admission queue is full: the member with the most room takes it all the same.
-        self.members.choose(&pool.name, Policy::LeastLoaded, at, misses, None).or_else(|| {
+        let chosen = if chosen.is_some() || self.admission.len() < ADMISSION {
+            chosen
+        } else {
+            // The admission queue is full: the member with the most room takes it all the
+            // same.
             let live = self.members.all().filter(|m| self.members.takes_work(m, &pool.name, at, misses));
             live.max_by_key(|m| m.headroom()).map(|m| (m.load.agent.clone(), m.load.incarnation))
-        })
+        };
+        match chosen {
+            Some((agent, incarnation)) => Place::To(agent, incarnation),
+            None => Place::Wait,
+        }
     }
 
     /// Publishes dispatch `d` of pool job `key`.
@@ -452,25 +540,52 @@ impl Agent {
         self.send(status);
     }
 
-    /// Held pool jobs go to members with room, in order.
+    /// Held pool jobs go to members with room, in order (a job whose pool has no room
+    /// does not hold back those of other pools).
     fn admit(&mut self) {
-        while let Some(key) = self.admission.front().cloned() {
-            let Some(dispatch) = self.dispatches.get(&key) else {
-                self.admission.pop_front();
+        let mut full: Vec<String> = Vec::new();
+        let mut still = VecDeque::new();
+        while let Some(key) = self.admission.pop_front() {
+            let Some(dispatch) = self.dispatches.get(&key) else { continue };
+            let (waited, reason) = (dispatch.d.clone(), dispatch.reason.clone());
+            let pool = self.jobs_pool(&key).unwrap_or_default();
+            if full.contains(&pool) {
+                still.push_back(key);
                 continue;
-            };
-            let waited = dispatch.d.clone();
-            let Some((agent, incarnation)) = self.place(&key, None) else { break };
-            self.admission.pop_front();
-            let d = Dispatched { agent, incarnation, ..waited };
-            self.publish_dispatch(&key, &d, None);
-            if let Err(e) = self.journal().keep_dispatch(&d) {
-                tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
             }
-            if let Some(dispatch) = self.dispatches.get_mut(&key) {
-                dispatch.d = d;
+            match self.place(&key, None) {
+                Place::To(agent, incarnation) => {
+                    let d = Dispatched { agent, incarnation, ..waited };
+                    if let Err(e) = self.journal().keep_dispatch(&d) {
+                        tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
+                    }
+                    self.publish_dispatch(&key, &d, reason);
+                    if let Some(dispatch) = self.dispatches.get_mut(&key) {
+                        dispatch.accept_from = d.attempt;
+                        dispatch.d = d;
+                    }
+                    self.run_own(&key);
+                }
+                Place::Wait => {
+                    full.push(pool);
+                    still.push_back(key);
+                }
+                Place::Gone => {
+                    tracing::warn!("{}/{}/{}: no longer deployed here: not dispatched", key.0, key.1, key.2);
+                    self.drop_dispatch(&key);
+                }
             }
         }
+        self.admission = still;
+    }
+
+    /// Pool job `key` is no longer dispatched from here (its application went).
+    fn drop_dispatch(&mut self, key: &Key) {
+        self.dispatches.remove(key);
+        if let Err(e) = self.journal().drop_dispatch(&key.0, &key.1, &key.2) {
+            tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
+        }
+        self.not_running(key);
     }
 
     /// Jobs dispatched to members silent for `silence` periods (or never heard from since
@@ -522,16 +637,17 @@ impl Agent {
     /// Pool job `key`'s member `agent` is gone (`why`): dispatched again from the attempt
     /// after the last seen, or, after its pool's most re-dispatches, `failed`.
     fn redispatch(&mut self, key: Key, agent: &str, why: &str) {
-        let Some(dispatch) = self.dispatches.remove(&key) else { return };
-        let d = dispatch.d;
+        let Some(dispatch) = self.dispatches.get(&key) else { return };
+        let (d, last_attempt) = (dispatch.d.clone(), dispatch.last_attempt);
         let most =
             self.deployed(&key.0, &key.1, &key.2).ok().and_then(|j| j.pool.as_ref()).map(|p| p.redispatch);
         let Some(most) = most else {
             tracing::warn!("{}/{}/{}: no longer deployed here: not dispatched again", key.0, key.1, key.2);
-            return self.not_running(&key);
+            return self.drop_dispatch(&key);
         };
-        let attempt = dispatch.last_attempt.max(d.attempt) + 1;
+        let attempt = last_attempt.max(d.attempt) + 1;
         if d.n > most {
+            self.dispatches.remove(&key);
             let reason = format!("its agent {agent} is {why}, and it was dispatched {} times", d.n);
             tracing::warn!("{}/{}/{}: {reason}: failed", key.0, key.1, key.2);
             let pool = self.jobs_pool(&key).unwrap_or_default();
@@ -549,10 +665,19 @@ impl Agent {
         self.dispatch(key, d.date, attempt, d.n + 1, Some(reason), Some(agent));
     }
 
-    /// Generation `gid` of `appl` ended: nothing of it is dispatched any more.
-    pub(super) fn forget_dispatches(&mut self, appl: &str, gid: &str) {
-        let ended = |key: &Key| key.0 == appl && key.1 == gid;
-        self.dispatches.retain(|key, _| !ended(key));
-        self.admission.retain(|key| !ended(key));
+    /// Generation `gid` of `appl` ended (or, without `gid`, the application was
+    /// undeployed): nothing of it is dispatched any more.
+    pub(super) fn forget_dispatches(&mut self, appl: &str, gid: Option<&str>) {
+        let gone = |key: &Key| key.0 == appl && gid.is_none_or(|g| key.1 == g);
+        let keys: Vec<Key> = self.dispatches.keys().filter(|k| gone(k)).cloned().collect();
+        for key in keys {
+            if gid.is_none() {
+                self.drop_dispatch(&key);
+            } else {
+                self.dispatches.remove(&key);
+                self.not_running(&key);
+            }
+        }
+        self.admission.retain(|key| !gone(key));
     }
 }
