@@ -68,6 +68,19 @@ fn wait_for_runs(log: &Path, lines: usize, secs: u64) {
     }
 }
 
+/// Waits up to `secs` for `agent` to exit (drained after `after`), and checks it exited 0.
+fn left_cleanly(agent: &mut Agent, secs: u64, after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let exit = loop {
+        if let Some(status) = agent.child.try_wait().expect("the agent's status") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{} did not leave within {secs} s of {after}", agent.name);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "a drained agent leaves cleanly: {exit:?}");
+}
+
 /// Triggers generations `g0` … through `broker` with one scripted client (`padres session`).
 fn trigger_all(broker: &Broker, dir: &Path) {
     let mut script = String::from(
@@ -132,15 +145,7 @@ fn a_pool_runs_every_generation_once_through_a_kill_a_join_and_a_drain() {
     // w2 is drained: it finishes what it has and leaves.
     let out = padres(&brokers[2], &["agents", "drain", "w2"]);
     assert!(out.status.success(), "drain: {}", explain(&out));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(status) = w2.child.try_wait().expect("w2's status") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "w2 did not leave within 30 s of its drain");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(exit.success(), "a drained agent leaves cleanly: {exit:?}");
+    left_cleanly(&mut w2, 30, "its drain");
 
     // Every generation ends, successfully.
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -258,15 +263,7 @@ fn a_provisioner_grows_a_full_pool_and_drains_a_member_once_it_is_idle() {
     let on_extra = ran.values().filter(|m| m.iter().any(|x| x.starts_with("extra-"))).count();
     assert!(on_extra > 0, "the member the scale-up started got work: {ran:?}");
     // Idle now: one member is drained (the least loaded, by name the later: w1) and leaves.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let exit = loop {
-        if let Some(status) = w1.child.try_wait().expect("w1's status") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "no member drained within 60 s of the pool going idle");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(exit.success(), "{exit:?}");
+    left_cleanly(&mut w1, 60, "the pool going idle");
     let home_log = std::fs::read_to_string(dir.join("home").join("agent.log")).expect("the home's log");
     assert!(home_log.contains("scale-up advised") && home_log.contains("scale-down advised"), "{home_log}");
     for pid in std::fs::read_to_string(dir.join("extra.pids")).unwrap_or_default().lines() {

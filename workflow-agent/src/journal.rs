@@ -187,17 +187,8 @@ impl Journal {
             }
             let found = run_row(&tx, appl, gid, job)?;
             claims.push(match found {
-                None => {
-                    tx.execute(
-                        "INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)",
-                        params![appl, gid, job],
-                    )?;
-                    Claim::New
-                }
-                Some((attempt, Some(status), exit)) => {
-                    Claim::Ended { status, exit: exit.unwrap_or(-1), attempt }
-                }
-                Some((attempt, None, _)) => Claim::Unfinished { attempt },
+                None => new_run(&tx, appl, gid, job)?,
+                Some(row) => claim_of(row),
             });
         }
         tx.commit()?;
@@ -374,12 +365,7 @@ impl Journal {
         if has_ended(&self.db, appl, gid)? {
             return Ok(Claim::GenerationEnded);
         }
-        let found = run_row(&self.db, appl, gid, job)?;
-        Ok(match found {
-            None => Claim::New,
-            Some((attempt, Some(status), exit)) => Claim::Ended { status, exit: exit.unwrap_or(-1), attempt },
-            Some((attempt, None, _)) => Claim::Unfinished { attempt },
-        })
+        Ok(run_row(&self.db, appl, gid, job)?.map_or(Claim::New, claim_of))
     }
 
     /// Takes pool job `job` of generation `gid`, dispatched here to run from attempt
@@ -405,13 +391,7 @@ impl Journal {
                 return Ok(Claim::GenerationEnded);
             }
             let claim = match run_row(&tx, appl, gid, job)? {
-                None => {
-                    tx.execute(
-                        "INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)",
-                        params![appl, gid, job],
-                    )?;
-                    Claim::New
-                }
+                None => new_run(&tx, appl, gid, job)?,
                 // Failed before this dispatch (an operator's rerun), or abandoned when this
                 // agent stopped while it ran (its home agent dispatches it again).
                 Some((last, Some(status), _))
@@ -424,10 +404,7 @@ impl Journal {
                     )?;
                     Claim::New
                 }
-                Some((last, Some(status), exit)) => {
-                    Claim::Ended { status, exit: exit.unwrap_or(-1), attempt: last }
-                }
-                Some((last, None, _)) => Claim::Unfinished { attempt: last },
+                Some(row) => claim_of(row),
             };
             let take = claim == Claim::New;
             if take {
@@ -626,6 +603,20 @@ fn has_ended(db: &Connection, appl: &str, gid: &str) -> rusqlite::Result<bool> {
 
 /// A job's row in `runs`: its last attempt, and its status and exit if it ended.
 type RunRow = (u32, Option<String>, Option<i64>);
+
+/// A job claimed before, by its row: ended, or not.
+fn claim_of((attempt, status, exit): RunRow) -> Claim {
+    match status {
+        Some(status) => Claim::Ended { status, exit: exit.unwrap_or(-1), attempt },
+        None => Claim::Unfinished { attempt },
+    }
+}
+
+/// Claims job `job` of generation `gid`, which has no row yet.
+fn new_run(db: &Connection, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+    db.execute("INSERT INTO runs (appl, gid, job, attempt) VALUES (?1, ?2, ?3, 0)", params![appl, gid, job])?;
+    Ok(Claim::New)
+}
 
 /// Job `job` of generation `gid`'s row in `runs`, if it has one.
 fn run_row(db: &Connection, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Option<RunRow>> {
