@@ -200,7 +200,7 @@ struct Deployed {
     /// What it waits for, for catching up.
     after: Vec<Need>,
     /// For a pool job: its pool (this agent, the home, dispatches it).
-    pool: Option<padres_workflow::translate::PoolInfo>,
+    pool: Option<padres_workflow::model::PoolSpec>,
 }
 
 /// An application deployed here: what it was deployed from, its subscriptions (by job)

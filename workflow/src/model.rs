@@ -39,8 +39,9 @@ pub struct Application {
     pub pools: Vec<PoolSpec>,
 }
 
-/// How a pool places an application's jobs among its members (`<pool>`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a pool places an application's jobs among its members (`<pool>`); travels in the
+/// home agent's envelope body with each pool job.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolSpec {
     /// The pool.
     pub name: String,
@@ -51,7 +52,8 @@ pub struct PoolSpec {
 }
 
 /// How a pool job's member is chosen (see `docs/pools.md`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// Members in turn, by name.
     RoundRobin,

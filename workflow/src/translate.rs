@@ -29,7 +29,7 @@ use padres_lang::{Advertisement, InvalidMessage, Publication, Subscription, Valu
 
 use super::calendar::weekdays_text;
 use super::control::{Command, Control};
-use super::model::{Application, Dependency, Job, Runner, StatusCondition, Trigger};
+use super::model::{Application, Dependency, Job, PoolSpec, Runner, StatusCondition, Trigger};
 
 /// The virtual job before every start job.
 pub const APPL_START: &str = "APPL_START";
@@ -132,18 +132,7 @@ pub struct BodyJob {
     /// The pool that runs it, for a pool job: the home agent, which the envelope is for,
     /// dispatches it to one member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pool: Option<PoolInfo>,
-}
-
-/// How a pool job is placed, in an envelope body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PoolInfo {
-    /// The pool.
-    pub name: String,
-    /// Placement policy: `round-robin`, `least-loaded` or `lowest-delay`.
-    pub policy: String,
-    /// Most re-dispatches after the member running it is gone.
-    pub redispatch: u32,
+    pub pool: Option<PoolSpec>,
 }
 
 /// One dependency of a job, in an envelope body.
@@ -248,7 +237,7 @@ pub struct JobDeployment {
     pub info: Option<JobInfo>,
     /// The pool that runs it (the home agent, `agent`, dispatches it); `None` for a job
     /// of a named agent.
-    pub pool: Option<PoolInfo>,
+    pub pool: Option<PoolSpec>,
 }
 
 /// One `agent_ctl` envelope: everything one agent is to deploy.
@@ -516,12 +505,7 @@ fn translate_version(app: &Application, version: &str) -> Result<Deployment, Tra
         let mut deployed = deployment(appl, version, &job.name, agent, &deps)?;
         deployed.info = Some(JobInfo::of(job));
         if let Runner::Pool(pool) = &job.runner {
-            let spec = app.pool(pool);
-            deployed.pool = Some(PoolInfo {
-                name: spec.name,
-                policy: spec.policy.as_str().to_owned(),
-                redispatch: spec.redispatch,
-            });
+            deployed.pool = Some(app.pool(pool));
         }
         jobs.push(deployed);
     }

@@ -24,7 +24,6 @@ use tokio::time::Instant;
 use padres_client::ClientError;
 use padres_lang::{Publication, Value};
 use padres_workflow::JobInfo;
-use padres_workflow::model::Policy;
 use padres_workflow::progress::StatusEvent;
 use padres_workflow::translate::status_advertisement;
 
@@ -507,9 +506,8 @@ impl Agent {
         let Some(pool) = self.deployed(&key.0, &key.1, &key.2).ok().and_then(|j| j.pool.clone()) else {
             return Place::Gone;
         };
-        let policy: Policy = pool.policy.parse().unwrap_or_default();
         let (at, misses) = (Instant::now(), self.options.silence);
-        let chosen = self.members.choose(&pool.name, policy, at, misses, except);
+        let chosen = self.members.choose(&pool.name, pool.policy, at, misses, except);
         let chosen = if chosen.is_some() || self.admission.len() < ADMISSION {
             chosen
         } else {
