@@ -12,6 +12,7 @@ use padres_client::{Client, Notification};
 use padres_lang::Publication;
 use padres_tests::broker::{client, start_broker};
 use padres_workflow::control::trigger_publication;
+use padres_workflow::translate::status_advertisement;
 use padres_workflow::{parse_application, translate};
 
 /// Payroll (DESIGN §8) whose jobs append `JOB GID DATE` to `log`.
@@ -381,4 +382,40 @@ async fn a_status_made_while_the_broker_is_down_is_sent_after_the_agent_restarts
     assert_eq!(std::fs::read_to_string(&marker).expect("ran"), "done\n");
     let _ = agent.kill();
     let _ = agent.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_member_given_a_dispatch_it_cannot_read_says_it_failed() {
+    let broker = start_broker("B1", "agent-bad-dispatch");
+    let work = broker.dir.join("agent");
+    let member = client(&broker, "w1").await;
+    let options = Options { pools: vec!["workers".to_owned()], ..Options::new("w1", work) };
+    tokio::spawn(async move { serve(member, options).await.expect("the agent serves") });
+    let mut monitor = client(&broker, "monitor").await;
+    // The member's incarnation, from its load report.
+    let loads = monitor.send("s [class,eq,'agent_load'],[agent,eq,'w1']").await.expect("subscribed");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let incarnation = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let next = tokio::time::timeout(left, monitor.next_notification()).await;
+        let Ok(Some(Notification::Publication { publication, .. })) = next else { panic!("no load report") };
+        if let Some(padres_lang::Value::Int(i)) = publication.get("incarnation") {
+            break *i;
+        }
+    };
+    monitor.unsubscribe(loads.expect("an id")).await.expect("unsubscribed");
+    // (Reports already on their way are read past below.)
+    monitor.send("s [class,eq,'job_status'],[appl,eq,'late'],[agent,eq,'w1']").await.expect("subscribed");
+    // A home agent's dispatch of job S to w1, without the job's information.
+    let home = client(&broker, "home").await;
+    home.advertise(status_advertisement("late", "S")).await.expect("advertised");
+    let dispatch = format!(
+        "[class,'job_status'],[appl,'late'],[gid,'g1'],[job,'S'],[agent,'home'],[status,'dispatched'],\
+         [exit,0],[attempt,1],[pool,'workers'],[to,'w1'],[incarnation,{incarnation}],[date,'2026-11-27']"
+    );
+    home.publish_acked(publication(&dispatch)).await.expect("dispatched");
+    // Said failed, by the member, so that its home agent does not wait for it.
+    let seen = statuses_until(&mut monitor, |seen| seen.iter().any(|(gid, _, _)| !gid.is_empty())).await;
+    let statuses: Vec<_> = seen.into_iter().filter(|(gid, _, _)| !gid.is_empty()).collect();
+    assert_eq!(statuses, [("g1".to_owned(), "S".to_owned(), "failed".to_owned())]);
 }

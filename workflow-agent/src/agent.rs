@@ -483,7 +483,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     loop {
         let notification = tokio::select! {
             notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.recv().await } } => notification,
-                        _ = ticks.tick() => {
+            _ = ticks.tick() => {
                 agent.check_due().await;
                 continue;
             }
@@ -497,7 +497,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
             Some(internal) = from_tasks.recv() => {
                 match internal {
                     Internal::Fire { appl, gid, date } => agent.start_generation(&appl, gid, date),
-                                        Internal::Refused { appl, gid } => {
+                    Internal::Refused { appl, gid } => {
                         // It never started: not followed (nor caught up in), and its gid free.
                         if let Some(followed) = agent.followed.get_mut(&appl) {
                             followed.remove(&gid);

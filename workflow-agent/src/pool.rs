@@ -279,9 +279,9 @@ impl Member {
     }
 
     /// Whether it has been silent for `misses` of its periods: none of its reports has
-    /// come for that long, and reports of other members made that much later than its
-    /// last have come (so that a home agent that was slow to read its reports, or cut
-    /// off, does not take every member for gone).
+    /// come for that long, and the reports read are current to that much after its last
+    /// (`newest_ms`: later reports of others, or [`Members::heard`]), so that a home agent
+    /// that was slow to read its reports does not take every member for gone.
     fn silent(&self, now: Instant, newest_ms: i64, misses: u32) -> bool {
         let limit_ms = self.load.period_ms.saturating_mul(i64::from(misses.max(1)));
         let waited = now.saturating_duration_since(self.seen).as_millis();
@@ -359,21 +359,13 @@ impl Members {
             .is_some_and(|m| m.load.incarnation == incarnation && !m.silent(now, self.newest_ms, misses))
     }
 
-    /// Whether member `member` takes work in `pool` now.
-    pub fn takes_work(&self, member: &Member, pool: &str, now: Instant, misses: u32) -> bool {
-        member.load.state == MemberState::Up
-            && member.load.pools.iter().any(|p| p == pool)
-            && !member.silent(now, self.newest_ms, misses)
-    }
-
     /// The members of `pool` that take work: up and not silent.
-    fn candidates(&self, pool: &str, now: Instant, misses: u32) -> impl Iterator<Item = &Member> {
-        self.agents.values().filter(move |m| self.takes_work(m, pool, now, misses))
-    }
-
-    /// Whether `pool` has a member that takes work (with headroom or not).
-    pub fn has_live(&self, pool: &str, now: Instant, misses: u32) -> bool {
-        self.candidates(pool, now, misses).next().is_some()
+    pub fn candidates(&self, pool: &str, now: Instant, misses: u32) -> impl Iterator<Item = &Member> {
+        self.agents.values().filter(move |m| {
+            m.load.state == MemberState::Up
+                && m.load.pools.iter().any(|p| p == pool)
+                && !m.silent(now, self.newest_ms, misses)
+        })
     }
 
     /// The member of `pool` to give a job to by `policy`, among those up, not silent and
@@ -427,11 +419,6 @@ impl Members {
                 member.load.running = (member.load.running - 1).max(0);
             }
         }
-    }
-
-    /// Every member known, by name.
-    pub fn all(&self) -> impl Iterator<Item = &Member> {
-        self.agents.values()
     }
 }
 
@@ -563,7 +550,7 @@ impl Provisioner {
         waiting: usize,
     ) -> Option<Advice> {
         let pool = self.spec.pool.as_str();
-        let live: Vec<&Member> = members.all().filter(|m| members.takes_work(m, pool, now, misses)).collect();
+        let live: Vec<&Member> = members.candidates(pool, now, misses).collect();
         let n = live.len();
         if n < self.spec.min {
             self.over_since = None;

@@ -12,9 +12,11 @@
 //! them from the history stores). Reordering cannot make two members run a job: there is
 //! one dispatch per (generation, job) until the home agent decides the member is gone
 //! (silent for `silence` report periods, restarted, or left), and only then another, with
-//! a higher attempt number. The one case of two runs is a member cut off for longer than
-//! that while its process still runs: then both run, and the statuses of the later
-//! dispatch rank above; the home agent counts only the current member's.
+//! a higher attempt number. What can still run twice (`docs/pools.md`): a job whose member
+//! ended it and died before its status left; one whose member was cut off for longer than
+//! that while its process ran on; and what a killed job's own children go on doing. The
+//! statuses of the later dispatch rank above, and the home agent counts only the current
+//! member's.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, PoisonError};
@@ -24,6 +26,7 @@ use tokio::time::Instant;
 use padres_client::ClientError;
 use padres_lang::{Publication, Value};
 use padres_workflow::JobInfo;
+use padres_workflow::model::PoolSpec;
 use padres_workflow::progress::StatusEvent;
 use padres_workflow::translate::status_advertisement;
 
@@ -360,6 +363,14 @@ impl Agent {
             _ => 1,
         };
         let pool = text(publication, "pool").unwrap_or_default().to_owned();
+        // Advertised before anything is published of it (a restarted member has not yet).
+        let advertised = (key.0.clone(), key.2.clone());
+        if !self.advertised.contains(&advertised) {
+            if let Err(e) = self.client.advertise(status_advertisement(&key.0, &key.2)).await {
+                tracing::warn!("{}/{}: its status advertisement: {e}", key.0, key.2);
+            }
+            self.advertised.insert(advertised);
+        }
         let info = text(publication, "info").map(JobInfo::from_json);
         let (Some(Ok(info)), Some(date)) = (info, text(publication, "date")) else {
             // Said, so that its home agent does not wait for it.
@@ -407,13 +418,6 @@ impl Agent {
                 tracing::error!("{}/{}/{}: the journal failed, not run: {e}", key.0, key.1, key.2);
                 return self.not_running(&key);
             }
-        }
-        let advertised = (key.0.clone(), key.2.clone());
-        if !self.advertised.contains(&advertised) {
-            if let Err(e) = self.client.advertise(status_advertisement(&key.0, &key.2)).await {
-                tracing::warn!("{}/{}: its status advertisement: {e}", key.0, key.2);
-            }
-            self.advertised.insert(advertised);
         }
         tracing::info!(
             "{}/{}/{}: dispatched here (pool {}), from attempt {attempt}",
@@ -491,21 +495,15 @@ impl Agent {
         }
         own.run_here = true;
         let (date, attempt) = (own.d.date.clone(), own.d.attempt);
-        let Ok(deployed) = self.deployed(&key.0, &key.1, &key.2) else { return };
-        let (Some(info), Some(pool)) =
-            (deployed.info.clone(), deployed.pool.as_ref().map(|p| p.name.clone()))
-        else {
-            return;
-        };
+        let Some((info, pool)) = self.pool_job(key) else { return };
+        let pool = pool.name.clone();
         tracing::info!("{}/{}/{}: dispatched here, by itself (pool {pool})", key.0, key.1, key.2);
-        self.spawn_run(key.clone(), info, date, attempt, Some(pool));
+        self.spawn_run(key.clone(), info.clone(), date, attempt, Some(pool));
     }
 
     /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
     fn place(&mut self, key: &Key, except: Option<&str>) -> Place {
-        let Some(pool) = self.deployed(&key.0, &key.1, &key.2).ok().and_then(|j| j.pool.clone()) else {
-            return Place::Gone;
-        };
+        let Some(pool) = self.pool_job(key).map(|(_, pool)| pool.clone()) else { return Place::Gone };
         let (at, misses) = (Instant::now(), self.options.silence);
         let chosen = self.members.choose(&pool.name, pool.policy, at, misses, except);
         let chosen = if chosen.is_some() || self.admission.len() < ADMISSION {
@@ -513,7 +511,7 @@ impl Agent {
         } else {
             // The admission queue is full: the member with the most room takes it all the
             // same.
-            let live = self.members.all().filter(|m| self.members.takes_work(m, &pool.name, at, misses));
+            let live = self.members.candidates(&pool.name, at, misses);
             live.max_by_key(|m| m.headroom()).map(|m| (m.load.agent.clone(), m.load.incarnation))
         };
         match chosen {
@@ -523,9 +521,8 @@ impl Agent {
     }
 
     /// Publishes dispatch `d` of pool job `key`.
-    fn publish_dispatch(&mut self, key: &Key, d: &Dispatched, reason: Option<String>) {
-        let Ok(deployed) = self.deployed(&key.0, &key.1, &key.2) else { return };
-        let (Some(info), Some(pool)) = (&deployed.info, &deployed.pool) else { return };
+    fn publish_dispatch(&self, key: &Key, d: &Dispatched, reason: Option<String>) {
+        let Some((info, pool)) = self.pool_job(key) else { return };
         let info = info.to_json();
         tracing::info!("{}/{}/{}: dispatched to {} (pool {})", key.0, key.1, key.2, d.agent, pool.name);
         let status = Status::new(key, "dispatched", 0, d.attempt).because(reason).with(vec![
@@ -614,9 +611,16 @@ impl Agent {
         }
     }
 
+    /// Pool job `key` as deployed here (in its generation's version): what it runs, and
+    /// its pool.
+    fn pool_job(&self, key: &Key) -> Option<(&Arc<JobInfo>, &PoolSpec)> {
+        let deployed = self.deployed(&key.0, &key.1, &key.2).ok()?;
+        Some((deployed.info.as_ref()?, deployed.pool.as_ref()?))
+    }
+
     /// The pool of pool job `key`, as deployed.
     fn jobs_pool(&self, key: &Key) -> Option<String> {
-        self.deployed(&key.0, &key.1, &key.2).ok()?.pool.as_ref().map(|p| p.name.clone())
+        self.pool_job(key).map(|(_, pool)| pool.name.clone())
     }
 
     /// Jobs dispatched to `agent` (to its incarnation `was`, or any) are dispatched again.
@@ -637,26 +641,20 @@ impl Agent {
     fn redispatch(&mut self, key: Key, agent: &str, why: &str) {
         let Some(dispatch) = self.dispatches.get(&key) else { return };
         let (d, last_attempt) = (dispatch.d.clone(), dispatch.last_attempt);
-        let most =
-            self.deployed(&key.0, &key.1, &key.2).ok().and_then(|j| j.pool.as_ref()).map(|p| p.redispatch);
-        let Some(most) = most else {
+        let Some(most) = self.pool_job(&key).map(|(_, pool)| pool.redispatch) else {
             tracing::warn!("{}/{}/{}: no longer deployed here: not dispatched again", key.0, key.1, key.2);
             return self.drop_dispatch(&key);
         };
         let attempt = last_attempt.max(d.attempt) + 1;
         if d.n > most {
-            self.dispatches.remove(&key);
             let reason = format!("its agent {agent} is {why}, and it was dispatched {} times", d.n);
             tracing::warn!("{}/{}/{}: {reason}: failed", key.0, key.1, key.2);
             let pool = self.jobs_pool(&key).unwrap_or_default();
-            if let Err(e) = self.journal().drop_dispatch(&key.0, &key.1, &key.2) {
-                tracing::warn!("{}/{}/{}: journal: {e}", key.0, key.1, key.2);
-            }
+            self.drop_dispatch(&key);
             let status = Status::new(&key, "failed", -1, attempt)
                 .because(Some(reason))
                 .with(vec![("pool", Value::str(&pool))]);
-            self.finish(&key, status);
-            return self.not_running(&key);
+            return self.finish(&key, status);
         }
         let reason = format!("dispatched again: its agent {agent} is {why}");
         tracing::warn!("{}/{}/{}: {reason}", key.0, key.1, key.2);
