@@ -81,6 +81,22 @@ fn left_cleanly(agent: &mut Agent, secs: u64, after: &str) {
     assert!(exit.success(), "a drained agent leaves cleanly: {exit:?}");
 }
 
+/// Waits up to 30 s for `agent`'s load report to be stored (`padres agents` lists it up).
+fn agent_reports(broker: &Broker, agent: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = padres(broker, &["agents", "--json"]);
+        let value: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap_or_default();
+        let up = value["agents"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["agent"] == agent && x["state"] == "up"));
+        if up {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{agent} did not report within 30 s: {}", explain(&out));
+    }
+}
+
 /// Triggers generations `g0` … through `broker` with one scripted client (`padres session`).
 fn trigger_all(broker: &Broker, dir: &Path) {
     let mut script = String::from(
@@ -243,7 +259,7 @@ fn a_provisioner_grows_a_full_pool_and_drains_a_member_once_it_is_idle() {
         &dir.join("w1"),
         &["--pool", "workers", "--max-parallel", "1", "--load-period", "200"],
     );
-    std::thread::sleep(Duration::from_secs(1));
+    agent_reports(&brokers[0], "w1");
     let _home = Agent::start_with(&brokers[0], "home", &dir.join("home"), &watch);
     deploy(
         &brokers[3],
