@@ -50,7 +50,7 @@ struct Args {
     /// A pool the agent is a member of (repeat for several): it runs the pool's jobs that
     /// the applications' home agents dispatch to it, with no deployment of its own. It may
     /// join or leave at any time (`padres agents drain NAME`).
-    #[arg(long = "pool", value_name = "POOL")]
+    #[arg(long = "pool", value_name = "POOL", value_parser = pool_name)]
     pools: Vec<String>,
     /// Milliseconds between two load reports (`agent_load`: running and queued jobs,
     /// recent queueing delays), which every agent publishes and home agents place pool
@@ -70,7 +70,7 @@ struct Args {
     /// scale-up when every member has been at its limit for --over-for seconds (or there
     /// are fewer than --min-members), a scale-down of the least loaded member when every
     /// member has been under --under-load percent of its capacity for --under-for seconds.
-    #[arg(long, value_name = "POOL")]
+    #[arg(long, value_name = "POOL", value_parser = pool_name)]
     provision: Option<String>,
     /// Command run (by `sh -c`, in the work directory) on a scale-up advice, e.g. one that
     /// starts `padres-agent --pool POOL`; PADRES_POOL, PADRES_ADVICE and PADRES_MEMBERS are
@@ -98,6 +98,13 @@ struct Args {
     max_members: usize,
 }
 
+/// A pool's name, as `--pool` and `--provision` take it.
+fn pool_name(name: &str) -> Result<String, String> {
+    padres_lang::Name::new(name)
+        .map(|_| name.to_owned())
+        .map_err(|_| "a pool name is an identifier (letters, digits, _ . -)".to_owned())
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let seconds = |name: &str, secs: f64| {
         if (0.0..1e9).contains(&secs) {
@@ -108,9 +115,6 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let provision = match &args.provision {
         Some(pool) => {
-            if padres_lang::Name::new(pool).is_err() {
-                return Err(format!("--provision {pool}: a pool name is an identifier"));
-            }
             if !(0.0..=100.0).contains(&args.under_load) || args.min_members > args.max_members {
                 return Err("--under-load is a percent (0 to 100), and --min-members at most --max-members"
                     .to_owned());
@@ -130,11 +134,6 @@ async fn run(args: Args) -> Result<(), String> {
         }
         None => None,
     };
-    for pool in &args.pools {
-        if padres_lang::Name::new(pool).is_err() {
-            return Err(format!("--pool {pool}: a pool name is an identifier (letters, digits, _ . -)"));
-        }
-    }
     if args.load_period == 0 || args.silence == 0 {
         return Err("--load-period and --silence must be at least 1".to_owned());
     }
