@@ -356,7 +356,7 @@ fn render(known: &Known, gid: &str, date: Option<&str>, generation: &Generation)
                 d
             }
         };
-        lines.push(format!("  {job:<16} {:<10} {:<12} {detail}", state.word(), planned.agent));
+        lines.push(format!("  {job:<16} {:<10} {:<12} {detail}", state.word(), planned.runner(&state)));
     }
     lines
 }
@@ -384,7 +384,7 @@ fn generation_json(
             };
             serde_json::json!({
                 "job": job,
-                "agent": planned.agent,
+                "agent": planned.runner(&state),
                 "state": state.word(),
                 "attempt": event.map(|e| e.attempt),
                 "exit": event.map(|e| e.exit),

@@ -32,10 +32,24 @@ pub struct Plan {
 /// A job of a [`Plan`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
-    /// The agent that runs it.
+    /// The agent that runs it (for a pool job, the home agent that dispatches it).
     pub agent: String,
     /// What it waits for (all of them).
     pub after: Vec<Need>,
+    /// For a pool job, its pool.
+    pub pool: Option<String>,
+}
+
+impl Planned {
+    /// Who runs it, as `state` says: its agent; for a pool job the member that started
+    /// or ended it, or `pool P` before one has.
+    pub fn runner(&self, state: &State) -> String {
+        match (&self.pool, state) {
+            (Some(_), State::Running(e) | State::Ended(e)) if e.status != "dispatched" => e.agent.clone(),
+            (Some(pool), _) => format!("pool {pool}"),
+            (None, _) => self.agent.clone(),
+        }
+    }
 }
 
 impl Plan {
@@ -43,7 +57,8 @@ impl Plan {
     pub fn add(&mut self, agent: &str, body: &EnvelopeBody) {
         self.agents.insert(agent.to_owned());
         for job in &body.jobs {
-            let planned = Planned { agent: agent.to_owned(), after: job.after.clone() };
+            let pool = job.pool.as_ref().map(|p| p.name.clone());
+            let planned = Planned { agent: agent.to_owned(), after: job.after.clone(), pool };
             self.jobs.insert(job.job.clone(), planned);
         }
     }
@@ -514,5 +529,20 @@ mod tests {
         assert_eq!(g.state("P").word(), "dispatched");
         g.record(event("P", "succeeded", 2));
         assert_eq!(g.state("P").word(), "succeeded");
+    }
+
+    #[test]
+    fn a_pool_job_is_shown_run_by_its_member_once_one_has_it() {
+        let planned = Planned { agent: "home".into(), after: Vec::new(), pool: Some("w".into()) };
+        let mut g = Generation::default();
+        assert_eq!(planned.runner(&g.state("P")), "pool w");
+        g.record(event("P", "dispatched", 1));
+        assert_eq!(planned.runner(&g.state("P")), "pool w", "dispatched by the home agent");
+        let mut started = event("P", "started", 1);
+        started.agent = "w3".into();
+        g.record(started);
+        assert_eq!(planned.runner(&g.state("P")), "w3");
+        let named = Planned { pool: None, ..planned };
+        assert_eq!(named.runner(&g.state("P")), "home");
     }
 }
