@@ -33,7 +33,8 @@
 //! Statuses and replies are published in the order they happen, by one task, each
 //! acknowledged by the broker (up to 64 written ahead of their acknowledgements): one that
 //! cannot be sent (the broker is away) is sent again until it is taken, so a broker
-//! restart loses none. One the broker refuses (its
+//! restart loses none (load reports and provisioning advice, stale by then, are dropped
+//! instead: the next report replaces them). One the broker refuses (its
 //! advertisement withdrawn meanwhile, by an undeploy while the job ran) is logged and
 //! dropped. A job found running in the journal
 //! when the agent starts (it stopped while the job ran) is published `failed` with exit -1
@@ -466,8 +467,13 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         match text.parse::<Publication>() {
             Ok(publication) => {
                 let what = format!("a publication kept from before the restart ({publication})");
-                let _ =
-                    agent.outgoing.queue.send(Queued { seq: Some(seq), publication, what, if_refused: None });
+                let _ = agent.outgoing.queue.send(Queued {
+                    seq: Some(seq),
+                    publication,
+                    what,
+                    if_refused: None,
+                    now_or_never: false,
+                });
             }
             Err(e) => tracing::error!("the outbox holds an unreadable publication {text}: {e}"),
         }
@@ -571,6 +577,9 @@ struct Queued {
     what: String,
     /// Told to the agent's loop if the broker refuses it.
     if_refused: Option<Internal>,
+    /// Dropped, not sent again, when it cannot be sent now (a load report or an advice:
+    /// stale once the broker is back, and the next one replaces it).
+    now_or_never: bool,
 }
 
 /// Where the agent's publications go: statuses and triggers are written to the journal's
@@ -631,12 +640,23 @@ impl Outbox {
         } else {
             None
         };
+        let outgoing_kind = match outgoing {
+            Outgoing::Load(_) | Outgoing::Advice(..) => Kind::Report,
+            Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Trigger(..) => Kind::Kept,
+        };
         let if_refused = match outgoing {
             Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
             Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) | Outgoing::Advice(..) => None,
         };
-        self.queue.send(Queued { seq, publication, what, if_refused }).is_ok()
+        let now_or_never = matches!(outgoing_kind, Kind::Report);
+        self.queue.send(Queued { seq, publication, what, if_refused, now_or_never }).is_ok()
     }
+}
+
+/// Whether an outgoing publication is sent until taken, or now or never.
+enum Kind {
+    Kept,
+    Report,
 }
 
 /// Most matches claimed in one transaction.
@@ -718,6 +738,10 @@ async fn publish_in_order(
                     }
                     break;
                 }
+                Err(e) if queued.now_or_never => {
+                    tracing::debug!("{}: not sent ({e}); dropped", queued.what);
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!(
                         "{}: not sent ({e}); sending again in {} ms",
@@ -737,7 +761,8 @@ async fn publish_in_order(
                             *later_sent = Sent::Answered(answer);
                         }
                         let failed = matches!(later_sent, Sent::Answered(Err(e)) if !matches!(e, ClientError::Refused { .. }));
-                        if failed {
+                        // (One sent now or never is dropped when its turn comes.)
+                        if failed && !later.now_or_never {
                             *later_sent = write(later.publication.clone()).await;
                         }
                     }
