@@ -108,6 +108,17 @@ async fn metrics_parse_and_agree_with_broker_stats_after_a_known_load() {
     assert!(value(&metrics, "padres_link_sent_bytes", &["B2"]) > 100.0 * load as f64);
     assert!(value(&metrics, "padres_link_received_bytes", &["B2"]) > 0.0);
     assert!(value(&metrics, "padres_uptime_seconds", &[]) > 0.0);
+    // Per class (labels sorted: class, peer): every quote routed to B2 (the load, and the
+    // warm-up's once the subscription was there) went as one message of class quote,
+    // counted with its encoded bytes, as `broker stats` shows them.
+    let quotes = value(&metrics, "padres_link_class_messages_out", &["quote", "B2"]);
+    assert!(quotes > load as f64 && quotes <= (warm_up + load) as f64, "{quotes} quotes to B2");
+    let quote_bytes = value(&metrics, "padres_link_class_sent_bytes", &["quote", "B2"]);
+    assert!(quote_bytes > 20.0 * quotes && quote_bytes < to_b2 * 200.0, "{quote_bytes} bytes");
+    let row =
+        stats.link_traffic.iter().find(|r| r.peer.as_str() == "B2" && r.class == "quote").expect("quote row");
+    assert_eq!(row.messages as f64, quotes);
+    assert!(row.bytes as f64 <= quote_bytes, "stats were taken before the scrape");
     for name in metrics.families.keys() {
         assert!(name.starts_with("padres_"), "{name} lacks the prefix");
     }

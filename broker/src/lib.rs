@@ -35,6 +35,8 @@
 //!   view built from them.
 //! - [`metrics`]: the broker's counters in the Prometheus text format, for the HTTP
 //!   listener (`net/http.rs`), which also serves them as JSON.
+//! - [`traffic`]: what each neighbour link carried, per message class, counted as links
+//!   write.
 //!
 //! - [`history`]: the history store: a SQLite database of the publications this broker's
 //!   history filters select (`history/mod.rs`), and the thread that writes it
@@ -53,3 +55,4 @@ pub mod outbox;
 pub mod resume;
 pub mod router;
 pub mod sim;
+pub mod traffic;

@@ -18,6 +18,7 @@
 //! | `padres_link_messages_in_total{peer}`, `…_out_total{peer}` | counter | per neighbour |
 //! | `padres_link_received_bytes_total{peer}`, `padres_link_sent_bytes_total{peer}` | counter | per neighbour, UDP bytes of its QUIC connections |
 //! | `padres_link_queued_frames{peer}` | gauge | frames waiting for the neighbour's link |
+//! | `padres_link_class_messages_out_total{peer,class}`, `padres_link_class_sent_bytes_total{peer,class}` | counter | `link_traffic`: messages and encoded bytes sent per neighbour and message class ([`crate::traffic`]) |
 //! | `padres_client_queued_bytes` | gauge | notifications waiting for clients, estimated |
 //! | `padres_slow_clients_dropped_total`, `padres_links_refused_total`, `padres_links_cut_total` | counter | same names |
 //! | `padres_link_sessions_resumed_total`, `padres_link_messages_resent_total`, `padres_link_duplicates_dropped_total`, `padres_link_sessions_expired_total` | counter | same names |
@@ -30,7 +31,7 @@
 //! | `padres_history_queries_total` | counter | historic queries put to this broker's store |
 
 use padres_lang::Name;
-use padres_lang::wire::BrokerStats;
+use padres_lang::wire::{BrokerStats, LinkTraffic};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -286,6 +287,26 @@ impl Collector for Snapshot {
                     MetricType::Counter => ConstCounter::new(value(link)).encode(sample)?,
                     _ => ConstGauge::new(value(link)).encode(sample)?,
                 }
+            }
+        }
+
+        type PerClass = fn(&LinkTraffic) -> u64;
+        let per_class: [(&str, &str, Option<Unit>, PerClass); 2] = [
+            ("link_class_messages_out", "Messages sent to a neighbour, per message class.", None, |t| {
+                t.messages
+            }),
+            (
+                "link_class_sent",
+                "Encoded bytes of the messages sent to a neighbour, per message class.",
+                Some(Unit::Bytes),
+                |t| t.bytes,
+            ),
+        ];
+        for (name, help, unit, value) in &per_class {
+            let mut family = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+            for row in &s.link_traffic {
+                let labels = [("peer", row.peer.as_str()), ("class", row.class.as_str())];
+                ConstCounter::new(value(row)).encode(family.encode_family(&labels.as_slice())?)?;
             }
         }
         Ok(())

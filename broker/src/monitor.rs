@@ -18,12 +18,15 @@
 //! to each of those neighbours since the broker started, space-separated in the same
 //! order), `interval_ms`, `uptime_ms`, `clients`, `advertisements`, `subscriptions`,
 //! `publications_in`, `notifications_out`, `broker_messages_in`, `broker_messages_out`,
-//! `partial_matches`, `history_rows` (and the `time` every publication carries). The view
-//! turns two successive reports of a broker into its message rate on each link.
+//! `partial_matches`, `history_rows`, `history` (its history store's filters, a JSON
+//! array of subscriptions in text syntax; empty without a store), `traffic` (what it sent to each neighbour per message
+//! class, [`crate::traffic`]: a JSON array of `[neighbour, class, messages, bytes]`) (and
+//! the `time` every publication carries). The view turns two successive reports of a
+//! broker into its message rate on each link.
 
 use std::collections::BTreeMap;
 
-use padres_lang::wire::BrokerStats;
+use padres_lang::wire::{BrokerStats, LinkTraffic};
 use padres_lang::{Advertisement, Name, Publication, Subscription, Value};
 use serde::Serialize;
 
@@ -47,7 +50,7 @@ const COUNTERS: [&str; 10] = [
 /// What a broker advertises for its reports.
 pub fn advertisement() -> Advertisement {
     let mut text = format!(
-        "[class,eq,'{CLASS}'],[broker,isPresent,''],[neighbours,isPresent,''],[link_messages_out,isPresent,''],[interval_ms,isPresent,0]"
+        "[class,eq,'{CLASS}'],[broker,isPresent,''],[neighbours,isPresent,''],[link_messages_out,isPresent,''],[interval_ms,isPresent,0],[history,isPresent,''],[traffic,isPresent,'']"
     );
     for counter in COUNTERS {
         text.push_str(&format!(",[{counter},isPresent,0]"));
@@ -60,9 +63,15 @@ pub fn subscription() -> Subscription {
     format!("[class,eq,'{CLASS}']").parse().expect("the report subscription parses")
 }
 
-/// The report of a broker whose counters are `stats`, sent every `interval_ms`;
-/// `messages_out(n)` is how many messages it has sent to neighbour `n`.
-pub fn report(stats: &BrokerStats, interval_ms: u64, messages_out: impl Fn(&Name) -> u64) -> Publication {
+/// The report of a broker whose counters are `stats`, sent every `interval_ms`, whose
+/// history store keeps what `history` selects; `messages_out(n)` is how many messages it
+/// has sent to neighbour `n`.
+pub fn report(
+    stats: &BrokerStats,
+    interval_ms: u64,
+    history: &[String],
+    messages_out: impl Fn(&Name) -> u64,
+) -> Publication {
     let int = |n: u64| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
     let values = [
         stats.uptime_ms,
@@ -85,9 +94,29 @@ pub fn report(stats: &BrokerStats, interval_ms: u64, messages_out: impl Fn(&Name
         (name("neighbours"), Value::str(&neighbours.join(" "))),
         (name("link_messages_out"), Value::str(&sent.join(" "))),
         (name("interval_ms"), int(interval_ms)),
+        (name("history"), Value::str(&serde_json::json!(history).to_string())),
+        (name("traffic"), Value::str(&traffic_text(&stats.link_traffic))),
     ];
     attrs.extend(COUNTERS.iter().zip(values).map(|(counter, value)| (name(counter), int(value))));
     Publication::new(attrs).expect("a report is a valid publication")
+}
+
+/// `rows` as a report's `traffic` attribute.
+fn traffic_text(rows: &[LinkTraffic]) -> String {
+    let rows: Vec<serde_json::Value> =
+        rows.iter().map(|r| serde_json::json!([r.peer.as_str(), r.class, r.messages, r.bytes])).collect();
+    serde_json::Value::Array(rows).to_string()
+}
+
+/// A report's `traffic` attribute read back; rows that do not read are left out.
+pub fn traffic_of(publication: &Publication) -> Vec<LinkTraffic> {
+    let Some(text) = publication.get("traffic").and_then(Value::as_str) else { return Vec::new() };
+    let Ok(rows) = serde_json::from_str::<Vec<(String, String, u64, u64)>>(text) else { return Vec::new() };
+    rows.into_iter()
+        .filter_map(|(peer, class, messages, bytes)| {
+            Some(LinkTraffic { peer: Name::new(&peer).ok()?, class, messages, bytes })
+        })
+        .collect()
 }
 
 /// One broker as its latest report describes it.
@@ -106,6 +135,10 @@ pub struct BrokerView {
     /// Messages per second it sent to each neighbour between its last two reports (empty
     /// until it has sent two, or after it restarted).
     pub rates_out: BTreeMap<String, f64>,
+    /// What it has sent to each neighbour since it started, per message class.
+    pub traffic: Vec<LinkTraffic>,
+    /// Its history store's filters (none without a store).
+    pub history: Vec<String>,
     /// When its report was received here (this broker's clock, ms since the Unix epoch).
     pub received_ms: u64,
 }
@@ -169,6 +202,12 @@ impl Federation {
             counters,
             messages_out,
             rates_out,
+            traffic: traffic_of(publication),
+            history: publication
+                .get("history")
+                .and_then(Value::as_str)
+                .and_then(|h| serde_json::from_str(h).ok())
+                .unwrap_or_default(),
             received_ms: now,
         };
         self.latest.insert(broker.to_owned(), view);
@@ -212,16 +251,22 @@ mod tests {
             "history_dropped": 0, "history_failed": 0, "history_removed": 0, "history_queued": 0,
             "history_rows": 10, "link_sessions_resumed": 0, "link_messages_resent": 0,
             "link_duplicates_dropped": 0, "link_sessions_expired": 0, "client_sessions_resumed": 0,
-            "client_frames_resent": 0, "client_sessions_expired": 0
+            "client_frames_resent": 0, "client_sessions_expired": 0, "link_traffic": []
         }))
         .expect("stats");
         stats.neighbours = neighbours.iter().map(|n| Name::new(n).expect("name")).collect();
+        let b1 = Name::new("B1").expect("name");
+        stats.link_traffic =
+            vec![LinkTraffic { peer: b1, class: "job_status".to_owned(), messages: 3, bytes: 480 }];
         stats
     }
 
     #[test]
     fn a_report_conforms_to_the_advertisement_and_reads_back() {
-        let report = report(&stats("B2", &["B1", "B3"]), 5000, |n| if n.as_str() == "B1" { 11 } else { 12 });
+        let report =
+            report(&stats("B2", &["B1", "B3"]), 5000, &["[class,eq,'job_status']".to_owned()], |n| {
+                if n.as_str() == "B1" { 11 } else { 12 }
+            });
         assert!(padres_lang::semantics::conforms(&report, &advertisement()), "{report}");
         assert!(padres_lang::matches(&subscription(), &report));
         let mut federation = Federation::default();
@@ -235,14 +280,18 @@ mod tests {
         assert_eq!(b2.counters["history_rows"], 10);
         assert_eq!(b2.messages_out, [("B1".to_owned(), 11), ("B3".to_owned(), 12)].into());
         assert!(b2.rates_out.is_empty(), "one report: no rate yet");
+        let traffic: Vec<(&str, &str, u64, u64)> =
+            b2.traffic.iter().map(|t| (t.peer.as_str(), t.class.as_str(), t.messages, t.bytes)).collect();
+        assert_eq!(traffic, [("B1", "job_status", 3, 480)]);
+        assert_eq!(b2.history, ["[class,eq,'job_status']"]);
         assert_eq!(view.links, [("B1".to_owned(), "B2".to_owned()), ("B2".to_owned(), "B3".to_owned())]);
     }
 
     #[test]
     fn links_are_listed_once_and_silent_brokers_are_forgotten() {
         let mut federation = Federation::default();
-        federation.receive(0, &report(&stats("B1", &["B2"]), 1000, |_| 0));
-        federation.receive(2000, &report(&stats("B2", &["B1"]), 1000, |_| 0));
+        federation.receive(0, &report(&stats("B1", &["B2"]), 1000, &[], |_| 0));
+        federation.receive(2000, &report(&stats("B2", &["B1"]), 1000, &[], |_| 0));
         assert_eq!(federation.view(2500).links, [("B1".to_owned(), "B2".to_owned())]);
         // B1 last reported at 0: past three of its intervals at 3,001 it is gone.
         let view = federation.view(3001);
@@ -257,7 +306,7 @@ mod tests {
         let at = |uptime_ms: u64, to_b1: u64, to_b3: u64| {
             let mut stats = stats("B2", &["B1", "B3"]);
             stats.uptime_ms = uptime_ms;
-            report(&stats, 1000, move |n| if n.as_str() == "B1" { to_b1 } else { to_b3 })
+            report(&stats, 1000, &[], move |n| if n.as_str() == "B1" { to_b1 } else { to_b3 })
         };
         federation.receive(0, &at(10_000, 100, 7));
         federation.receive(2000, &at(12_000, 500, 7));

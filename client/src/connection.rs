@@ -344,6 +344,7 @@ impl Connect {
         let session = if self.reconnect { resume(&mut link, 0, 0).await?.0 } else { 0 };
         let state = State {
             connection: Some(link.connection),
+            broker: link.broker,
             pending: HashMap::new(),
             issued: Issued::default(),
             next_req: 1,
@@ -366,6 +367,8 @@ impl Connect {
 /// One established connection.
 struct Link {
     connection: quinn::Connection,
+    /// The broker's name, from its welcome.
+    broker: Name,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     reader: FrameReader,
@@ -384,7 +387,7 @@ async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, Cli
     // default; read up to the ceiling any broker may use.
     let mut reader = FrameReader::new(MAX_FRAME_CEILING);
     match handshake::hello(&mut send, &mut recv, &mut reader, Role::Client, name, DEFAULT_MAX_FRAME).await {
-        Ok(_) => Ok(Link { connection, send, recv, reader }),
+        Ok(broker) => Ok(Link { connection, broker, send, recv, reader }),
         Err(HandshakeError::Refused { code, message }) => Err(ClientError::Refused { code, message }),
         Err(other) => Err(connect_error(other.to_string())),
     }
@@ -496,6 +499,8 @@ struct Shared {
 struct State {
     /// The current connection; `None` while reconnecting.
     connection: Option<quinn::Connection>,
+    /// The name of the broker it is (or was last) connected to.
+    broker: Name,
     pending: Pending,
     issued: Issued,
     next_req: u64,
@@ -809,6 +814,12 @@ impl Client {
         Notifications(std::mem::replace(&mut self.notifications, closed))
     }
 
+    /// The name of the broker the client is connected to (or was last, while it
+    /// reconnects), as the broker said in its welcome.
+    pub fn broker_name(&self) -> Name {
+        self.shared.with(|s| s.broker.clone())
+    }
+
     /// The last connection-level error: what the broker said before closing (a slow
     /// client's cut-off, say), or why the connection ended.
     pub fn last_error(&self) -> Option<String> {
@@ -901,6 +912,7 @@ async fn drive(
         // Dropped while reconnecting: Drop found no connection to close, so close this one.
         let closed = shared.with(|s| {
             s.connection = Some(link.connection.clone());
+            s.broker = link.broker.clone();
             s.closed
         });
         if closed {

@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use padres_lang::wire::codec::DEFAULT_MAX_FRAME;
-use padres_lang::wire::{BrokerStats, CloseCode, Query, Report, RouteEntry, RoutesReport};
+use padres_lang::wire::{BrokerStats, CloseCode, LinkTraffic, Query, Report, RouteEntry, RoutesReport};
 use padres_lang::{
     Advertisement, CompositeOp, CompositeSubscription, ErrorCode, Frame, Limits, Message, MessageId, Name,
     Op, Operand, Pattern, Predicate, Publication, Role, Subscription, Timestamp, Value, VarKind, Variable,
@@ -239,48 +239,60 @@ fn any_frame() -> BoxedStrategy<Frame> {
             },
         }),
         (any::<u64>(), any_name(), proptest::collection::vec(any_name(), 0..3), any::<u64>()).prop_map(
-            |(req, broker, neighbours, n)| Frame::Report {
-                req,
-                report: Report::Stats(Box::new(BrokerStats {
-                    broker,
-                    uptime_ms: n,
-                    clients: n / 2,
-                    connections: n / 3,
-                    neighbours,
-                    advertisements: n / 3,
-                    subscriptions: n / 5,
-                    client_requests: n / 7,
-                    publications_in: n / 11,
-                    notifications_out: n / 13,
-                    broker_messages_in: n / 17,
-                    broker_messages_out: n / 19,
-                    slow_clients_dropped: n / 23,
-                    links_refused: n / 29,
-                    links_cut: n / 31,
-                    composites: n / 37,
-                    detectors: n / 41,
-                    partial_matches: n / 43,
-                    partial_match_bytes: n / 101,
-                    partial_match_bytes_cap: n / 103,
-                    composite_matches: n / 47,
-                    partials_evicted: n / 53,
-                    partials_expired: n / 59,
-                    partials_ended: n / 61,
-                    pairs_dropped: n / 67,
-                    history_stored: n / 71,
-                    history_dropped: n / 73,
-                    history_failed: n / 79,
-                    history_removed: n / 83,
-                    history_queued: n / 89,
-                    history_rows: n / 97,
-                    link_sessions_resumed: n / 101,
-                    link_messages_resent: n / 103,
-                    link_duplicates_dropped: n / 107,
-                    link_sessions_expired: n / 109,
-                    client_sessions_resumed: n / 113,
-                    client_frames_resent: n / 127,
-                    client_sessions_expired: n / 131,
-                })),
+            |(req, broker, neighbours, n)| {
+                let broker_peers = neighbours.clone();
+                Frame::Report {
+                    req,
+                    report: Report::Stats(Box::new(BrokerStats {
+                        broker,
+                        uptime_ms: n,
+                        clients: n / 2,
+                        connections: n / 3,
+                        neighbours,
+                        advertisements: n / 3,
+                        subscriptions: n / 5,
+                        client_requests: n / 7,
+                        publications_in: n / 11,
+                        notifications_out: n / 13,
+                        broker_messages_in: n / 17,
+                        broker_messages_out: n / 19,
+                        slow_clients_dropped: n / 23,
+                        links_refused: n / 29,
+                        links_cut: n / 31,
+                        composites: n / 37,
+                        detectors: n / 41,
+                        partial_matches: n / 43,
+                        partial_match_bytes: n / 101,
+                        partial_match_bytes_cap: n / 103,
+                        composite_matches: n / 47,
+                        partials_evicted: n / 53,
+                        partials_expired: n / 59,
+                        partials_ended: n / 61,
+                        pairs_dropped: n / 67,
+                        history_stored: n / 71,
+                        history_dropped: n / 73,
+                        history_failed: n / 79,
+                        history_removed: n / 83,
+                        history_queued: n / 89,
+                        history_rows: n / 97,
+                        link_sessions_resumed: n / 101,
+                        link_messages_resent: n / 103,
+                        link_duplicates_dropped: n / 107,
+                        link_sessions_expired: n / 109,
+                        client_sessions_resumed: n / 113,
+                        client_frames_resent: n / 127,
+                        client_sessions_expired: n / 131,
+                        link_traffic: broker_peers
+                            .into_iter()
+                            .map(|peer| LinkTraffic {
+                                peer,
+                                class: "job_status".into(),
+                                messages: n / 137,
+                                bytes: n / 139,
+                            })
+                            .collect(),
+                    })),
+                }
             }
         ),
         (any::<u64>(), any_name(), any::<u32>())

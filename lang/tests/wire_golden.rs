@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use padres_lang::wire::{
-    BrokerMessage, BrokerStats, CloseCode, ErrorCode, Forwarded, Frame, Query, Report, Role, RouteEntry,
-    RoutesReport, decode, encode,
+    BrokerMessage, BrokerStats, CloseCode, ErrorCode, Forwarded, Frame, LinkTraffic, Query, Report, Role,
+    RouteEntry, RoutesReport, decode, encode,
 };
 use padres_lang::{Message, MessageId, Name, Stamp, Stamped};
 
@@ -167,6 +167,12 @@ fn samples() -> Vec<Frame> {
                 client_sessions_resumed: 34,
                 client_frames_resent: 35,
                 client_sessions_expired: 36,
+                link_traffic: vec![LinkTraffic {
+                    peer: name("B2"),
+                    class: "job_status".into(),
+                    messages: 37,
+                    bytes: 38,
+                }],
             })),
         },
         Frame::Report {
@@ -279,7 +285,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Query/Routes", "0000000b0902010a140573746f636b"),
     (
         "Report/Stats",
-        "0000002e0a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324",
+        "0000003f0a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324010242320a6a6f625f7374617475732526",
     ),
     (
         "Report/Routes",

@@ -123,8 +123,6 @@ pub struct Options {
     /// The pools it is a member of (it runs their jobs when a home agent dispatches them
     /// here).
     pub pools: Vec<String>,
-    /// The broker it is connected to, as given: announced in its load reports.
-    pub broker: String,
     /// How often it publishes its load ([`crate::pool`]).
     pub load_period: Duration,
     /// Load reports a pool member may miss before the home agents that dispatch to it
@@ -148,7 +146,6 @@ impl Options {
             max_parallel: 8,
             catch_up: CATCH_UP,
             pools: Vec::new(),
-            broker: String::new(),
             load_period: crate::pool::LOAD_PERIOD,
             silence: crate::pool::SILENCE,
             capacity: None,

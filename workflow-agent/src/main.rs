@@ -151,7 +151,6 @@ async fn run(args: Args) -> Result<(), String> {
         max_parallel: args.max_parallel,
         catch_up: Duration::from_secs(args.catch_up),
         pools: args.pools,
-        broker: args.broker,
         load_period: Duration::from_millis(args.load_period),
         silence: args.silence,
         capacity: args.capacity,

@@ -4,8 +4,8 @@
 //! for the peer are written in batches, and the count waiting is kept for the policy's
 //! stuck-link rule.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use padres_lang::Name;
 use padres_lang::wire::codec::FrameReader;
@@ -18,6 +18,7 @@ use super::write::write_batch;
 use super::{ConnectionError, tls};
 use crate::config::NeighbourAddr;
 use crate::links::{LinkId, Target};
+use crate::traffic::Traffic;
 
 /// Numbers links for the whole process, so two links to one peer are told apart.
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
@@ -123,12 +124,14 @@ impl Open {
         let link: LinkId = NEXT_LINK.fetch_add(1, Ordering::Relaxed);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
+        let traffic = Arc::new(Mutex::new(Traffic::default()));
         let handle = LinkHandle {
             id: link,
             peer: peer.clone(),
             target,
             queue: tx,
             queued: queued.clone(),
+            traffic: traffic.clone(),
             connection: connection.clone(),
         };
         events.send(Event::LinkUp(handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
@@ -178,7 +181,12 @@ impl Open {
                             closing = *code;
                         }
                         let more = || rx.try_recv().ok().map(|frame| (frame, 0));
-                        match write_batch(&mut send, &mut out, (first, 0), more, max_frame).await {
+                        let count = |frame: &Frame, bytes: usize| {
+                            // Poisoned only if a holder panicked: the counts are still counts.
+                            let mut traffic = traffic.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                            traffic.add(crate::traffic::label(frame), u64::try_from(bytes).unwrap_or(u64::MAX));
+                        };
+                        match write_batch(&mut send, &mut out, (first, 0), more, max_frame, count).await {
                             Ok((_, frames)) => {
                                 queued.fetch_sub(frames, Ordering::Relaxed);
                             }

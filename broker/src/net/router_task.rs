@@ -7,12 +7,13 @@
 //! queries.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use padres_lang::wire::{
-    BrokerMessage, BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, RouteEntry, RoutesReport,
+    BrokerMessage, BrokerStats, CloseCode, ErrorCode, Frame, LinkTraffic, Query, Report, RouteEntry,
+    RoutesReport,
 };
 use padres_lang::{Message, MessageId, Name, Publication, Stamped, Subscription};
 use tokio::sync::{mpsc, oneshot};
@@ -30,6 +31,7 @@ use crate::metrics::{LinkSnapshot, Snapshot};
 use crate::monitor::{self, Federation, FederationView};
 use crate::resume::{self, Received, Sessions, Step};
 use crate::router::{BROKER_CLIENT, ClientId, DetectorOp, Input, Output, Router, RoutesPage};
+use crate::traffic::Traffic;
 
 /// Events the router task handles before it hands out what they produced, so that a
 /// busy connection task is woken once for many frames.
@@ -63,6 +65,8 @@ pub(super) struct LinkHandle {
     pub(super) queue: mpsc::UnboundedSender<Frame>,
     /// Frames queued and not yet written.
     pub(super) queued: Arc<AtomicUsize>,
+    /// What the link's writer sent, per class.
+    pub(super) traffic: Arc<Mutex<Traffic>>,
     pub(super) connection: quinn::Connection,
 }
 
@@ -193,6 +197,8 @@ struct LinkCounters {
     /// UDP bytes of its connections that have closed (open ones are read when asked).
     closed_bytes_in: u64,
     closed_bytes_out: u64,
+    /// What its closed connections sent, per class.
+    closed_traffic: Traffic,
 }
 
 /// A history store's answer to a historic query.
@@ -448,7 +454,7 @@ pub(super) async fn run(
             _ = tick(&mut report_timer), if report_timer.is_some() => {
                 let now = task.now();
                 let sent = |peer: &Name| task.link_counters.get(peer).map_or(0, |c| c.messages_out);
-                let report = monitor::report(&task.stats(now), task.reports.interval_ms, sent);
+                let report = monitor::report(&task.stats(now), task.reports.interval_ms, &task.history_filters, sent);
                 // A publication is not delivered back to the client that published it:
                 // this broker's own report goes into its view directly.
                 if task.reports.view {
@@ -513,6 +519,12 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// A rough size of a notification on the wire, for the slow-client limit.
+/// `traffic`, locked: poisoned only if a link's writer panicked while counting, and the
+/// counts are still counts.
+fn lock(traffic: &Mutex<Traffic>) -> MutexGuard<'_, Traffic> {
+    traffic.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn estimated_size(subs: usize, publication: &Publication) -> usize {
     16 + 16 * subs + publication.estimated_size()
 }
@@ -956,6 +968,7 @@ impl RouterTask {
             client_sessions_resumed: self.client_sessions.resumed,
             client_frames_resent: self.client_sessions.resent,
             client_sessions_expired: self.client_sessions.expired,
+            link_traffic: self.link_traffic(),
         }
     }
 
@@ -973,6 +986,20 @@ impl RouterTask {
         let counters = self.link_counters.entry(handle.peer.clone()).or_default();
         counters.closed_bytes_in += udp.udp_rx.bytes;
         counters.closed_bytes_out += udp.udp_tx.bytes;
+        counters.closed_traffic.merge(&lock(&handle.traffic));
+    }
+
+    /// What was sent to each neighbour ever linked, per class, over every connection.
+    fn link_traffic(&self) -> Vec<LinkTraffic> {
+        let mut rows = Vec::new();
+        for (peer, counters) in &self.link_counters {
+            let mut traffic = counters.closed_traffic.clone();
+            for handle in self.links.values().filter(|h| h.peer == *peer) {
+                traffic.merge(&lock(&handle.traffic));
+            }
+            rows.extend(traffic.rows(peer));
+        }
+        rows
     }
 
     /// Hands `message` to the router as the broker's own client ([`BROKER_CLIENT`]).

@@ -80,7 +80,7 @@ pub(super) async fn serve(
                     match frame {
                         Some(first) => {
                             let more = || rx.try_recv().ok();
-                            match write_batch(&mut send, &mut out, first, more, max_frame).await {
+                            match write_batch(&mut send, &mut out, first, more, max_frame, |_, _| {}).await {
                                 Ok((size, _)) => {
                                     queued.fetch_sub(size, Ordering::Relaxed);
                                 }

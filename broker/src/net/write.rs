@@ -8,13 +8,15 @@ const WRITE_BATCH: usize = 64 * 1024;
 
 /// Writes `first` and whatever else is already queued (`more`, up to [`WRITE_BATCH`]
 /// bytes) in one write. Each frame comes with its size as counted for a queue limit; the
-/// sum, and the number of frames, are returned.
+/// sum, and the number of frames, are returned. `encoded` is told each frame written and
+/// its encoded bytes.
 pub(super) async fn write_batch(
     send: &mut quinn::SendStream,
     out: &mut Vec<u8>,
     first: (Frame, usize),
     mut more: impl FnMut() -> Option<(Frame, usize)>,
     max_frame: usize,
+    mut encoded: impl FnMut(&Frame, usize),
 ) -> Result<(usize, usize), FrameError> {
     out.clear();
     let (mut size, mut frames) = (0, 0);
@@ -22,6 +24,7 @@ pub(super) async fn write_batch(
     while let Some((frame, frame_size)) = next.take() {
         size += frame_size;
         frames += 1;
+        let before = out.len();
         if let Err(error) = wire::encode(&frame, max_frame, out) {
             // One frame over the limit must not cost the peer its connection: say so in
             // its place where there is someone to tell, else drop it with a warning.
@@ -53,6 +56,8 @@ pub(super) async fn write_batch(
             if let Some(stand_in) = stand_in {
                 wire::encode(&stand_in, max_frame, out)?;
             }
+        } else {
+            encoded(&frame, out.len() - before);
         }
         if out.len() < WRITE_BATCH {
             next = more();

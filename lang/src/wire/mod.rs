@@ -30,7 +30,8 @@
 //! ([`Forwarded::Unadvertisement`]). Version 8 pages and filters [`Query::Routes`].
 //! Version 9 numbers broker messages in link sessions ([`Frame::Resume`], [`Frame::Ack`]),
 //! adds [`Query::DropLink`], and epochs and [`BrokerMessage::TreeRepair`] for cyclic
-//! overlays that route around a lost link.
+//! overlays that route around a lost link. Version 10 adds client sessions. Version 11
+//! adds what each link carried per message class ([`BrokerStats`]'s `link_traffic`).
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -54,7 +55,7 @@ pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -569,6 +570,24 @@ pub struct BrokerStats {
     /// Client sessions ended because their client did not return within the window, or
     /// too much waited for it.
     pub client_sessions_expired: u64,
+    /// What was sent to each neighbour, per message class (by neighbour, then class).
+    #[serde(deserialize_with = "bounded::vec")]
+    pub link_traffic: Vec<LinkTraffic>,
+}
+
+/// Messages of one class sent to one neighbour, since the broker started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkTraffic {
+    /// The neighbour.
+    pub peer: Name,
+    /// The publications' `class`, or a name in parentheses for other routing traffic:
+    /// `(advertise)`, `(subscribe)`, `(composite)`, `(composite match)`, `(history)`,
+    /// `(link)`, and `(other)` for classes past the broker's limit per neighbour.
+    pub class: String,
+    /// Messages sent.
+    pub messages: u64,
+    /// Their encoded bytes.
+    pub bytes: u64,
 }
 
 /// One row of a routing table, as text.

@@ -77,7 +77,9 @@ impl Agent {
         meter.prune(at);
         Load {
             agent: self.options.name.clone(),
-            broker: self.options.broker.clone(),
+            // The broker's own name once connected (what the federation's reports and
+            // `padres workflow place` know it by), else the address it was given.
+            broker: self.client.broker_name().to_string(),
             pools: self.options.pools.clone(),
             incarnation: self.incarnation,
             state: self.state,
