@@ -408,3 +408,93 @@ fn generations_finish_after_a_broker_and_an_agent_restart_mid_generation() {
     r2.sort();
     assert_eq!(r2, ["A", "B", "C", "D"], "each job once");
 }
+
+/// `padres workflow place`: on B1 - B2 - B3, with the home agent, the jobs around B and
+/// the one history store at B3 and B alone at B1, every status B waits for and every
+/// status it publishes crosses both links; the advice is to run B at B3, saving all of the
+/// application's link traffic, and to leave A and C where they are. The brokers'
+/// per-class link counters it reads show the statuses that crossed.
+#[test]
+fn place_advises_running_a_job_next_to_the_jobs_it_serves() {
+    let mut brokers: Vec<Broker> = Vec::new();
+    for i in 1..=3 {
+        let mut flags = if i == 3 { history_flags() } else { Vec::new() };
+        flags.extend(["--monitor-interval-ms".to_owned(), "500".to_owned()]);
+        if let Some(previous) = brokers.last() {
+            flags.extend(neighbour_of(previous));
+        }
+        brokers.push(start_with(&format!("B{i}"), "place", &flags));
+    }
+    let dir = brokers[0].dir.join("test");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("ran.log");
+    let _agents = [
+        Agent::start(&brokers[0], "agent-1", &dir.join("agent-1")),
+        Agent::start(&brokers[2], "agent-2", &dir.join("agent-2")),
+    ];
+    let xml = application(
+        "shuttle",
+        &[
+            job("A", "daily", "agent-2", &[], "true", "", &log),
+            job("B", "daily", "agent-1", &["A"], "true", "", &log),
+            job("C", "daily", "agent-2", &["B"], "true", "", &log),
+        ],
+    );
+    deploy(&brokers[1], &dir, "shuttle", &xml);
+    for (gid, date) in [("g1", "2026-11-23"), ("g2", "2026-11-24")] {
+        trigger(&brokers[1], "shuttle", gid, date);
+        let out = wait(&brokers[1], "shuttle", gid);
+        assert!(out.status.success(), "{gid}: {}", explain(&out));
+    }
+
+    let out = padres(&brokers[1], &["workflow", "place", "shuttle", "--json", "--wait", "20"]);
+    assert!(out.status.success(), "place: {}", explain(&out));
+    let advice: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(advice["links"], 2, "{advice}");
+    assert_eq!(advice["home"]["broker"], "B3", "{advice}");
+    assert_eq!(advice["generations"], 2, "{advice}");
+    assert_eq!(
+        advice["history_stores"],
+        serde_json::json!([{"broker": "B3", "statuses": true, "triggers": true}])
+    );
+    assert!(advice["measured_messages"].as_u64().unwrap_or(0) > 0, "statuses crossed links: {advice}");
+    let job = |name: &str| {
+        advice["advice"]["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["job"] == name)
+            .cloned()
+            .expect(name)
+    };
+    let (a, b, c) = (job("A"), job("B"), job("C"));
+    assert_eq!((b["at"].as_str(), b["best"].as_str()), (Some("B1"), Some("B3")), "{b}");
+    let now = advice["advice"]["now"].as_f64().expect("now");
+    assert!(now > 0.0, "{advice}");
+    assert_eq!(b["saving"].as_f64(), Some(now), "moving B leaves no traffic on the links: {b}");
+    for other in [a, c] {
+        assert_eq!((other["best"].as_str(), other["saving"].as_f64()), (Some("B3"), Some(0.0)), "{other}");
+    }
+    // The same advice as text, for people.
+    let out = padres(&brokers[1], &["workflow", "place", "shuttle", "--wait", "20"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "place: {}", explain(&out));
+    let b_line = text.lines().find(|l| l.starts_with("B ")).unwrap_or_default();
+    assert!(b_line.contains("B1") && b_line.contains("B3") && b_line.contains("100%"), "{text}");
+
+    // B2 relayed job_status publications both ways, and counts them per class.
+    let out = padres(&brokers[1], &["broker", "stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("stats JSON");
+    for peer in ["B1", "B3"] {
+        let sent = stats["link_traffic"]
+            .as_array()
+            .expect("link_traffic")
+            .iter()
+            .find(|r| r["peer"] == peer && r["class"] == "job_status")
+            .unwrap_or_else(|| panic!("no job_status sent to {peer}: {stats}"));
+        assert!(
+            sent["messages"].as_u64() > Some(0) && sent["bytes"].as_u64() > sent["messages"].as_u64(),
+            "{sent}"
+        );
+    }
+}

@@ -20,51 +20,12 @@ const LISTEN: Duration = Duration::from_millis(1500);
 const SILENT_AFTER: u32 = padres_agent::pool::SILENCE;
 
 /// An agent's latest report and when it was made (epoch milliseconds).
-type Latest = (Load, i64);
+pub(crate) type Latest = (Load, i64);
 
 /// `padres agents`: each agent's latest report since `since`, with its state.
 pub(crate) async fn list(since: Option<&str>, json: bool, broker: &BrokerArgs) -> Result<(), String> {
     let since = since_arg(since, "10m")?;
-    let mut client = broker.connect().await?;
-    let sub = format!("s [class,eq,'{LOAD}'],[time,>=,{}]", since.to_rfc3339());
-    client.send(&sub).await.map_err(|e| e.to_string())?;
-    let mut latest: BTreeMap<String, Latest> = BTreeMap::new();
-    let mut stored = false;
-    let mut missing = Vec::new();
-    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let next = tokio::time::timeout_at(deadline, client.next_notification()).await;
-        let notification = match next {
-            Ok(Some(n)) => n,
-            Ok(None) => return Err("the broker closed the connection".into()),
-            Err(_) if stored => break,
-            Err(_) => return Err("the history stores did not answer within 30 s".into()),
-        };
-        match notification {
-            Notification::EndOfHistory { missing: gone, .. } => {
-                missing.extend(gone.iter().map(ToString::to_string));
-                stored = true;
-                deadline = tokio::time::Instant::now() + LISTEN;
-            }
-            Notification::Publication { publication, .. } => {
-                let Some(load) = Load::from_publication(&publication) else { continue };
-                let at = publication.time().map_or(0, Timestamp::millis);
-                let newer = latest
-                    .get(&load.agent)
-                    .is_none_or(|(known, known_at)| (load.incarnation, at) >= (known.incarnation, *known_at));
-                if newer {
-                    latest.insert(load.agent.clone(), (load, at));
-                }
-            }
-            Notification::Composite { .. } => {}
-        }
-    }
-    if !missing.is_empty() {
-        eprintln!(
-            "padres: no answer from the history stores at {}: what they keep is missing",
-            missing.join(", ")
-        );
-    }
+    let latest = latest_reports(broker, since).await?;
     let now = padres_client::check::now().millis();
     if json {
         let agents: Vec<serde_json::Value> = latest.values().map(|(l, at)| agent_json(l, *at, now)).collect();
@@ -111,9 +72,58 @@ pub(crate) async fn list(since: Option<&str>, json: bool, broker: &BrokerArgs) -
     Ok(())
 }
 
+/// Each agent's latest load report since `since`, stored and live (for [`LISTEN`] after
+/// the stored ones), by agent; stores that did not answer are named on stderr.
+pub(crate) async fn latest_reports(
+    broker: &BrokerArgs,
+    since: Timestamp,
+) -> Result<BTreeMap<String, Latest>, String> {
+    let mut client = broker.connect().await?;
+    let sub = format!("s [class,eq,'{LOAD}'],[time,>=,{}]", since.to_rfc3339());
+    client.send(&sub).await.map_err(|e| e.to_string())?;
+    let mut latest: BTreeMap<String, Latest> = BTreeMap::new();
+    let mut stored = false;
+    let mut missing = Vec::new();
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let next = tokio::time::timeout_at(deadline, client.next_notification()).await;
+        let notification = match next {
+            Ok(Some(n)) => n,
+            Ok(None) => return Err("the broker closed the connection".into()),
+            Err(_) if stored => break,
+            Err(_) => return Err("the history stores did not answer within 30 s".into()),
+        };
+        match notification {
+            Notification::EndOfHistory { missing: gone, .. } => {
+                missing.extend(gone.iter().map(ToString::to_string));
+                stored = true;
+                deadline = tokio::time::Instant::now() + LISTEN;
+            }
+            Notification::Publication { publication, .. } => {
+                let Some(load) = Load::from_publication(&publication) else { continue };
+                let at = publication.time().map_or(0, Timestamp::millis);
+                let newer = latest
+                    .get(&load.agent)
+                    .is_none_or(|(known, known_at)| (load.incarnation, at) >= (known.incarnation, *known_at));
+                if newer {
+                    latest.insert(load.agent.clone(), (load, at));
+                }
+            }
+            Notification::Composite { .. } => {}
+        }
+    }
+    if !missing.is_empty() {
+        eprintln!(
+            "padres: no answer from the history stores at {}: what they keep is missing",
+            missing.join(", ")
+        );
+    }
+    Ok(latest)
+}
+
 /// An agent's state as of `now`: its own word, or `silent` when it has missed
 /// [`SILENT_AFTER`] reports.
-fn state(load: &Load, at: i64, now: i64) -> &'static str {
+pub(crate) fn state(load: &Load, at: i64, now: i64) -> &'static str {
     let silent = now - at > load.period_ms * i64::from(SILENT_AFTER);
     match load.state {
         MemberState::Left => "left",

@@ -20,6 +20,7 @@ macro_rules! out {
 
 mod agents;
 mod demo;
+mod place;
 mod workflow;
 
 fn write_out(line: std::fmt::Arguments<'_>) {
@@ -315,6 +316,27 @@ enum WorkflowCommand {
         /// Generations since then.
         #[arg(long, value_name = "WHEN", default_value = "7d")]
         since: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerArgs,
+    },
+    /// Locality advice: per job, the broker whose agents would put the least traffic on
+    /// the overlay's links, and what moving the job there would save a generation (the
+    /// Bauer–Dadam cost model, docs/workflows.md). Reads the brokers' reports (their
+    /// links and per-class link counters), the agents' load reports and the history of
+    /// the application's statuses; moves nothing.
+    Place {
+        /// The application.
+        appl: String,
+        /// Count how often each job publishes over generations since then.
+        #[arg(long, value_name = "WHEN", default_value = "7d")]
+        since: String,
+        /// Longest wait for every broker's report (they come every monitor_interval_ms,
+        /// 5 s by default).
+        #[arg(long, value_name = "SECS", default_value_t = 12)]
+        wait: u64,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -739,6 +761,10 @@ fn workflow(command: WorkflowCommand) -> Result<ExitCode, String> {
         WorkflowCommand::Bypass { target: t, broker } => {
             return done(runtime()?.block_on(act(Act::Bypass, &t.appl, &t.gid, &t.job, &broker)));
         }
+        WorkflowCommand::Place { appl, since, wait, json, broker } => {
+            let wait = Duration::from_secs(wait.max(1));
+            return done(runtime()?.block_on(place::place(&appl, Some(&since), wait, json, &broker)));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -820,6 +846,18 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     stats.history_queued,
                     stats.history_rows
                 );
+                if !stats.link_traffic.is_empty() {
+                    out!("sent to neighbours, per class:");
+                }
+                for row in &stats.link_traffic {
+                    out!(
+                        "  {:<12} {:<24} {:>10} messages {:>14} bytes",
+                        row.peer,
+                        row.class,
+                        row.messages,
+                        row.bytes
+                    );
+                }
             }
         }
         BrokerCommand::Routes { limit, offset, filter, json, broker } => {

@@ -13,6 +13,8 @@
 //!
 //! - [`control`]: commands to agents (`agent_ctl`) and their replies (`agent_reply`).
 //! - [`progress`]: what became of a generation, from its jobs' statuses.
+//! - [`place`]: locality advice: at which broker each job's agent would put the least
+//!   traffic on the overlay's links (the Bauer–Dadam cost model).
 //!
 //! The format is documented in `docs/workflow-xml.md`. This crate depends on `padres-lang`
 //! only (no I/O): brokers never compile XML or calendars; the CLI and the agents do.
@@ -22,6 +24,7 @@ pub mod control;
 pub mod duration;
 pub mod model;
 pub mod parse;
+pub mod place;
 pub mod progress;
 pub mod translate;
 
