@@ -131,11 +131,16 @@ enum Command {
     /// Pools: placement policies on two members of unequal speed (Jin et al.'s experiment,
     /// time scaled down): round robin, lowest recent queueing delay and most headroom, then
     /// the lowest delay with load reports every 100 ms and 2 s; the split of jobs, mean
-    /// and p95 queueing delay per member, and the share over 1 s.
+    /// and p95 queueing delay per member, and the share over 1 s. Then provisioning (Tsai et
+    /// al.), and messages per assigned job: one member named against every member offered
+    /// the job.
     Pools {
-        /// Fewer generations (60 per run).
+        /// Fewer generations (60 per run) and jobs (50 per case).
         #[arg(long)]
         quick: bool,
+        /// Only this part: placement, provisioning or dispatch.
+        #[arg(long, value_parser = ["placement", "provisioning", "dispatch"])]
+        only: Option<String>,
     },
     /// The history store: ingest rate (full and normal) against raw SQLite inserts of the
     /// same rows, routing throughput with a store against without, and query latency for one
@@ -260,9 +265,16 @@ fn main() {
             composite::traffic(quick, seed);
             composite::throughput(quick, seed, repeat);
         }
-        Command::Pools { quick } => {
+        Command::Pools { quick, only } => {
             print_machine("brokers and agents in this process, on loopback QUIC");
-            tokio::runtime::Runtime::new().expect("a runtime").block_on(pools::placement(quick));
+            let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+            let part = |name: &str| only.as_deref().is_none_or(|o| o == name);
+            if part("placement") || part("provisioning") {
+                runtime.block_on(pools::placement(quick, part("placement"), part("provisioning")));
+            }
+            if part("dispatch") {
+                runtime.block_on(pools::dispatch_messages(quick));
+            }
         }
         Command::Workflow { quick, repeat } => {
             print_machine("brokers and agents in this process, on loopback QUIC");

@@ -322,9 +322,9 @@ async fn provisioned(
         .collect()
 }
 
-/// `padres-bench pools`: the policies, then the lowest delay with three report periods;
-/// then Tsai et al.'s experiment.
-pub(crate) async fn placement(quick: bool) {
+/// `padres-bench pools`: with `placement`, the policies, then the lowest delay with three
+/// report periods; with `provisioning`, Tsai et al.'s experiment.
+pub(crate) async fn placement(quick: bool, placement: bool, provisioning: bool) {
     let generations = if quick { 60 } else { GENERATIONS };
     let root = std::env::temp_dir().join(format!("padres-bench-pools-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -335,33 +335,232 @@ pub(crate) async fn placement(quick: bool) {
                 .await,
         );
     }
-    println!(
-        "pool placement (Jin et al. 2001, time scaled): two members, one job at a time each, a job 50 ms on one and 150 ms on the other; {generations} generations arriving every {} ms; queueing delay = trigger to start",
-        ARRIVAL.as_millis()
-    );
-    let period = Duration::from_millis(500);
-    for policy in ["round-robin", "lowest-delay", "least-loaded"] {
-        let mut outcome = run(&brokers, &root, policy, policy, period, generations).await;
-        println!("  {policy:<13} (reports every {} ms): {}", period.as_millis(), summary(&mut outcome));
-    }
-    for ms in [100, 2000] {
-        let period = Duration::from_millis(ms);
-        let mut outcome =
-            run(&brokers, &root, &format!("lowest-delay-{ms}"), "lowest-delay", period, generations).await;
-        println!("  lowest-delay  (reports every {ms} ms): {}", summary(&mut outcome));
-    }
-    let rates = [4.0, 8.0, 16.0, 32.0];
-    let phase = Duration::from_secs(if quick { 4 } else { 8 });
-    println!(
-        "provisioning (Tsai et al. 2010, time scaled): Poisson arrivals, each rate for {} s; a member runs one 100 ms job at a time (10/s) and reports a limit of 2; response = trigger to the job's end",
-        phase.as_secs()
-    );
-    for (case, grow) in [("one", false), ("pool", true)] {
-        let rows = provisioned(&brokers, &root, case, grow, &rates, phase).await;
-        let label = if grow { "a pool provisioned up to 10" } else { "one member" };
-        for (rate, mean, max, most) in rows {
-            println!("  {label:<27} {rate:>4.0}/s: response mean {mean:.0} ms, max {max} ms, members {most}");
+    if placement {
+        println!(
+            "pool placement (Jin et al. 2001, time scaled): two members, one job at a time each, a job 50 ms on one and 150 ms on the other; {generations} generations arriving every {} ms; queueing delay = trigger to start",
+            ARRIVAL.as_millis()
+        );
+        let period = Duration::from_millis(500);
+        for policy in ["round-robin", "lowest-delay", "least-loaded"] {
+            let mut outcome = run(&brokers, &root, policy, policy, period, generations).await;
+            println!("  {policy:<13} (reports every {} ms): {}", period.as_millis(), summary(&mut outcome));
         }
+        for ms in [100, 2000] {
+            let period = Duration::from_millis(ms);
+            let mut outcome =
+                run(&brokers, &root, &format!("lowest-delay-{ms}"), "lowest-delay", period, generations)
+                    .await;
+            println!("  lowest-delay  (reports every {ms} ms): {}", summary(&mut outcome));
+        }
+    }
+    if provisioning {
+        let rates = [4.0, 8.0, 16.0, 32.0];
+        let phase = Duration::from_secs(if quick { 4 } else { 8 });
+        println!(
+            "provisioning (Tsai et al. 2010, time scaled): Poisson arrivals, each rate for {} s; a member runs one 100 ms job at a time (10/s) and reports a limit of 2; response = trigger to the job's end",
+            phase.as_secs()
+        );
+        for (case, grow) in [("one", false), ("pool", true)] {
+            let rows = provisioned(&brokers, &root, case, grow, &rates, phase).await;
+            let label = if grow { "a pool provisioned up to 10" } else { "one member" };
+            for (rate, mean, max, most) in rows {
+                println!(
+                    "  {label:<27} {rate:>4.0}/s: response mean {mean:.0} ms, max {max} ms, members {most}"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Counters summed over brokers: what one protocol's jobs cost.
+#[derive(Clone, Copy, Debug, Default)]
+struct Traffic {
+    /// Publications clients sent.
+    publications: u64,
+    /// Messages between brokers.
+    link_messages: u64,
+    /// Their encoded bytes.
+    link_bytes: u64,
+    /// Notifications delivered to clients.
+    notifications: u64,
+}
+
+impl Traffic {
+    /// The brokers' counters now (the sums over `clients`, one connected to each broker).
+    async fn of(clients: &[padres_client::Client]) -> Self {
+        let mut sum = Self::default();
+        for client in clients {
+            let stats = client.stats().await.expect("stats");
+            sum.publications += stats.publications_in;
+            sum.link_messages += stats.broker_messages_out;
+            sum.link_bytes += stats.link_traffic.iter().map(|t| t.bytes).sum::<u64>();
+            sum.notifications += stats.notifications_out;
+        }
+        sum
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            publications: self.publications - before.publications,
+            link_messages: self.link_messages - before.link_messages,
+            link_bytes: self.link_bytes - before.link_bytes,
+            notifications: self.notifications - before.notifications,
+        }
+    }
+}
+
+/// How a pool job is given to one of `members`: by the home naming one member in its
+/// `dispatched` status (what agents do), or offered to every member, each member claiming
+/// it from the home, and the home then naming the first claimer.
+async fn assign(
+    brokers: &[std::net::SocketAddr],
+    members: usize,
+    jobs: usize,
+    broadcast: bool,
+) -> (Traffic, u64) {
+    use padres_client::Connect;
+    let case = format!("{}-{members}", if broadcast { "broadcast" } else { "assigned" });
+    let pool = format!("p-{case}");
+    let connect = |at: usize, name: String| async move {
+        Connect::new(brokers[at % brokers.len()]).name(&name).connect().await.expect("connects")
+    };
+    let mut home = connect(0, format!("home-{case}")).await;
+    home.send(&format!(
+        "a [class,eq,'job_status'],[appl,eq,'{case}'],[gid,isPresent,''],[job,isPresent,''],[status,isPresent,''],[pool,isPresent,''],[to,isPresent,''],[incarnation,isPresent,0]"
+    ))
+    .await
+    .expect("advertised");
+    home.send(&format!("s [class,eq,'pool_claim'],[pool,eq,'{pool}']")).await.expect("subscribed");
+    // Each member tells the harness which job it was given.
+    let (given, mut got) = tokio::sync::mpsc::unbounded_channel::<(usize, String)>();
+    for m in 0..members {
+        let name = format!("m{m}-{case}");
+        let mut member = connect(m, name.clone()).await;
+        let dispatched = format!(
+            "s [class,eq,'job_status'],[status,eq,'dispatched'],[to,eq,'{name}'],[incarnation,=,1],[appl,eq,'{case}']"
+        );
+        member.send(&dispatched).await.expect("subscribed");
+        if broadcast {
+            member
+                .send(&format!("s [class,eq,'job_status'],[status,eq,'offered'],[pool,eq,'{pool}']"))
+                .await
+                .expect("subscribed");
+            member
+                .send(&format!(
+                    "a [class,eq,'pool_claim'],[pool,eq,'{pool}'],[gid,isPresent,''],[agent,isPresent,'']"
+                ))
+                .await
+                .expect("advertised");
+        }
+        let given = given.clone();
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            while let Some(n) = member.next_notification().await {
+                let Some((_, p)) = n.into_publication() else { continue };
+                let gid = text(&p, "gid").unwrap_or_default().to_owned();
+                if text(&p, "status") == Some("offered") {
+                    let claim =
+                        format!("[class,'pool_claim'],[pool,'{pool}'],[gid,'{gid}'],[agent,'{name}']");
+                    member.publish(claim.parse().expect("a claim")).await.expect("claimed");
+                } else if given.send((m, gid)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    // Until every subscription has reached the home's broker.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let observers: Vec<padres_client::Client> =
+        connect_all(brokers.iter().enumerate().map(|(i, _)| connect(i, format!("obs{i}-{case}")))).await;
+    let before = Traffic::of(&observers).await;
+    let status = |gid: &str, status: &str, to: &str| -> Publication {
+        format!(
+            "[class,'job_status'],[appl,'{case}'],[gid,'{gid}'],[job,'J'],[status,'{status}'],[pool,'{pool}'],[to,'{to}'],[incarnation,1]"
+        )
+        .parse()
+        .expect("a status")
+    };
+    let mut claims = 0u64;
+    for j in 0..jobs {
+        let gid = format!("g{j}");
+        let member = if broadcast {
+            home.publish(status(&gid, "offered", "")).await.expect("offered");
+            // The first claim wins; the others still come, and are counted.
+            loop {
+                let n = tokio::time::timeout(Duration::from_secs(10), home.next_notification()).await;
+                let Ok(Some(n)) = n else { panic!("{case}: no claim for {gid}") };
+                let Some((_, p)) = n.into_publication() else { continue };
+                claims += 1;
+                if text(&p, "gid") == Some(gid.as_str()) {
+                    break text(&p, "agent").unwrap_or_default().to_owned();
+                }
+            }
+        } else {
+            format!("m{}-{case}", j % members)
+        };
+        home.publish(status(&gid, "dispatched", &member)).await.expect("dispatched");
+        let (_, for_gid) = tokio::time::timeout(Duration::from_secs(10), got.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("{case}: {gid} never reached its member"));
+        assert_eq!(for_gid, gid, "{case}: one dispatch at a time");
+    }
+    // The late claims.
+    while broadcast && claims < (jobs * members) as u64 {
+        let n = tokio::time::timeout(Duration::from_secs(10), home.next_notification()).await;
+        let Ok(Some(n)) = n else { panic!("{case}: {claims} claims of {}", jobs * members) };
+        if n.into_publication().is_some() {
+            claims += 1;
+        }
+    }
+    let after = Traffic::of(&observers).await;
+    (after.since(before), claims)
+}
+
+/// Connects every client of `connecting`, one after the other.
+async fn connect_all<F: Future<Output = padres_client::Client>>(
+    connecting: impl Iterator<Item = F>,
+) -> Vec<padres_client::Client> {
+    let mut clients = Vec::new();
+    for c in connecting {
+        clients.push(c.await);
+    }
+    clients
+}
+
+/// `padres-bench pools`, (c): messages and link bytes per pool job assigned, naming one
+/// member against offering the job to every member, on a chain of five brokers with the
+/// members spread over them.
+pub(crate) async fn dispatch_messages(quick: bool) {
+    let jobs = if quick { 50 } else { 200 };
+    let root = std::env::temp_dir().join(format!("padres-bench-dispatch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let mut brokers = Vec::new();
+    for i in 0..5 {
+        brokers.push(crate::quic::start_broker(&format!("D{}", i + 1), &root, brokers.last().copied()).await);
+    }
+    println!(
+        "messages per assigned pool job ({jobs} jobs; brokers D1-D2-D3-D4-D5, the home at D1, member i at D(i mod 5 + 1)); a message is a client's publication, a message between brokers or a notification; counted by the brokers"
+    );
+    for members in [2, 4, 8, 16] {
+        let (named, _) = assign(&brokers, members, jobs, false).await;
+        let (offered, claims) = assign(&brokers, members, jobs, true).await;
+        let per = |t: Traffic| {
+            let n = jobs as f64;
+            let messages = (t.publications + t.link_messages + t.notifications) as f64 / n;
+            (messages, t.link_bytes as f64 / n, t)
+        };
+        let ((m1, b1, t1), (m2, b2, t2)) = (per(named), per(offered));
+        println!(
+            "  {members:>2} members: named {m1:.1} messages ({:.1} between brokers, {b1:.0} link bytes); offered to all {m2:.1} ({:.1} between brokers, {b2:.0} link bytes, {:.1} claims a job); ratio {:.1}x messages, {:.1}x bytes",
+            t1.link_messages as f64 / jobs as f64,
+            t2.link_messages as f64 / jobs as f64,
+            claims as f64 / jobs as f64,
+            m2 / m1,
+            b2 / b1
+        );
     }
     let _ = std::fs::remove_dir_all(&root);
 }
