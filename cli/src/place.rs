@@ -24,9 +24,6 @@ use crate::BrokerArgs;
 use crate::agents::{Latest, latest_reports, state};
 use crate::workflow::{Follow, since_arg};
 
-/// Statuses that end an attempt.
-const ENDS: [&str; 4] = ["succeeded", "failed", "timeout", "skipped"];
-
 /// `padres workflow place`.
 pub(crate) async fn place(
     appl: &str,
@@ -62,6 +59,13 @@ pub(crate) async fn place(
     let traffic: Vec<(&str, &LinkTraffic)> =
         reports.iter().flat_map(|r| r.traffic.iter().map(|t| (r.broker.as_str(), t))).collect();
     let rows: Vec<&LinkTraffic> = traffic.iter().map(|(_, t)| *t).collect();
+    if rows.iter().any(|r| r.class == padres_broker::traffic::OTHER) {
+        eprintln!(
+            "padres: some brokers count classes past their first {} on a link as {}: job_status and trigger may be among them, their sizes estimated",
+            padres_broker::traffic::MAX_CLASSES,
+            padres_broker::traffic::OTHER
+        );
+    }
     let (sizes, measured) = sizes(&rows);
 
     // Where the agents are.
@@ -100,7 +104,8 @@ pub(crate) async fn place(
     for event in &known.arrivals {
         let kind = match event.status.as_str() {
             "started" | "dispatched" => event.status.as_str(),
-            s if ENDS.contains(&s) => "end",
+            "succeeded" | "skipped" => "end",
+            "failed" | "timeout" => "failure",
             _ => continue,
         };
         *counts.entry((event.job.as_str(), kind)).or_default() += 1.0;
@@ -140,16 +145,27 @@ pub(crate) async fn place(
         let pool = planned.pool.is_some();
         jobs.push(JobShape {
             job: name.clone(),
-            after: planned.after.iter().flat_map(needed_jobs).collect(),
+            after: planned.after.iter().flat_map(|n| needed_jobs(n, false)).collect(),
+            after_failures: planned.after.iter().flat_map(|n| needed_jobs(n, true)).collect(),
             pool,
             at,
             candidates,
             ends: per_generation(name, "end", 1.0),
-            starts: per_generation(name, "started", 1.0),
+            failures: per_generation(name, "failure", 0.0),
+            // The virtual jobs publish no `started`.
+            starts: per_generation(name, "started", if fixed { 0.0 } else { 1.0 }),
             dispatches: per_generation(name, "dispatched", if pool { 1.0 } else { 0.0 }),
         });
     }
     let stores = stores_of(appl, &reports);
+    let on_home: Vec<String> = plan
+        .jobs
+        .iter()
+        .filter(|(name, j)| {
+            *name != APPL_START && *name != APPL_END && j.pool.is_none() && j.agent == home_agent
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
     let model = Model::new(overlay.clone(), &home, jobs, sizes, stores.clone());
     let advice = model.advise();
     // Generations a day: over the days since the first one counted (at least one day, so
@@ -171,6 +187,7 @@ pub(crate) async fn place(
             "measured_messages": measured,
             "agents": hosts,
             "history_stores": stores,
+            "on_home_agent": on_home,
             "advice": advice,
         });
         out!("{out}");
@@ -181,6 +198,7 @@ pub(crate) async fn place(
         &model,
         &advice,
         &Summary {
+            on_home: &on_home,
             stores: &stores,
             home_agent: &home_agent,
             home: &home,
@@ -210,6 +228,8 @@ struct Summary<'a> {
     overlay: &'a Overlay,
     traffic: &'a [(&'a str, &'a LinkTraffic)],
     stores: &'a [Store],
+    /// Jobs (not pool jobs) that run on the home agent.
+    on_home: &'a [String],
 }
 
 fn print_advice(appl: &str, model: &Model, advice: &Advice, s: &Summary<'_>) {
@@ -288,6 +308,14 @@ fn print_advice(appl: &str, model: &Model, advice: &Advice, s: &Summary<'_>) {
             if advice.now > 0.0 { 100.0 * saved / advice.now } else { 0.0 },
             s.per_day.map(|d| format!(", {:.0} bytes a day saved", saved * d)).unwrap_or_default()
         );
+        for job in advice.jobs.iter().filter(|j| j.saving > 0.0 && s.on_home.contains(&j.job)) {
+            out!(
+                "{} runs on the home agent {}: without home= in the definition, moving it moves the home too (APPL_START, APPL_END, the triggers, the dispatches), which this advice does not cost; home=\"{}\" keeps the home where it is",
+                job.job,
+                s.home_agent,
+                s.home_agent
+            );
+        }
         out!("(a pool job's advice names the broker whose members it would best run on; nothing was moved)");
     }
     let mut per_link: BTreeMap<(&str, &str), u64> = BTreeMap::new();
@@ -307,11 +335,14 @@ fn print_advice(appl: &str, model: &Model, advice: &Advice, s: &Summary<'_>) {
     }
 }
 
-/// The jobs a need names.
-fn needed_jobs(need: &Need) -> Vec<String> {
+/// The jobs a need names; with `failures`, only those whose failures it takes.
+fn needed_jobs(need: &Need, failures: bool) -> Vec<String> {
     match need {
-        Need::After { job, .. } => vec![job.clone()],
-        Need::AnyOf(needs) => needs.iter().flat_map(needed_jobs).collect(),
+        Need::After { job, statuses } => {
+            let takes = !failures || statuses.iter().any(|s| s == "failed" || s == "timeout");
+            if takes { vec![job.clone()] } else { Vec::new() }
+        }
+        Need::AnyOf(needs) => needs.iter().flat_map(|n| needed_jobs(n, failures)).collect(),
     }
 }
 

@@ -19,9 +19,10 @@
 //!
 //! - the trigger, from the home agent to every job's dependency subscription (a pool job's
 //!   is at the home, which dispatches it);
-//! - each job's end statuses (`succeeded`, `failed`, `timeout`, `skipped`, one per
-//!   attempt) to the dependency subscriptions of the jobs after it, and for a pool job to
-//!   the home as well, with its `started`;
+//! - each job's `succeeded` and `skipped` statuses to the dependency subscriptions of the
+//!   jobs after it (as met, or as refused by their `unless`), its `failed` and `timeout`
+//!   statuses (one per failed attempt) only to those whose condition takes failures, and
+//!   for a pool job every status, `started` too, to the home;
 //! - a pool job's `dispatched` status, from the home to the member that runs it;
 //! - `APPL_END`'s status, from the home to every dependency subscription (it ends their
 //!   partial matches);
@@ -140,6 +141,10 @@ pub struct JobShape {
     pub job: String,
     /// The jobs it waits for (any of its needs).
     pub after: Vec<String>,
+    /// Those of them whose failures it waits for too (a `failed` or `any` condition): its
+    /// subscriptions take their `failed` and `timeout` statuses, which the others' never
+    /// do (every dependency takes `succeeded` and `skipped`, as met or as refused).
+    pub after_failures: Vec<String>,
     /// True if it runs in a pool (its dependency subscription is at the home).
     pub pool: bool,
     /// The broker whose agent runs it now (for a pool job, the last member's).
@@ -147,8 +152,10 @@ pub struct JobShape {
     /// The brokers it could run at: those with an agent that could take it. Empty: it
     /// stays where it is (`APPL_START`, `APPL_END`).
     pub candidates: Vec<String>,
-    /// End statuses it publishes per generation (one per attempt).
+    /// `succeeded` and `skipped` statuses it publishes per generation.
     pub ends: f64,
+    /// `failed` and `timeout` statuses per generation (one per failed attempt).
+    pub failures: f64,
     /// `started` statuses per generation.
     pub starts: f64,
     /// `dispatched` statuses the home publishes for it per generation (pool jobs).
@@ -218,8 +225,7 @@ pub struct JobAdvice {
     pub job: String,
     /// The broker it runs at now.
     pub at: String,
-    /// Link bytes per generation of the whole application as it is placed now, and with
-    /// this job at each broker it could run at.
+    /// Link bytes per generation of the whole application as it is placed now.
     pub cost_here: f64,
     /// The broker that minimises them (`at` if none does better).
     pub best: String,
@@ -257,19 +263,24 @@ impl Model {
         let to_trigger = [listeners.as_slice(), &trigger_stores].concat();
         flows.push(Flow { from: Node::Home, to: to_trigger, messages: 1.0, bytes: sizes.trigger });
         for (i, job) in jobs.iter().enumerate() {
-            let mut to: Vec<Node> = jobs
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.after.iter().any(|a| index.get(a.as_str()) == Some(&i)))
-                .map(|(s, _)| Node::Listener(s))
-                .collect();
+            let names_me = |names: &[String]| names.iter().any(|a| index.get(a.as_str()) == Some(&i));
+            let successors = |failures: bool| -> Vec<Node> {
+                jobs.iter()
+                    .enumerate()
+                    .filter(|(_, s)| names_me(if failures { &s.after_failures } else { &s.after }))
+                    .map(|(s, _)| Node::Listener(s))
+                    .collect()
+            };
+            let (mut to, mut failed) = (successors(false), successors(true));
             if job.job == crate::translate::APPL_END {
                 // It ends every dependency subscription's partial matches.
                 to.extend(&listeners);
             }
             let mut started = status_stores.clone();
             if job.pool {
+                // The home follows its pool jobs: every status comes back to it.
                 to.push(Node::Home);
+                failed.push(Node::Home);
                 started.push(Node::Home);
                 let member = [[Node::Job(i)].as_slice(), &status_stores].concat();
                 flows.push(Flow {
@@ -280,8 +291,10 @@ impl Model {
                 });
             }
             to.extend(&status_stores);
+            failed.extend(&status_stores);
             flows.push(Flow { from: Node::Job(i), to: started, messages: job.starts, bytes: sizes.status });
             flows.push(Flow { from: Node::Job(i), to, messages: job.ends, bytes: sizes.status });
+            flows.push(Flow { from: Node::Job(i), to: failed, messages: job.failures, bytes: sizes.status });
         }
         Self { overlay, home: home.to_owned(), jobs, stores, flows }
     }
@@ -364,7 +377,9 @@ mod tests {
             pool: false,
             at: at.to_owned(),
             candidates: candidates.iter().map(|c| (*c).to_owned()).collect(),
+            after_failures: Vec::new(),
             ends: 1.0,
+            failures: 0.0,
             starts: 1.0,
             dispatches: 0.0,
         }
@@ -444,18 +459,26 @@ mod tests {
     }
 
     #[test]
-    fn measured_rates_weigh_the_flows() {
+    fn measured_rates_weigh_the_flows_and_failures_reach_only_their_handlers() {
         let mut b = job("B", &["A"], "b1", &["b1", "b3"]);
-        b.ends = 3.0; // a job retried twice a generation
+        b.failures = 2.0; // B fails twice a generation before it succeeds
         let end = job("APPL_END", &[], "b3", &[]);
         let jobs = vec![job("A", &[], "b3", &["b3"]), b, end.clone()];
         let model = Model::new(chain(), "b3", jobs, SIZES, Vec::new());
         // To b1: trigger 2*50, APPL_END 2*100, A's end 2*100; B's output goes nowhere.
         assert_eq!(model.advise().now, 500.0);
-        let jobs =
-            vec![job("A", &[], "b3", &["b3"]), model.jobs()[1].clone(), job("C", &["B"], "b3", &["b3"]), end];
-        let model = Model::new(chain(), "b3", jobs, SIZES, Vec::new());
-        assert_eq!(model.advise().now, 500.0 + 3.0 * 2.0 * 100.0);
+        // C waits for B's success: B's failures stay at b1, its success crosses.
+        let c = job("C", &["B"], "b3", &["b3"]);
+        let jobs = vec![job("A", &[], "b3", &["b3"]), model.jobs()[1].clone(), c.clone(), end.clone()];
+        let model = Model::new(chain(), "b3", jobs.clone(), SIZES, Vec::new());
+        assert_eq!(model.advise().now, 500.0 + 2.0 * 100.0);
+        // A handler of B's failure at b3 takes them too.
+        let mut handler = job("H", &["B"], "b3", &["b3"]);
+        handler.after_failures = vec!["B".to_owned()];
+        let mut with_handler = jobs;
+        with_handler.insert(3, handler);
+        let model = Model::new(chain(), "b3", with_handler, SIZES, Vec::new());
+        assert_eq!(model.advise().now, 500.0 + 2.0 * 100.0 + 2.0 * 2.0 * 100.0);
     }
 
     #[test]

@@ -136,6 +136,8 @@ impl Open {
         };
         events.send(Event::LinkUp(handle)).await.map_err(|_| ConnectionError::ShuttingDown)?;
         let mut out = Vec::new();
+        // What the batch being written carries, per class.
+        let mut written = Traffic::default();
         // Set when this side closes the link with a goodbye.
         let mut closing = CloseCode::Done;
         // Cleared when the router task is gone: what is queued is still written.
@@ -181,14 +183,19 @@ impl Open {
                             closing = *code;
                         }
                         let more = || rx.try_recv().ok().map(|frame| (frame, 0));
+                        // Counted once written: a batch whose write fails is not (what the
+                        // session sends again is counted when it goes).
                         let count = |frame: &Frame, bytes: usize| {
-                            // Poisoned only if a holder panicked: the counts are still counts.
-                            let mut traffic = traffic.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            traffic.add(crate::traffic::label(frame), u64::try_from(bytes).unwrap_or(u64::MAX));
+                            written.add(crate::traffic::label(frame), u64::try_from(bytes).unwrap_or(u64::MAX));
                         };
                         match write_batch(&mut send, &mut out, (first, 0), more, max_frame, count).await {
                             Ok((_, frames)) => {
                                 queued.fetch_sub(frames, Ordering::Relaxed);
+                                // Poisoned only if a holder panicked: the counts are still counts.
+                                let mut traffic = traffic.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                                traffic.merge(&written);
+                                drop(traffic);
+                                written = Traffic::default();
                             }
                             Err(why) => break (CloseCode::Done, Err(why.into())),
                         }

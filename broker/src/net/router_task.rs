@@ -518,13 +518,13 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// A rough size of a notification on the wire, for the slow-client limit.
 /// `traffic`, locked: poisoned only if a link's writer panicked while counting, and the
 /// counts are still counts.
 fn lock(traffic: &Mutex<Traffic>) -> MutexGuard<'_, Traffic> {
     traffic.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A rough size of a notification on the wire, for the slow-client limit.
 fn estimated_size(subs: usize, publication: &Publication) -> usize {
     16 + 16 * subs + publication.estimated_size()
 }

@@ -77,8 +77,8 @@ impl Agent {
         meter.prune(at);
         Load {
             agent: self.options.name.clone(),
-            // The broker's own name once connected (what the federation's reports and
-            // `padres workflow place` know it by), else the address it was given.
+            // The broker's own name, from its welcome (what the federation's reports and
+            // `padres workflow place` know it by).
             broker: self.client.broker_name().to_string(),
             pools: self.options.pools.clone(),
             incarnation: self.incarnation,
