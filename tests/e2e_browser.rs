@@ -1,6 +1,8 @@
 //! The broker's web monitor in a real browser: headless Chromium loads the page a broker
 //! serves at `/`, runs its JavaScript against the live JSON API, and the test reads the
-//! page as the browser left it (`--dump-dom`). A screenshot is written to
+//! page as the browser left it (`--dump-dom`): the overlay of a 3-broker chain, the
+//! routing tables filtered, and a payroll generation run by agents on the three brokers,
+//! every job in its final state and one job's output shown. A screenshot is written to
 //! `target/tmp/monitor.png` for people to look at.
 //!
 //! Chromium is needed: `.ci/run` installs Debian's `chromium` when it is missing; set
@@ -10,8 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use padres_tests::broker::{client, neighbour_of, start_with};
+use padres_tests::broker::client;
 use padres_tests::http::get_json;
+
+#[path = "common/workflow.rs"]
+mod workflow;
+use workflow::*;
 
 /// The Chromium binary, if there is one.
 fn chromium() -> Option<PathBuf> {
@@ -81,8 +87,14 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
         "the web monitor's test needs Chromium (Debian: apt-get install chromium; or set \
          PADRES_CHROMIUM=/path/to/chrome, or PADRES_SKIP_BROWSER=1 to skip it)",
     );
+    // Fast reports, and the workflow classes' history.
     let fast = |extra: Vec<String>| -> Vec<String> {
-        ["--monitor-interval-ms", "200"].iter().map(ToString::to_string).chain(extra).collect()
+        ["--monitor-interval-ms", "200"]
+            .iter()
+            .map(ToString::to_string)
+            .chain(history_flags())
+            .chain(extra)
+            .collect()
     };
     let http_flags = vec!["--http".to_owned(), "127.0.0.1:0".to_owned()];
     let b1 = start_with("B1", "browser", &fast(http_flags));
@@ -97,6 +109,28 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
     for _ in 0..50 {
         publisher.send("p [class,'quote'],[symbol,'IBM']").await.expect("published");
     }
+    // Payroll (the paper's Fig. 8) on agents at the three brokers, one Friday generation.
+    let dir = b1.dir.join("test");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("ran.log");
+    let _agents = [
+        Agent::start(&b1, "agent-1", &dir.join("agent-1")),
+        Agent::start(&b2, "agent-2", &dir.join("agent-2")),
+        Agent::start(&b3, "agent-3", &dir.join("agent-3")),
+    ];
+    let payroll = application(
+        "payroll",
+        &[
+            job("A", "daily", "agent-1", &[], "true", "", &log),
+            job("B", "daily", "agent-2", &["A"], "echo pay slips computed; echo one warning >&2", "", &log),
+            job("C", "friday", "agent-3", &["A"], "true", "", &log),
+            job("D", "workdays", "agent-1", &["B", "C"], "true", "", &log),
+        ],
+    );
+    deploy(&b2, &dir, "payroll", &payroll);
+    trigger(&b2, "payroll", "g1", "2026-11-27");
+    let out = wait(&b2, "payroll", "g1");
+    assert!(out.status.success(), "payroll: {}", explain(&out));
 
     // Until B1's view holds the whole chain with a rate on both links (B2's and B3's
     // reports cross them toward B1, which subscribes to them, every 200 ms), and B3's subscription is in B1's PRT, so that the page
@@ -129,7 +163,7 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
     );
 
     let profile = padres_tests::broker::data_dir("browser", "chromium-profile");
-    let url = format!("http://{http}/?filter=quote");
+    let url = format!("http://{http}/?filter=quote&job=payroll/g1/B");
     let dom = tokio::task::spawn_blocking({
         let (chromium, profile) = (chromium.clone(), profile.clone());
         move || browse(&chromium, &profile, &url, &["--dump-dom"], 5_000)
@@ -157,12 +191,29 @@ async fn the_web_monitor_draws_the_overlay_and_filters_the_routing_tables_in_a_b
     assert!(srt.contains("[class,eq,'quote']") && !srt.contains("padres_broker"), "{srt}");
     assert!(dom.contains("1 subscriptions containing “quote”"), "the count says what the filter kept");
 
+    // Payroll's generation, every job ended, and B's output as its status carries it.
+    let workflows = element(&dom, "section", "workflows");
+    let generation = workflows
+        .find("data-gid=\"g1\"")
+        .map(|at| &workflows[at..])
+        .unwrap_or_else(|| panic!("payroll's generation is not shown: {workflows}"));
+    assert!(generation.contains("data-done=\"true\""), "{generation}");
+    for job in ["APPL_START", "A", "B", "C", "D", "APPL_END"] {
+        assert!(
+            generation.contains(&format!("data-job=\"{job}\" data-state=\"succeeded\"")),
+            "{job} is not shown succeeded: {generation}"
+        );
+    }
+    let output = element(&dom, "pre", "output-text");
+    assert!(output.contains("pay slips computed") && output.contains("[stderr]\none warning"), "{output}");
+    assert!(element(&dom, "h3", "output-job").contains("payroll g1 B: succeeded"), "{dom}");
+
     // For people to look at.
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("monitor.png");
     let screenshot = format!("--screenshot={}", shot.display());
-    let url = format!("http://{http}/");
+    let url = format!("http://{http}/?job=payroll/g1/B");
     tokio::task::spawn_blocking(move || {
-        browse(&chromium, &profile, &url, &[&screenshot, "--window-size=1280,1100"], 3_000)
+        browse(&chromium, &profile, &url, &[&screenshot, "--window-size=1280,1600"], 3_000)
     })
     .await
     .expect("the browser ran");

@@ -576,3 +576,52 @@ async fn with_http_tls_the_listener_speaks_https_with_the_brokers_certificate() 
     let server = rustls::pki_types::ServerName::try_from("localhost".to_owned()).expect("a server name");
     assert!(connector.connect(server, tcp).await.is_err(), "another broker's certificate is refused");
 }
+
+/// `/api/workflows` reads the workflow classes from the history stores (the gateway off):
+/// deployments whenever, triggers and statuses since `since`, each as its attributes.
+#[tokio::test]
+async fn the_workflows_api_reads_the_workflow_classes_from_history() {
+    let mut flags = with_http(Vec::new());
+    for class in ["agent_ctl", "trigger", "job_status"] {
+        flags.extend(["--history".to_owned(), format!("[class,eq,'{class}']")]);
+    }
+    let b1 = start_with("B1", "http-workflows", &flags);
+    let http = http_of(&b1);
+    let publisher = client(&b1, "pub").await;
+    for adv in [
+        "a [class,eq,'trigger'],[appl,eq,'pay'],[gid,isPresent,''],[date,isPresent,'']",
+        "a [class,eq,'job_status'],[appl,eq,'pay'],[gid,isPresent,''],[job,isPresent,''],[status,isPresent,''],[output,isPresent,'']",
+        "a [class,eq,'quote'],[n,isPresent,0]",
+    ] {
+        publisher.send(adv).await.expect("advertised");
+    }
+    // Stored (acknowledged once written), and one publication of another class.
+    for p in [
+        "p [class,'trigger'],[appl,'pay'],[gid,'g1'],[date,'2026-11-27']",
+        "p [class,'job_status'],[appl,'pay'],[gid,'g1'],[job,'A'],[status,'succeeded'],[output,'done']",
+        "p [class,'job_status'],[appl,'pay'],[gid,'old'],[job,'A'],[status,'succeeded'],[time,2020-01-01T00:00:00Z]",
+        "p [class,'quote'],[n,1]",
+    ] {
+        publisher.send(p).await.expect("published");
+    }
+    let mut found = serde_json::Value::Null;
+    for _ in 0..50 {
+        found = get_json(http, "/api/workflows?since=1h").await;
+        if found["statuses"].as_array().is_some_and(|s| !s.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(found["triggers"][0]["gid"], "g1", "{found}");
+    let statuses = found["statuses"].as_array().expect("statuses");
+    assert_eq!(statuses.len(), 1, "the 2020 status is before since: {found}");
+    assert_eq!((statuses[0]["job"].as_str(), statuses[0]["output"].as_str()), (Some("A"), Some("done")));
+    assert!(found["deployments"].as_array().is_some_and(Vec::is_empty), "{found}");
+    assert_eq!(found["missing"], serde_json::json!([]));
+    // The old status is there for a longer look back; a bad bound is refused with the reason.
+    let all = get_json(http, "/api/workflows?since=2019-01-01T00:00:00Z").await;
+    assert_eq!(all["statuses"].as_array().map(Vec::len), Some(2), "{all}");
+    let (status, _, body) = get(http, "/api/workflows?since=yesterday").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("since"), "{body}");
+}

@@ -32,6 +32,11 @@ fn value(v: &Value) -> Json {
     }
 }
 
+/// A publication's attributes as one JSON object, in their order (its payload left out).
+pub fn attributes(publication: &Publication) -> Json {
+    attrs(publication)
+}
+
 fn attrs(publication: &Publication) -> Json {
     let attrs: Map<String, Json> =
         publication.attrs().iter().map(|(n, v)| (n.to_string(), value(v))).collect();

@@ -199,6 +199,9 @@ struct Deployed {
     after: Vec<Need>,
     /// For a pool job: its pool (this agent, the home, dispatches it).
     pool: Option<padres_workflow::model::PoolSpec>,
+    /// Whether its status advertisement has `output` (one deployed by an older
+    /// translation does not, and a status with it would be refused).
+    output: bool,
 }
 
 /// An application deployed here: what it was deployed from, its subscriptions (by job)
@@ -777,6 +780,11 @@ async fn publish_in_order(
     }
 }
 
+/// Whether a status advertisement (in command form) has the `output` attribute.
+fn advertises_output(advertisement: &str) -> bool {
+    advertisement.contains("[output,")
+}
+
 /// The `job_status` publication of `status`, by agent `agent`.
 fn status_publication(agent: &str, status: &Status) -> Result<Publication, padres_lang::InvalidMessage> {
     let name = |n: &str| Name::interned(n);
@@ -1020,6 +1028,7 @@ impl Agent {
                 }
             }
             let info = job.info.map(Arc::new);
+            let output = advertises_output(&job.advertisement);
             jobs.push((
                 sub,
                 Deployed {
@@ -1030,6 +1039,7 @@ impl Agent {
                     calendar: calendar.clone(),
                     after: job.after,
                     pool: job.pool,
+                    output,
                 },
             ));
         }
@@ -1178,7 +1188,7 @@ impl Agent {
         let (Some(info), Some(_)) = (&deployed.info, &deployed.schedule) else {
             return Err(format!("{job} is a virtual job: it has nothing to run"));
         };
-        let (info, pooled) = (info.clone(), deployed.pool.is_some());
+        let (info, pooled, output) = (info.clone(), deployed.pool.is_some(), deployed.output);
         if self.journal().generation_ended(appl, gid).map_err(|e| format!("journal: {e}"))? {
             return Err(format!("generation {gid} of {appl} has ended: nothing of it runs again"));
         }
@@ -1208,7 +1218,7 @@ impl Agent {
             let reason = Some("rerun by an operator".to_owned());
             self.dispatch(key, date, last + 1, 1, reason, None);
         } else {
-            self.spawn_run(key, info, date, last + 1, None);
+            self.spawn_run(key, info, date, last + 1, None, output);
         }
         Ok(())
     }
@@ -1533,12 +1543,13 @@ impl Agent {
         if deployed.pool.is_some() {
             return self.dispatch(key, date, 1, 1, None, None);
         }
-        self.spawn_run(key, info.clone(), date, 1, None);
+        self.spawn_run(key, info.clone(), date, 1, None, deployed.output);
     }
 
     /// Runs job `key` (claimed, and marked running) from attempt `first`: `started` for
-    /// each attempt, its outcome at the end, in the journal and published. A pool job
-    /// (`pool`) has its pool in its statuses, and dies with the agent.
+    /// each attempt, its outcome at the end, in the journal and published (with the tail
+    /// of the last attempt's output if `with_output`). A pool job (`pool`) has its pool in its
+    /// statuses, and dies with the agent.
     fn spawn_run(
         &self,
         key: (String, String, String),
@@ -1546,6 +1557,7 @@ impl Agent {
         date: String,
         first: u32,
         pool: Option<String>,
+        with_output: bool,
     ) {
         let die_with_agent = pool.is_some();
         let extra: Vec<(&'static str, Value)> = pool.map(|p| ("pool", Value::str(&p))).into_iter().collect();
@@ -1585,9 +1597,12 @@ impl Agent {
                 })
                 .await;
             let last = attempts.last().expect("at least one attempt");
-            let status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
+            let mut status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
                 .because(last.ended.reason())
                 .with(extra);
+            if with_output {
+                status = status.with(vec![("output", Value::str(&crate::job::tail(last).await))]);
+            }
             let ended = journal.lock().unwrap_or_else(PoisonError::into_inner).end(
                 appl,
                 gid,

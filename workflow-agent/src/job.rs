@@ -124,6 +124,31 @@ pub struct Attempt {
     pub stderr: PathBuf,
 }
 
+/// The most bytes of each stream an ended status carries ([`tail`]).
+pub const TAIL_BYTES: u64 = 512;
+
+/// The end of `attempt`'s output, for its ended status: the last [`TAIL_BYTES`] of its
+/// standard output, then those of its standard error after a `[stderr]` line if it wrote
+/// any; cut at a character boundary, invalid UTF-8 replaced.
+pub async fn tail(attempt: &Attempt) -> String {
+    async fn end_of(path: &Path) -> String {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let Ok(mut file) = tokio::fs::File::open(path).await else { return String::new() };
+        let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+        let from = len.saturating_sub(TAIL_BYTES);
+        if file.seek(std::io::SeekFrom::Start(from)).await.is_err() {
+            return String::new();
+        }
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes).await;
+        // Not from the middle of a character.
+        let start = if from > 0 { bytes.iter().position(|b| (*b as i8) >= -0x40).unwrap_or(0) } else { 0 };
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
+    }
+    let (out, err) = (end_of(&attempt.stdout).await, end_of(&attempt.stderr).await);
+    if err.is_empty() { out } else { format!("{out}[stderr]\n{err}") }
+}
+
 /// `text` with `${gen.date}` and `${gen.gid}` replaced.
 pub fn substitute(text: &str, date: &str, gid: &str) -> String {
     text.replace("${gen.date}", date).replace("${gen.gid}", gid)

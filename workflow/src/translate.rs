@@ -334,7 +334,8 @@ pub fn status_advertisement(appl: &str, job: &str) -> Advertisement {
     let text = format!(
         "[class,eq,'job_status'],[appl,eq,{}],[gid,isPresent,''],[job,eq,{}],[agent,isPresent,''],\
          [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0],[reason,isPresent,''],\
-         [pool,isPresent,''],[to,isPresent,''],[incarnation,isPresent,0],[date,isPresent,''],[info,isPresent,'']",
+         [pool,isPresent,''],[to,isPresent,''],[incarnation,isPresent,0],[date,isPresent,''],[info,isPresent,''],\
+         [output,isPresent,'']",
         quoted(appl),
         quoted(job)
     );

@@ -327,3 +327,93 @@ pub(super) async fn subscribe(
         });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
+
+#[derive(Debug, Deserialize)]
+pub(super) struct WorkflowParams {
+    since: Option<String>,
+}
+
+/// The classes `/api/workflows` reads, with the part of the past it reads of each (`None`:
+/// since `since`, else all of it).
+const WORKFLOW_CLASSES: [(&str, &str, bool); 3] =
+    [("deployments", "agent_ctl", true), ("triggers", "trigger", false), ("statuses", "job_status", false)];
+
+/// `GET /api/workflows?since=1d`: what the history stores hold of workflows, for the web
+/// monitor: every `agent_ctl` publication (deployments and undeployments, whenever), and
+/// the `trigger` and `job_status` publications since `since` (a time bound as in
+/// subscriptions: `1h`, `7d`, an RFC 3339 time; 1 day by default), each as its attributes,
+/// and the stores that did not answer. Served with the JSON API (it reads, and only these
+/// classes), the gateway off or on.
+pub(super) async fn workflows(
+    State(gateway): State<Gateway>,
+    Query(params): Query<WorkflowParams>,
+) -> Response {
+    let now = now();
+    let since = match padres_lang::time::parse_bound(params.since.as_deref().unwrap_or("1d"), now) {
+        Ok(since) => since,
+        Err(e) => return error(StatusCode::BAD_REQUEST, None, &format!("since: {e}")),
+    };
+    let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
+    let mut ids: Vec<(MessageId, &str)> = Vec::new();
+    for (req, (key, class, always)) in (1u64..).zip(WORKFLOW_CLASSES) {
+        let from = if always { Timestamp::from_millis(0).unwrap_or(since) } else { since };
+        let text = format!("s [class,eq,'{class}'],[time,>=,{}]", from.to_rfc3339());
+        let message = match parser().message(&text) {
+            Ok(message) => message,
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, None, &e.to_string()),
+        };
+        if !client.request(req, message).await {
+            return unavailable();
+        }
+        match client.reply(req).await {
+            Answer::Taken(Some(id)) => ids.push((id, key)),
+            Answer::Taken(None) | Answer::Gone => return unavailable(),
+            Answer::Refused(message) => return error(StatusCode::UNPROCESSABLE_ENTITY, None, &message),
+            Answer::TimedOut => {
+                let why = format!("no answer from the broker within {} s", REPLY_TIMEOUT.as_secs());
+                return error(StatusCode::GATEWAY_TIMEOUT, None, &why);
+            }
+        }
+    }
+    let mut found: std::collections::BTreeMap<&str, Vec<serde_json::Value>> =
+        WORKFLOW_CLASSES.iter().map(|(key, ..)| (*key, Vec::new())).collect();
+    let (mut missing, mut truncated, mut ended) = (Vec::new(), false, 0);
+    let key_of = |sub: &MessageId| ids.iter().find(|(id, _)| id == sub).map(|(_, key)| *key);
+    let read = async {
+        while ended < ids.len() {
+            match client.next().await {
+                Some(Frame::Notification { subs, publication }) => {
+                    if let Some(key) = subs.first().and_then(key_of)
+                        && let Some(list) = found.get_mut(key)
+                    {
+                        list.push(json::attributes(&publication));
+                    }
+                }
+                Some(Frame::EndOfHistory { missing: gone, truncated: cut, .. }) => {
+                    ended += 1;
+                    missing.extend(gone.iter().map(ToString::to_string));
+                    truncated |= cut;
+                }
+                Some(_) => {}
+                None => return false,
+            }
+        }
+        true
+    };
+    match tokio::time::timeout(REPLY_TIMEOUT, read).await {
+        Ok(true) => {}
+        Ok(false) => return unavailable(),
+        Err(_) => {
+            let why = format!("the history stores did not answer within {} s", REPLY_TIMEOUT.as_secs());
+            return error(StatusCode::GATEWAY_TIMEOUT, None, &why);
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    let mut body =
+        serde_json::json!({ "since": since.to_rfc3339(), "missing": missing, "truncated": truncated });
+    for (key, list) in found {
+        body[key] = serde_json::Value::Array(list);
+    }
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}

@@ -160,6 +160,7 @@ pub(super) async fn serve(
     let app = axum::Router::new()
         .route("/api/publish", post(super::gateway::publish))
         .route("/api/subscribe", get(super::gateway::subscribe))
+        .route("/api/workflows", get(super::gateway::workflows))
         .with_state(gateway)
         .merge(inspect);
     let served = match tls {

@@ -428,7 +428,7 @@ impl Agent {
             key.2,
             pool
         );
-        self.spawn_run(key, Arc::new(info), date, attempt, Some(pool));
+        self.spawn_run(key, Arc::new(info), date, attempt, Some(pool), true);
     }
 
     /// Dispatches pool job `key` (claimed here, its home, and marked running) of the
@@ -500,7 +500,7 @@ impl Agent {
         let Some((info, pool)) = self.pool_job(key) else { return };
         let pool = pool.name.clone();
         tracing::info!("{}/{}/{}: dispatched here, by itself (pool {pool})", key.0, key.1, key.2);
-        self.spawn_run(key.clone(), info.clone(), date, attempt, Some(pool));
+        self.spawn_run(key.clone(), info.clone(), date, attempt, Some(pool), true);
     }
 
     /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
