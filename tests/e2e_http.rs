@@ -115,6 +115,9 @@ async fn metrics_parse_and_agree_with_broker_stats_after_a_known_load() {
     assert!(quotes > load as f64 && quotes <= (warm_up + load) as f64, "{quotes} quotes to B2");
     let quote_bytes = value(&metrics, "padres_link_class_sent_bytes", &["quote", "B2"]);
     assert!(quote_bytes > 20.0 * quotes && quote_bytes < to_b2 * 200.0, "{quote_bytes} bytes");
+    // Every publication this broker took from a client was a quote.
+    let classes_in = value(&metrics, "padres_class_publications_in", &["quote"]);
+    assert_eq!(classes_in, stats.publications_in as f64);
     let row =
         stats.link_traffic.iter().find(|r| r.peer.as_str() == "B2" && r.class == "quote").expect("quote row");
     assert_eq!(row.messages as f64, quotes);

@@ -13,6 +13,7 @@
 //! | `padres_clients`, `padres_connections`, `padres_neighbours` | gauge | `clients`, `connections`, `neighbours` |
 //! | `padres_client_requests_total` | counter | `client_requests` |
 //! | `padres_publications_in_total` | counter | `publications_in` |
+//! | `padres_class_publications_in_total{class}` | counter | `publications_in` per class: for workflows, `job_status` (job transitions published by agents here), `trigger` (generations started), `agent_load` (agents' load reports) |
 //! | `padres_notifications_out_total` | counter | `notifications_out` (atomic and composite) |
 //! | `padres_broker_messages_in_total`, `…_out_total` | counter | `broker_messages_in`, `…_out` |
 //! | `padres_link_messages_in_total{peer}`, `…_out_total{peer}` | counter | per neighbour |
@@ -70,6 +71,9 @@ pub struct Snapshot {
     pub client_queued_bytes: u64,
     /// Historic queries put to the history store.
     pub history_queries: u64,
+    /// Publications received from clients, per class (past [`crate::traffic::MAX_CLASSES`]
+    /// classes, the rest under `(other)`).
+    pub publications_by_class: Vec<(String, u64)>,
 }
 
 /// The OpenMetrics content type `/metrics` is served with.
@@ -288,6 +292,14 @@ impl Collector for Snapshot {
                     _ => ConstGauge::new(value(link)).encode(sample)?,
                 }
             }
+        }
+
+        let help = "Publications received from clients, per class: job_status counts job transitions entering here, trigger generations started, agent_load agents' load reports.";
+        let mut family =
+            encoder.encode_descriptor("class_publications_in", help, None, MetricType::Counter)?;
+        for (class, count) in &self.publications_by_class {
+            let labels = [("class", class.as_str())];
+            ConstCounter::new(*count).encode(family.encode_family(&labels.as_slice())?)?;
         }
 
         type PerClass = fn(&LinkTraffic) -> u64;

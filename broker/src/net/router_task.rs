@@ -216,6 +216,8 @@ struct Counters {
     links_refused: u64,
     links_cut: u64,
     history_queries: u64,
+    /// Publications received from clients, per class (messages only).
+    publications_by_class: Traffic,
 }
 
 #[derive(Debug)]
@@ -607,8 +609,9 @@ impl RouterTask {
                 let Some(client) = self.client_sessions.client_of(conn) else { return };
                 self.passed(client);
                 self.counters.client_requests += 1;
-                if matches!(message, Message::Publish(_)) {
+                if let Message::Publish(publication) = &message {
                     self.counters.publications_in += 1;
+                    self.counters.publications_by_class.add(publication.class(), 0);
                 }
                 let wall = self.wall(now);
                 self.router.handle(wall, Input::Client { client, req, message }, &mut self.out);
@@ -1045,6 +1048,12 @@ impl RouterTask {
             links,
             client_queued_bytes,
             history_queries: self.counters.history_queries,
+            publications_by_class: self
+                .counters
+                .publications_by_class
+                .classes()
+                .map(|(class, count)| (class.to_owned(), count.messages))
+                .collect(),
         }
     }
 
