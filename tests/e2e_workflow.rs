@@ -435,7 +435,7 @@ fn place_advises_running_a_job_next_to_the_jobs_it_serves() {
     let xml = application(
         "shuttle",
         &[
-            job("A", "daily", "agent-2", &[], "true", "", &log),
+            job("A", "daily", "agent-2", &[], "echo extracted", "", &log),
             job("B", "daily", "agent-1", &["A"], "true", "", &log),
             job("C", "daily", "agent-2", &["B"], "true", "", &log),
         ],
@@ -446,6 +446,19 @@ fn place_advises_running_a_job_next_to_the_jobs_it_serves() {
         let out = wait(&brokers[1], "shuttle", gid);
         assert!(out.status.success(), "{gid}: {}", explain(&out));
     }
+
+    // Each ended status carries the end of its run's output.
+    let out = padres(&brokers[1], &["workflow", "status", "shuttle", "--gid", "g1", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("status JSON");
+    let output_of = |job: &str| {
+        status["generations"][0]["jobs"].as_array().and_then(|j| j.iter().find(|j| j["job"] == job)).cloned()
+    };
+    assert_eq!(
+        output_of("A").map(|a| a["output"].clone()),
+        Some(serde_json::json!("extracted\n")),
+        "{status}"
+    );
+    assert_eq!(output_of("B").map(|b| b["output"].clone()), Some(serde_json::json!("")), "{status}");
 
     let out = padres(&brokers[1], &["workflow", "place", "shuttle", "--json", "--wait", "20"]);
     assert!(out.status.success(), "place: {}", explain(&out));

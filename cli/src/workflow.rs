@@ -389,6 +389,7 @@ fn generation_json(
                 "attempt": event.map(|e| e.attempt),
                 "exit": event.map(|e| e.exit),
                 "reason": event.and_then(|e| e.reason.clone()),
+                "output": event.and_then(|e| e.output.clone()),
             })
         })
         .collect();

@@ -89,6 +89,8 @@ pub struct StatusEvent {
     pub reason: Option<String>,
     /// When its broker received it (epoch milliseconds).
     pub time: Option<i64>,
+    /// The end of the run's output, on the status that ends a run (`output`).
+    pub output: Option<String>,
 }
 
 impl StatusEvent {
@@ -111,6 +113,7 @@ impl StatusEvent {
             attempt: int("attempt").and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
             reason: text("reason").filter(|r| !r.is_empty()),
             time: publication.time().map(padres_lang::Timestamp::millis),
+            output: text("output"),
         })
     }
 
@@ -373,6 +376,7 @@ mod tests {
             attempt,
             reason: None,
             time: None,
+            output: None,
         }
     }
 
