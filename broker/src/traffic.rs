@@ -48,14 +48,11 @@ impl Traffic {
     }
 
     fn add_count(&mut self, class: &str, count: Count) {
-        let class = if self.by_class.contains_key(class) || self.by_class.len() < MAX_CLASSES {
-            class
-        } else {
-            OTHER
-        };
+        // One lookup for a class counted already (every message but a class's first).
+        let full = self.by_class.len() >= MAX_CLASSES;
         let entry = match self.by_class.get_mut(class) {
             Some(entry) => entry,
-            None => self.by_class.entry(class.into()).or_default(),
+            None => self.by_class.entry(if full { OTHER } else { class }.into()).or_default(),
         };
         entry.messages += count.messages;
         entry.bytes += count.bytes;

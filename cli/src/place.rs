@@ -33,11 +33,14 @@ pub(crate) async fn place(
     broker: &BrokerArgs,
 ) -> Result<(), String> {
     let since = since_arg(since, "7d")?;
-    let follow = Follow::start(broker, appl, Some((None, since))).await?;
+    // The three are read at once: each waits (for stores, for live reports).
+    let (follow, agents, reports) = tokio::try_join!(
+        Follow::start(broker, appl, Some((None, since))),
+        latest_reports(broker, since_arg(Some("10m"), "10m")?),
+        broker_reports(broker, wait),
+    )?;
     let known = &follow.known;
     let now = padres_client::check::now().millis();
-    let agents = latest_reports(broker, since_arg(Some("10m"), "10m")?).await?;
-    let reports = broker_reports(broker, wait).await?;
 
     // The overlay, from the brokers' own word.
     let mut overlay = Overlay::default();
@@ -47,8 +50,7 @@ pub(crate) async fn place(
             overlay.add_link(&report.broker, n);
         }
     }
-    let silent: Vec<&str> =
-        overlay.brokers().filter(|b| !reports.iter().any(|r| r.broker == *b)).collect::<Vec<_>>();
+    let silent: Vec<&str> = overlay.brokers().filter(|b| !reports.iter().any(|r| r.broker == *b)).collect();
     if !silent.is_empty() {
         eprintln!(
             "padres: no report from {} within {} s: their links are known from their neighbours, their traffic is not",
@@ -58,15 +60,14 @@ pub(crate) async fn place(
     }
     let traffic: Vec<(&str, &LinkTraffic)> =
         reports.iter().flat_map(|r| r.traffic.iter().map(|t| (r.broker.as_str(), t))).collect();
-    let rows: Vec<&LinkTraffic> = traffic.iter().map(|(_, t)| *t).collect();
-    if rows.iter().any(|r| r.class == padres_broker::traffic::OTHER) {
+    if traffic.iter().any(|(_, r)| r.class == padres_broker::traffic::OTHER) {
         eprintln!(
             "padres: some brokers count classes past their first {} on a link as {}: job_status and trigger may be among them, their sizes estimated",
             padres_broker::traffic::MAX_CLASSES,
             padres_broker::traffic::OTHER
         );
     }
-    let (sizes, measured) = sizes(&rows);
+    let (sizes, measured) = sizes(&traffic);
 
     // Where the agents are.
     let broker_of = |agent: &str| agents.get(agent).map(|(load, _)| load.broker.clone());
@@ -349,10 +350,11 @@ fn needed_jobs(need: &Need, failures: bool) -> Vec<String> {
 /// Bytes per `job_status` and `trigger` message on the links, and how many `job_status`
 /// messages that was measured over; where none crossed yet, the encoded size of a typical
 /// one.
-fn sizes(traffic: &[&LinkTraffic]) -> (Sizes, u64) {
+fn sizes(traffic: &[(&str, &LinkTraffic)]) -> (Sizes, u64) {
     let average = |class: &str| {
         let (messages, bytes) = traffic
             .iter()
+            .map(|(_, r)| r)
             .filter(|r| r.class == class)
             .fold((0u64, 0u64), |(m, b), r| (m + r.messages, b + r.bytes));
         (messages > 0).then(|| (bytes as f64 / messages as f64, messages))

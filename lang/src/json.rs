@@ -34,10 +34,6 @@ fn value(v: &Value) -> Json {
 
 /// A publication's attributes as one JSON object, in their order (its payload left out).
 pub fn attributes(publication: &Publication) -> Json {
-    attrs(publication)
-}
-
-fn attrs(publication: &Publication) -> Json {
     let attrs: Map<String, Json> =
         publication.attrs().iter().map(|(n, v)| (n.to_string(), value(v))).collect();
     Json::Object(attrs)
@@ -94,7 +90,8 @@ pub fn request_lines(
 pub fn publication(subs: &[MessageId], publication: &Publication) -> String {
     let ids: Vec<String> = subs.iter().map(ToString::to_string).collect();
     let first = ids.first().cloned().unwrap_or_default();
-    let object = json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attrs(publication) });
+    let object =
+        json!({ "type": "notification", "sub": first, "subs": ids, "attrs": attributes(publication) });
     with_payload(object, publication).to_string()
 }
 
@@ -102,7 +99,7 @@ pub fn publication(subs: &[MessageId], publication: &Publication) -> String {
 pub fn composite<'a>(sub: &MessageId, pubs: impl IntoIterator<Item = (u32, &'a Publication)>) -> String {
     let pubs: Vec<Json> = pubs
         .into_iter()
-        .map(|(leaf, p)| with_payload(json!({ "leaf": leaf, "attrs": attrs(p) }), p))
+        .map(|(leaf, p)| with_payload(json!({ "leaf": leaf, "attrs": attributes(p) }), p))
         .collect();
     json!({ "type": "notification", "sub": sub.to_string(), "pubs": pubs }).to_string()
 }

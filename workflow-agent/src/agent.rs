@@ -640,23 +640,13 @@ impl Outbox {
         } else {
             None
         };
-        let outgoing_kind = match outgoing {
-            Outgoing::Load(_) | Outgoing::Advice(..) => Kind::Report,
-            Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Trigger(..) => Kind::Kept,
-        };
+        let now_or_never = matches!(outgoing, Outgoing::Load(_) | Outgoing::Advice(..));
         let if_refused = match outgoing {
             Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
             Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) | Outgoing::Advice(..) => None,
         };
-        let now_or_never = matches!(outgoing_kind, Kind::Report);
         self.queue.send(Queued { seq, publication, what, if_refused, now_or_never }).is_ok()
     }
-}
-
-/// Whether an outgoing publication is sent until taken, or now or never.
-enum Kind {
-    Kept,
-    Report,
 }
 
 /// Most matches claimed in one transaction.

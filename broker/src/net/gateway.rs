@@ -134,6 +134,25 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Sends request `req`, a subscription, and waits for its reply: the id it was given,
+    /// or the answer to give the caller (422 refused, 504 no reply in time, 503 gone).
+    async fn subscribed(&mut self, req: u64, message: Message) -> Result<Option<MessageId>, Response> {
+        if !self.request(req, message).await {
+            return Err(unavailable());
+        }
+        match self.reply(req).await {
+            Answer::Taken(id) => Ok(id),
+            Answer::Refused(message) => Err(error(StatusCode::UNPROCESSABLE_ENTITY, None, &message)),
+            Answer::TimedOut => {
+                let why = format!("no answer from the broker within {} s", REPLY_TIMEOUT.as_secs());
+                Err(error(StatusCode::GATEWAY_TIMEOUT, None, &why))
+            }
+            Answer::Gone => Err(unavailable()),
+        }
+    }
+}
+
 impl Drop for Client {
     fn drop(&mut self) {
         let (events, id) = (self.events.clone(), self.id);
@@ -289,17 +308,9 @@ pub(super) async fn subscribe(
     }
     let op = message.command();
     let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
-    if !client.request(1, message).await {
-        return unavailable();
-    }
-    let id = match client.reply(1).await {
-        Answer::Taken(id) => id,
-        Answer::Refused(message) => return error(StatusCode::UNPROCESSABLE_ENTITY, None, &message),
-        Answer::TimedOut => {
-            let why = format!("no answer from the broker within {} s", REPLY_TIMEOUT.as_secs());
-            return error(StatusCode::GATEWAY_TIMEOUT, None, &why);
-        }
-        Answer::Gone => return unavailable(),
+    let id = match client.subscribed(1, message).await {
+        Ok(id) => id,
+        Err(refused) => return refused,
     };
     let first = json::reply(1, op, id.as_ref());
     let events =
@@ -333,8 +344,8 @@ pub(super) struct WorkflowParams {
     since: Option<String>,
 }
 
-/// The classes `/api/workflows` reads, with the part of the past it reads of each (`None`:
-/// since `since`, else all of it).
+/// The classes `/api/workflows` reads: its key in the answer, the class, and whether all
+/// of the past is read (else since `since`).
 const WORKFLOW_CLASSES: [(&str, &str, bool); 3] =
     [("deployments", "agent_ctl", true), ("triggers", "trigger", false), ("statuses", "job_status", false)];
 
@@ -362,17 +373,10 @@ pub(super) async fn workflows(
             Ok(message) => message,
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, None, &e.to_string()),
         };
-        if !client.request(req, message).await {
-            return unavailable();
-        }
-        match client.reply(req).await {
-            Answer::Taken(Some(id)) => ids.push((id, key)),
-            Answer::Taken(None) | Answer::Gone => return unavailable(),
-            Answer::Refused(message) => return error(StatusCode::UNPROCESSABLE_ENTITY, None, &message),
-            Answer::TimedOut => {
-                let why = format!("no answer from the broker within {} s", REPLY_TIMEOUT.as_secs());
-                return error(StatusCode::GATEWAY_TIMEOUT, None, &why);
-            }
+        match client.subscribed(req, message).await {
+            Ok(Some(id)) => ids.push((id, key)),
+            Ok(None) => return unavailable(),
+            Err(refused) => return refused,
         }
     }
     let mut found: std::collections::BTreeMap<&str, Vec<serde_json::Value>> =
