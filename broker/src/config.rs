@@ -475,6 +475,8 @@ impl Config {
             history_timeout_ms: self.history_store.query_timeout_ms,
             history_max_results: self.history_store.max_results,
             history_chunk_bytes: crate::router::history_chunk_bytes(l.max_frame_bytes),
+            rejoin_ms: self.link_sessions.window_ms,
+            rejoin_max_bytes: self.link_sessions.max_bytes,
         };
         let history = self.validate_history()?;
         let s = &self.link_sessions;

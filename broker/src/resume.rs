@@ -24,7 +24,16 @@
 //!
 //!   A session tells the router `NeighbourUp` when it is confirmed (the follower when it
 //!   starts it, the leader when the answer comes) and `NeighbourDown` when it ends; the
-//!   routers then re-synchronise as after any link that returns. Nothing is sent on a link
+//!   routers then re-synchronise as after any link that returns.
+//! - **A neighbour that lost the session** (it answers `fresh`, or as leader proposes a
+//!   session this side does not hold, while this side's is established: it restarted, or
+//!   its window passed first) is not reported down. The old session ends quietly; its
+//!   unacknowledged publications are kept, and so are those the router sends the neighbour
+//!   until a new session is confirmed (other messages are dropped: the router sends its
+//!   tables again). The router then hears [`Step::NeighbourRestarted`] with them, and
+//!   re-synchronises without withdrawing what it learned from the neighbour
+//!   (`router/rejoin.rs`). With no new session within the window, it hears
+//!   `NeighbourDown`. Nothing is sent on a link
 //!   before its `Resume` exchange, so the numbers on a link always follow on from what the
 //!   receiver had passed. An exchange that does not finish within [`HANDSHAKE_MS`] cuts the
 //!   link (the policy dials again).
@@ -87,6 +96,17 @@ pub enum Step {
     NeighbourUp(Name),
     /// Tell the router the neighbour is down (its session ended).
     NeighbourDown(Name),
+    /// Tell the router the neighbour lost what this side had sent it (it restarted, or its
+    /// window passed first) and a new session is up: the router re-synchronises with it
+    /// without withdrawing the routes it learned from it, and sends it again, once it is
+    /// ready for them, the publications `kept` (what waited in the old session's outbox
+    /// and what the router routed to it before the new session was confirmed, in order).
+    NeighbourRestarted {
+        /// The neighbour.
+        peer: Name,
+        /// The publications for it, in order.
+        kept: Vec<BrokerMessage>,
+    },
     /// Close the link (the neighbour broke the numbering, or its outbox overflowed while
     /// linked).
     Cut {
@@ -181,6 +201,31 @@ struct Peer {
     /// The link the link policy uses to it.
     link: Option<LinkId>,
     session: Option<Session>,
+    /// The neighbour lost this side's session while the router believes it up: the
+    /// publications routed to it since (and those unacknowledged in the old session) wait
+    /// here until a new session is confirmed ([`Step::NeighbourRestarted`]), with their
+    /// estimated size.
+    rejoin: Option<Rejoin>,
+}
+
+/// Publications kept for a neighbour that lost its session with this side.
+#[derive(Debug)]
+struct Rejoin {
+    kept: Vec<BrokerMessage>,
+    bytes: usize,
+    /// When the old session ended: with no new one by a window later, the router hears
+    /// that the neighbour is down.
+    since: u64,
+}
+
+impl Rejoin {
+    /// Keeps `message` if it is a publication and there is room for it.
+    fn keep(&mut self, message: BrokerMessage, size: usize, max: usize) {
+        if matches!(message, BrokerMessage::Publish { .. }) && self.bytes + size <= max {
+            self.bytes += size;
+            self.kept.push(message);
+        }
+    }
 }
 
 /// One broker's sessions with its neighbours (see the module docs).
@@ -275,14 +320,32 @@ impl Sessions {
     }
 
     /// Ends `peer`'s session, if any: the router hears `NeighbourDown` if it heard of the
-    /// session.
+    /// session (or of one the neighbour lost, while a new one is not yet confirmed).
     fn end(&mut self, peer: &Name) {
-        if let Some(entry) = self.peers.get_mut(peer)
-            && let Some(session) = entry.session.take()
-            && session.established
-        {
+        let Some(entry) = self.peers.get_mut(peer) else { return };
+        let established = entry.session.take().is_some_and(|s| s.established);
+        let rejoining = entry.rejoin.take().is_some();
+        if established || rejoining {
             self.steps.push_back(Step::NeighbourDown(peer.clone()));
         }
+    }
+
+    /// The neighbour does not hold `peer`'s session any more (it restarted, or its window
+    /// passed first): the session ends, but the router does not hear of it until a new one
+    /// is confirmed. What the old one had not had acknowledged is kept if it is a
+    /// publication: the neighbour may not have passed it on.
+    fn lost_by_peer(&mut self, now: u64, peer: &Name) {
+        let max = self.settings.max_bytes;
+        let Some(entry) = self.peers.get_mut(peer) else { return };
+        let Some(session) = entry.session.take() else { return };
+        if !session.established {
+            return;
+        }
+        let rejoin = entry.rejoin.get_or_insert_with(|| Rejoin { kept: Vec::new(), bytes: 0, since: now });
+        for (_, message, size) in session.outbox {
+            rejoin.keep(message, size, max);
+        }
+        tracing::info!(%peer, kept = rejoin.kept.len(), "link session: the neighbour lost it; keeping its publications");
     }
 
     /// Ends `peer`'s session and closes its link, if one is attached.
@@ -299,6 +362,13 @@ impl Sessions {
     pub fn send(&mut self, peer: &Name, message: BrokerMessage) -> Option<(LinkId, Frame)> {
         let max = self.settings.max_bytes;
         let entry = self.peers.get_mut(peer)?;
+        if let Some(rejoin) = &mut entry.rejoin {
+            // Until the new session is confirmed and the router re-synchronises, only
+            // publications matter: everything else is sent again from the router's tables.
+            let size = estimated_size(&message);
+            rejoin.keep(message, size, max);
+            return None;
+        }
         let session = entry.session.as_mut()?;
         let seq = session.next;
         session.next += 1;
@@ -380,14 +450,14 @@ impl Sessions {
                 // The neighbour does not hold the session (it restarted, or its window
                 // passed first): this side ends its own and proposes a new one.
                 tracing::info!(%peer, "link session: the neighbour holds no session with us; starting a new one");
-                self.end(peer);
+                self.lost_by_peer(now, peer);
                 self.propose(now, peer, link);
                 return;
             }
             let new = !session.established;
             session.established = true;
             if self.open(peer, link, received, !new) && new {
-                self.steps.push_back(Step::NeighbourUp(peer.clone()));
+                self.confirmed(peer);
             }
         } else {
             // The leader's Resume.
@@ -395,8 +465,8 @@ impl Sessions {
                 self.open(peer, link, received, !fresh);
                 return;
             }
-            // Any session held is not the leader's: it is over.
-            self.end(peer);
+            // Any session held is not the leader's: it is over, and the leader lost it.
+            self.lost_by_peer(now, peer);
             if !fresh {
                 // The leader holds a session this side does not: it must start over.
                 let frame = Frame::Resume { session: id, received: 0, fresh: true };
@@ -414,8 +484,18 @@ impl Sessions {
                 link,
                 frame: Frame::Resume { session: id, received: 0, fresh: false },
             });
-            self.steps.push_back(Step::NeighbourUp(peer.clone()));
+            self.confirmed(peer);
         }
+    }
+
+    /// A new session with `peer` is confirmed: the router hears of a neighbour up, or of
+    /// one that lost its old session.
+    fn confirmed(&mut self, peer: &Name) {
+        let rejoin = self.peers.get_mut(peer).and_then(|p| p.rejoin.take());
+        self.steps.push_back(match rejoin {
+            Some(rejoin) => Step::NeighbourRestarted { peer: peer.clone(), kept: rejoin.kept },
+            None => Step::NeighbourUp(peer.clone()),
+        });
     }
 
     /// Opens `peer`'s session on `link`, the neighbour having passed `received`: the
@@ -474,15 +554,23 @@ impl Sessions {
     pub fn poll_timeout(&self) -> Option<u64> {
         self.peers
             .values()
-            .filter_map(|p| p.session.as_ref().map(|s| (p, s)))
-            .filter_map(|(p, s)| {
-                let ack = s.ack_at.filter(|_| s.open);
-                match (self.deadline(p, s), ack) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
+            .filter_map(|p| match &p.session {
+                Some(s) => {
+                    let ack = s.ack_at.filter(|_| s.open);
+                    match (self.deadline(p, s), ack) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
                 }
+                None => self.rejoin_deadline(p),
             })
             .min()
+    }
+
+    /// When a neighbour that lost its session, and has no new one proposed, counts as gone.
+    fn rejoin_deadline(&self, entry: &Peer) -> Option<u64> {
+        let rejoin = entry.rejoin.as_ref().filter(|_| entry.session.is_none())?;
+        Some(rejoin.since.saturating_add(self.settings.window))
     }
 
     /// The time has come for what [`Sessions::poll_timeout`] announced: acknowledgements
@@ -494,6 +582,9 @@ impl Sessions {
         let mut stalled = Vec::new();
         let mut acks = Vec::new();
         for (peer, entry) in &self.peers {
+            if self.rejoin_deadline(entry).is_some_and(|at| at <= now) {
+                expired.push(peer.clone());
+            }
             let Some(session) = &entry.session else { continue };
             if self.deadline(entry, session).is_some_and(|at| at <= now) {
                 if entry.link.is_some() {
@@ -596,6 +687,71 @@ mod tests {
             }
         }
         assert_eq!(resent, (39_991..=40_000).collect::<Vec<_>>());
+    }
+
+    fn publication(n: u64) -> BrokerMessage {
+        let publication = std::sync::Arc::new(format!("[class,'t'],[n,{n}]").parse().expect("a publication"));
+        let stamp = padres_lang::Stamp::new(n, Name::new("A").expect("name"), n);
+        BrokerMessage::Publish { publication, stamp }
+    }
+
+    fn steps(a: &mut Sessions) -> Vec<Step> {
+        std::iter::from_fn(|| a.poll_step()).collect()
+    }
+
+    #[test]
+    fn a_neighbour_that_lost_its_session_gets_its_publications_once_a_new_one_is_up() {
+        let (mut a, peer, session) = open_to_b();
+        for n in 1..=4 {
+            a.send(&peer, publication(n));
+        }
+        a.send(&peer, message(5));
+        a.acked(&peer, 1, 1);
+        // B restarts: its link goes, it comes back and holds no session.
+        a.detach(2, &peer, false);
+        a.attach(3, &peer, 2);
+        steps(&mut a);
+        a.resume(4, &peer, 2, session, 0, true);
+        let proposed = steps(&mut a);
+        assert!(
+            !proposed.iter().any(|s| matches!(s, Step::NeighbourDown(_))),
+            "the router does not hear of it yet: {proposed:?}"
+        );
+        let Some(Step::Send { frame: Frame::Resume { session: new, fresh: true, .. }, .. }) = proposed.last()
+        else {
+            panic!("a new session proposed: {proposed:?}")
+        };
+        // What the router routes to B meanwhile is kept for it, publications only.
+        assert_eq!(a.send(&peer, publication(6)), None);
+        assert_eq!(a.send(&peer, message(7)), None);
+        a.resume(5, &peer, 2, *new, 0, false);
+        let confirmed = steps(&mut a);
+        let kept = confirmed.iter().find_map(|s| match s {
+            Step::NeighbourRestarted { kept, .. } => Some(kept.clone()),
+            _ => None,
+        });
+        // Not what B acknowledged (1), nor what is not a publication.
+        assert_eq!(kept, Some(vec![publication(2), publication(3), publication(4), publication(6)]));
+        assert!(!confirmed.iter().any(|s| matches!(s, Step::NeighbourUp(_) | Step::Send { .. })));
+        // The new session is used from here.
+        assert!(a.send(&peer, publication(8)).is_some());
+    }
+
+    #[test]
+    fn a_neighbour_that_lost_its_session_and_never_comes_back_is_down_after_the_window() {
+        let (mut a, peer, session) = open_to_b();
+        a.send(&peer, publication(1));
+        a.detach(2, &peer, false);
+        a.attach(3, &peer, 2);
+        steps(&mut a);
+        a.resume(4, &peer, 2, session, 0, true);
+        steps(&mut a);
+        // The new session's link goes and does not return.
+        a.detach(5, &peer, false);
+        let at = a.poll_timeout().expect("a deadline");
+        a.handle_timeout(at);
+        assert_eq!(steps(&mut a), [Step::NeighbourDown(peer.clone())]);
+        assert_eq!(a.send(&peer, publication(2)), None);
     }
 
     #[test]

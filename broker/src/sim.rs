@@ -8,11 +8,11 @@
 //! keeps a digest of them instead, so a test can tell that a seed replays message for
 //! message.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::router::{
-    BrokerMessage, ClientId, Covering, Detection, DetectorOp, Input, Options, Output, Router, Routes,
+    BrokerMessage, ClientId, Covering, Detection, DetectorOp, Input, Options, Output, Replays, Router, Routes,
 };
 use padres_lang::wire::ErrorCode;
 use padres_lang::{Message, MessageId, Name, Publication, Stamped};
@@ -82,6 +82,15 @@ enum What {
     Tick(u64),
 }
 
+/// What links keep unacknowledged ([`Sim::keep_unacked`]).
+#[derive(Debug)]
+struct Unacked {
+    /// How long a publication stays unacknowledged (ms).
+    ms: u64,
+    /// Per directed link, what it sent in that time, with when, oldest first.
+    sent: HashMap<(usize, usize), VecDeque<(u64, Stamped)>>,
+}
+
 /// The simulated federation.
 #[derive(Debug)]
 pub struct Sim {
@@ -129,6 +138,9 @@ pub struct Sim {
     detection_delay: u64,
     /// Per broker, whether a tick is on its way to its delayed detection stage.
     tick_pending: Vec<bool>,
+    /// With [`Sim::keep_unacked`]: how long a publication sent on a link stays
+    /// unacknowledged, and what each directed link sent in that time (send time, what).
+    unacked: Option<Unacked>,
 }
 
 impl Sim {
@@ -172,7 +184,74 @@ impl Sim {
             restarts: 0,
             detection_delay: 0,
             tick_pending: vec![false; n],
+            unacked: None,
         }
+    }
+
+    /// From now on, every link keeps the publications sent on it in the last `ms` (as a
+    /// link session keeps them until the neighbour acknowledges them), for
+    /// [`Sim::crash_and_rejoin`].
+    pub fn keep_unacked(&mut self, ms: u64) {
+        self.unacked = Some(Unacked { ms, sent: HashMap::new() });
+    }
+
+    /// Broker `broker` crashes and restarts with empty tables while its neighbours hold
+    /// link sessions with it (`resume.rs`, needs [`Sim::keep_unacked`]): what is in flight
+    /// to and from it is lost, its clients are gone, and when the links return each
+    /// neighbour learns that it lost its session ([`Input::NeighbourRestarted`]) and is
+    /// given the publications it sent it and had not had acknowledged.
+    pub fn crash_and_rejoin(&mut self, broker: usize) {
+        let mut peers: Vec<usize> =
+            self.links.keys().filter(|(a, _)| *a == broker).map(|(_, b)| *b).collect();
+        peers.sort_unstable();
+        let name = self.names[broker].clone();
+        let names = self.names.clone();
+        self.queue.retain(|_, e| {
+            let from_it = matches!(&e.what, What::Input(Input::Broker { from, .. }) if *from == name);
+            let to_it = e.to == broker;
+            !(from_it || to_it)
+        });
+        for &peer in &peers {
+            self.last_arrival.remove(&(peer, broker));
+            self.last_arrival.remove(&(broker, peer));
+        }
+        self.clients.retain(|_, b| *b != broker);
+        self.tick_pending[broker] = false;
+        self.restarts += 1;
+        let options = Options { incarnation: self.restarts, ..self.options };
+        self.routers[broker] = Router::with_options(name.clone(), options);
+        self.detections[broker] = offloaded(&options);
+        for peer in peers {
+            let kept = match &mut self.unacked {
+                Some(unacked) => {
+                    let since = self.now.saturating_sub(unacked.ms);
+                    let log = unacked.sent.remove(&(peer, broker)).unwrap_or_default();
+                    log.into_iter()
+                        .filter(|(at, _)| *at >= since)
+                        .map(|(_, p)| (p.publication, p.stamp))
+                        .collect()
+                }
+                None => Vec::new(),
+            };
+            self.input(broker, Input::NeighbourUp(names[peer].clone()));
+            self.input(peer, Input::NeighbourRestarted { name: name.clone(), kept });
+        }
+    }
+
+    /// Delivers messages and runs timers due up to virtual time `t`, then sets the clock
+    /// to `t`.
+    pub fn run_until(&mut self, t: u64) {
+        loop {
+            let next = self.queue.first_key_value().map(|((at, _), _)| *at);
+            let timer = self.routers.iter().filter_map(Router::poll_timeout).min();
+            match next.into_iter().chain(timer).min() {
+                Some(at) if at <= t => {
+                    self.step();
+                }
+                _ => break,
+            }
+        }
+        self.now = self.now.max(t);
     }
 
     /// Brokers `a` and `b` (0-based) linked with `latency` ms each way.
@@ -431,6 +510,16 @@ impl Sim {
                     self.seq += 1;
                     let from = self.names[broker].clone();
                     self.trace.message(self.now, &from, &to, &message);
+                    if let (Some(unacked), BrokerMessage::Publish { publication, stamp }) =
+                        (&mut self.unacked, &message)
+                    {
+                        let log = unacked.sent.entry((broker, target)).or_default();
+                        while log.front().is_some_and(|(at, _)| *at + unacked.ms < self.now) {
+                            log.pop_front();
+                        }
+                        let sent = Stamped { stamp: stamp.clone(), publication: publication.clone() };
+                        log.push_back((self.now, sent));
+                    }
                     self.queue.insert(
                         (at, self.seq),
                         Event { to: target, what: What::Input(Input::Broker { from, message }) },
@@ -516,6 +605,11 @@ impl Sim {
     /// Advertisement messages sent on all links so far.
     pub fn advertise_messages(&self) -> u64 {
         self.adv_messages
+    }
+
+    /// What broker `broker` did re-synchronising with restarted neighbours.
+    pub fn replays(&self, broker: usize) -> Replays {
+        self.routers[broker].replays()
     }
 
     /// Broker `broker`'s routing tables.

@@ -110,6 +110,17 @@ impl Net {
                     side.up = false;
                     side.downs += 1;
                 }
+                Step::NeighbourRestarted { kept, .. } => {
+                    // The neighbour lost its session: for the router, down and up at once.
+                    // Only publications are kept, and these runs send none.
+                    assert!(kept.is_empty(), "only publications are kept");
+                    let side = &mut self.sides[i];
+                    assert!(side.up, "NeighbourRestarted without NeighbourUp");
+                    side.epoch += 1;
+                    side.sent = 0;
+                    side.ups += 1;
+                    side.downs += 1;
+                }
                 Step::Cut { .. } => panic!("no gap or overflow is expected here"),
             }
         }

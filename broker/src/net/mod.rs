@@ -29,7 +29,10 @@
 //! what was routed to the neighbour meanwhile, is sent again from its session's outbox,
 //! and what arrives twice is dropped. Past the window the router forgets the routes the
 //! neighbour brought ([`Input::NeighbourDown`](crate::router::Input::NeighbourDown)), and
-//! when it returns the two brokers re-synchronise. Clients hold sessions the same way
+//! when it returns the two brokers re-synchronise. A neighbour that restarted within the
+//! window keeps its routes here while it re-synchronises, and is sent the publications its
+//! old session had not had acknowledged once its subscriptions are back
+//! ([`Input::NeighbourRestarted`](crate::router::Input::NeighbourRestarted)). Clients hold sessions the same way
 //! (`client_sessions.rs`): a client whose connection is lost keeps its client id, routes
 //! and what is routed to it for `client_sessions.window_ms`, and resumes with nothing lost
 //! or doubled.

@@ -785,6 +785,18 @@ impl RouterTask {
                     let wall = self.wall(now);
                     self.router.handle(wall, Input::NeighbourDown(peer), &mut self.out);
                 }
+                Step::NeighbourRestarted { peer, kept } => {
+                    let kept: Vec<_> = kept
+                        .into_iter()
+                        .filter_map(|m| match m {
+                            BrokerMessage::Publish { publication, stamp } => Some((publication, stamp)),
+                            _ => None,
+                        })
+                        .collect();
+                    tracing::info!(%peer, kept = kept.len(), "neighbour restarted: a new link session; re-synchronising before its publications go");
+                    let wall = self.wall(now);
+                    self.router.handle(wall, Input::NeighbourRestarted { name: peer, kept }, &mut self.out);
+                }
                 Step::Cut { peer, code } => {
                     self.policy.close(now, &peer, code);
                     self.apply_link_actions(now);

@@ -20,6 +20,8 @@
 //!   the router decides, inside the router or, offloaded, after it.
 //! - `sub_routes.rs`: what a publication's routing needs of each subscription it matched
 //!   (hop, detector role), under the number the matching engine indexes it by.
+//! - `rejoin.rs`: a neighbour that restarted keeps its routes here while it
+//!   re-synchronises, and the publications for it wait until its subscriptions are back.
 //! - `settle.rs`: settled replies: `advertise` and `subscribe` are answered once they have
 //!   taken effect everywhere they must.
 //!
@@ -43,6 +45,8 @@
 //! - A client that disconnects is unsubscribed and unadvertised everywhere; a neighbour
 //!   that goes away takes its advertisements and subscriptions with it; a neighbour that
 //!   (re)appears is sent every advertisement, and pulls subscriptions as its own arrive.
+//!   A neighbour that restarted while its link session here lasted keeps its entries
+//!   until it sends them again (`rejoin.rs`).
 //!
 //! Matching and overlap queries use the indexes of [`crate::matching`].
 //!
@@ -103,6 +107,7 @@ mod covering;
 mod cycles;
 mod detection;
 mod history;
+mod rejoin;
 mod settle;
 mod sub_routes;
 
@@ -115,6 +120,7 @@ use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
 use cycles::{Awaited, Ctx, Cycles, Next};
 use history::Histories;
 pub use history::{DEFAULT_MAX_RESULTS, DEFAULT_TIMEOUT_MS, history_chunk_bytes};
+use rejoin::Rejoin;
 use settle::{Settle, Waiter};
 use sub_routes::SubRoutes;
 
@@ -190,6 +196,15 @@ pub enum Input {
     NeighbourUp(Name),
     /// A link to a neighbour is down.
     NeighbourDown(Name),
+    /// A neighbour that lost what this broker had sent it (it restarted) is up again with
+    /// a new link session; `kept` are the publications for it that it may not have passed
+    /// on, and those routed to it since it was found out, in order (`rejoin.rs`).
+    NeighbourRestarted {
+        /// The neighbour.
+        name: Name,
+        /// Publications for it, with their stamps.
+        kept: Vec<(Arc<Publication>, Stamp)>,
+    },
     /// This broker's history store keeps what this filter selects: it becomes a
     /// subscription of [`Hop::History`], routed like any other, and every publication it
     /// matches here comes out as an [`Output::Store`]. Given once per filter when the
@@ -323,6 +338,11 @@ pub struct Options {
     /// this broker's frame limit, which the brokers on the way should share
     /// ([`history_chunk_bytes`]).
     pub history_chunk_bytes: usize,
+    /// How long a restarted neighbour is given to send again the routes it had sent
+    /// (ms; `rejoin.rs`); what it has not sent by then is withdrawn.
+    pub rejoin_ms: u64,
+    /// Most bytes (estimated) of publications held for one restarted neighbour.
+    pub rejoin_max_bytes: usize,
 }
 
 impl Options {
@@ -338,6 +358,8 @@ impl Options {
         history_timeout_ms: DEFAULT_TIMEOUT_MS,
         history_max_results: DEFAULT_MAX_RESULTS,
         history_chunk_bytes: history_chunk_bytes(padres_lang::wire::codec::DEFAULT_MAX_FRAME),
+        rejoin_ms: crate::resume::DEFAULT_WINDOW_MS,
+        rejoin_max_bytes: crate::resume::DEFAULT_MAX_BYTES,
     };
 }
 
@@ -498,6 +520,28 @@ pub struct Router {
     publishing: Option<(ClientId, u64)>,
     /// History stores known, and historic queries under way.
     histories: Histories,
+    /// Neighbours that restarted and are re-synchronising (`rejoin.rs`).
+    rejoining: BTreeMap<Name, Rejoin>,
+    rejoin_ms: u64,
+    rejoin_max_bytes: usize,
+    /// In a tree: per publisher's broker, the stamp counter of the last publication passed
+    /// on from a neighbour (one that comes again after a neighbour's restart is dropped).
+    passed: foldhash::HashMap<Name, u64>,
+    replays: Replays,
+}
+
+/// What re-synchronising with restarted neighbours did, for `broker stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replays {
+    /// Neighbours found restarted.
+    pub restarts: u64,
+    /// Publications held for a restarted neighbour and sent to it.
+    pub sent: u64,
+    /// Publications that were to be held past the limit, and dropped.
+    pub dropped: u64,
+    /// Publications from a neighbour passed on already (they came again after a restart),
+    /// dropped.
+    pub duplicates: u64,
 }
 
 /// Which forwarded copies an input is answered after.
@@ -567,7 +611,17 @@ impl Router {
                 options.history_max_results,
                 options.history_chunk_bytes,
             ),
+            rejoining: BTreeMap::new(),
+            rejoin_ms: options.rejoin_ms,
+            rejoin_max_bytes: options.rejoin_max_bytes,
+            passed: foldhash::HashMap::default(),
+            replays: Replays::default(),
         }
+    }
+
+    /// What re-synchronising with restarted neighbours did so far.
+    pub fn replays(&self) -> Replays {
+        self.replays
     }
 
     /// The history store keeps what `filter` selects ([`Input::KeepHistory`]).
@@ -604,6 +658,7 @@ impl Router {
             Input::Broker { from, message } => self.broker_message(from, message, out),
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
             Input::NeighbourDown(name) => self.neighbour_down(&name, out),
+            Input::NeighbourRestarted { name, kept } => self.neighbour_restarted(name, kept, out),
             Input::KeepHistory(filter) => self.keep_history(filter, out),
             Input::HistoryAnswer { query, result } => self.local_answer(&query, result, out),
         }
@@ -659,10 +714,14 @@ impl Router {
     /// When [`Self::handle_timeout`] has something to do (composite windows expiring,
     /// historic queries timing out).
     pub fn poll_timeout(&self) -> Option<u64> {
-        match (self.detection().and_then(Detection::poll_timeout), self.histories.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.detection().and_then(Detection::poll_timeout),
+            self.histories.poll_timeout(),
+            self.rejoining.values().map(|r| r.until).min(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Drops the partial matches whose `within` window has passed at `now`, and finishes
@@ -672,6 +731,11 @@ impl Router {
         self.detection_timeout(now);
         let start = out.len();
         self.history_timeouts(now, out);
+        self.srt_changed.clear();
+        self.rejoin_timeouts(now, out);
+        if !self.srt_changed.is_empty() {
+            self.replace_composites(out);
+        }
         for output in &out[start..] {
             if let Output::ToBroker { to, message } = output {
                 self.settle.sent(to, message);
@@ -998,6 +1062,10 @@ impl Router {
             self.settling = Some((Copies::One(what), waiter));
         }
         let hop = Hop::Broker(from.clone());
+        let rejoining = self.rejoining.contains_key(&from);
+        if rejoining {
+            self.heard_again(&from, &message, out);
+        }
         match message {
             BrokerMessage::Advertise { id, adv, hops, epoch } => {
                 self.install_adv(id, adv, hop, (hops, epoch), out);
@@ -1005,6 +1073,10 @@ impl Router {
             BrokerMessage::TreeRepair { tree, epoch } => self.tree_repair(&tree, epoch, &hop, out),
             BrokerMessage::Subscribe { id, sub } => self.install_sub(id, sub, hop, out),
             BrokerMessage::Publish { publication, stamp } => {
+                if self.passed_already(&stamp) {
+                    self.replays.duplicates += 1;
+                    return;
+                }
                 self.route_publication(publication, stamp, &hop, out);
             }
             BrokerMessage::Unsubscribe { id } => {
@@ -1047,6 +1119,9 @@ impl Router {
             }
             BrokerMessage::CompositeMatch { id, pubs } => self.composite_match(&from, &id, pubs, out),
         }
+        if rejoining {
+            self.release_if_back(&from, out);
+        }
     }
 
     /// With cycles: an owner's withdrawal is final, whichever way it arrives, and passed
@@ -1072,6 +1147,11 @@ impl Router {
             self.neighbour_down(&name, out);
         }
         self.neighbours.insert(name.clone());
+        self.greet(name, out);
+    }
+
+    /// Sends neighbour `name` (up, or restarted) what it learns from this broker.
+    fn greet(&mut self, name: Name, out: &mut Vec<Output>) {
         let hop = Hop::Broker(name.clone());
         // With cycles, the parent gets a copy too: if it has withdrawn the advertisement
         // meanwhile (the news lost with the link), it answers with the withdrawal.
@@ -1104,6 +1184,7 @@ impl Router {
         if !self.neighbours.remove(name) {
             return;
         }
+        self.rejoining.remove(name);
         self.subs.forget_neighbour(name);
         self.advs.forget_neighbour(name);
         self.settle.neighbour_down(name, out);
@@ -1513,6 +1594,9 @@ impl Router {
     ) {
         let detected = std::mem::take(&mut next.detected);
         let inputs = std::mem::take(&mut next.inputs);
+        if !self.rejoining.is_empty() {
+            self.hold_for_rejoining(&mut next.brokers, &publication, &stamp);
+        }
         self.hold_live(
             &mut next,
             || Arc::new(Stamped { stamp: stamp.clone(), publication: publication.clone() }),
