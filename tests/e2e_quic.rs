@@ -399,6 +399,7 @@ async fn raw(broker: &Broker, hello: bool) -> Raw {
             version: PROTOCOL_VERSION,
             role: Role::Client,
             name: Name::new("raw").expect("name"),
+            token: None,
         };
         write_frame(&mut raw.send, &hello, DEFAULT_MAX_FRAME).await.expect("hello sent");
         let welcome = read_frame(&mut raw.recv, &mut raw.reader).await.expect("reads");

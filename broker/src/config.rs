@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use padres_lang::{InvalidMessage, Name, ParseError, ParseErrorKind};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::AuthConfig;
 use crate::detector::Bounds;
 use crate::history::{Durability, StoreOptions};
 
@@ -284,6 +285,8 @@ pub struct Config {
     pub history_store: HistoryStoreConfig,
     /// What the history store keeps: one filter per entry (none: no store).
     pub history: Vec<HistoryFilter>,
+    /// Who clients are and what they may do (`crate::auth`).
+    pub auth: AuthConfig,
 }
 
 impl Default for Config {
@@ -310,6 +313,7 @@ impl Default for Config {
             composite: CompositeConfig::default(),
             history_store: HistoryStoreConfig::default(),
             history: Vec::new(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -498,6 +502,7 @@ impl Config {
                 "client_sessions.window_ms must be at most {MAX_LINK_WINDOW_MS} (an hour)"
             )));
         }
+        self.auth.compile().map_err(|e| ConfigError::Invalid(format!("auth: {e}")))?;
         Ok(Settings { name, neighbours, router, history, sessions, client_window_ms })
     }
 
@@ -778,6 +783,29 @@ impl Config {
         let _ = writeln!(out, "query_timeout_ms = {}", h.query_timeout_ms);
         let _ = writeln!(out, "# Most stored publications delivered to one historic subscription.");
         let _ = writeln!(out, "max_results = {}", h.max_results);
+        let _ =
+            writeln!(out, "\n# Who clients are and what they may do (docs/security.md). anonymous: clients");
+        let _ = writeln!(out, "# that give no token may connect, as principal \"anonymous\". [auth.tokens]:");
+        let _ =
+            writeln!(out, "# principal = the Argon2id hash of its token (padres-broker auth hash-token).");
+        let _ = writeln!(
+            out,
+            "# [auth.groups]: group = [principals]. [[auth.permit]]: to = [principals, groups,"
+        );
+        let _ = writeln!(
+            out,
+            "# \"*\" or \"anonymous\"], advertise = [filters], subscribe = [filters], history ="
+        );
+        let _ = writeln!(
+            out,
+            "# true|false; ${{principal}} in a filter is the principal's name. With no permit,"
+        );
+        let _ = writeln!(out, "# anything goes; with one, what no permit allows is denied.");
+        #[derive(Serialize)]
+        struct AuthOnly<'a> {
+            auth: &'a AuthConfig,
+        }
+        let _ = write!(out, "{}", toml::to_string(&AuthOnly { auth: &self.auth }).unwrap_or_default());
         let _ = writeln!(out, "\n# What the history store keeps, one [[history]] entry per filter.");
         if self.history.is_empty() {
             let _ = writeln!(out, "# [[history]]\n# filter = \"[class,eq,'job_status']\"");

@@ -4,7 +4,10 @@
 //!
 //! - [`router`]: publish–subscribe–advertise routing as a sans-IO state machine
 //!   ([`router::Router`]): `router/mod.rs` the tables and rules, `router/covering.rs`
-//!   covering, `router/cycles.rs` cyclic overlays, `router/settle.rs` settled replies.
+//!   covering, `router/cycles.rs` cyclic overlays, `router/settle.rs` settled replies,
+//!   `router/rejoin.rs` restarted neighbours.
+//! - [`auth`]: who a client is (tokens) and what it may advertise, subscribe and read
+//!   (permissions as filters), sans-IO; the router enforces them.
 //! - [`links`]: the link policy, sans-IO too: redial backoff, duplicate links, stuck links.
 //! - [`resume`]: link sessions, sans-IO: numbered messages between neighbours, kept until
 //!   acknowledged, so that a link that drops and returns loses and doubles nothing.
@@ -42,6 +45,7 @@
 //!   history filters select (`history/mod.rs`), and the thread that writes it
 //!   (`history/writer.rs`).
 
+pub mod auth;
 pub mod config;
 pub mod detector;
 pub mod history;

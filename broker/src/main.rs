@@ -51,6 +51,17 @@ enum Command {
         #[command(subcommand)]
         command: CertCommand,
     },
+    /// Client authentication: hash a client's token for the configuration.
+    ///
+    ///   padres-broker auth hash-token < token.txt
+    /// prints the Argon2id hash (a PHC string) to put under [auth.tokens] as
+    ///   agent-1 = "$argon2id$v=19$..."
+    /// The client then connects with --token (or PADRES_TOKEN) and --name agent-1.
+    #[command(verbatim_doc_comment)]
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
     /// Print what this broker's history store (DATA_DIR/history.sqlite) holds that FILTER
     /// selects, oldest first, one publication a line. Reads the file directly, so it works
     /// whether or not the broker runs; a subscriber asks the federation with `padres sub`.
@@ -72,6 +83,13 @@ enum Command {
         #[command(flatten)]
         options: Overrides,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuthCommand {
+    /// Read a token from standard input (its first line, without the line break) and print
+    /// its Argon2id hash; a new random salt each time.
+    HashToken,
 }
 
 #[derive(Debug, Subcommand)]
@@ -421,6 +439,28 @@ fn main() -> ExitCode {
             match done {
                 Ok(what) => {
                     println!("{what}");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("padres-broker: {error}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Some(Command::Auth { command: AuthCommand::HashToken }) => {
+            let mut line = String::new();
+            if let Err(error) = std::io::stdin().read_line(&mut line) {
+                eprintln!("padres-broker: cannot read the token: {error}");
+                return ExitCode::from(1);
+            }
+            let token = line.trim_end_matches(['\r', '\n']);
+            if token.is_empty() {
+                eprintln!("padres-broker: give the token on standard input (an empty one is refused)");
+                return ExitCode::from(2);
+            }
+            match padres_broker::auth::hash_token(token) {
+                Ok(hash) => {
+                    println!("{hash}");
                     ExitCode::SUCCESS
                 }
                 Err(error) => {

@@ -141,6 +141,7 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
         ca: None,
         insecure: false,
         name: "padres-demo".to_owned(),
+        token: None,
     };
     let file = dir.join("payroll.xml");
     std::fs::write(&file, PAYROLL).map_err(|e| format!("{}: {e}", file.display()))?;

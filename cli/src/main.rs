@@ -449,9 +449,13 @@ pub(crate) struct BrokerArgs {
     /// broker.
     #[arg(long, conflicts_with = "ca")]
     pub(crate) insecure: bool,
-    /// This client's name, as the broker logs it.
+    /// This client's name, as the broker logs it; with --token, the principal it claims.
     #[arg(long, default_value = "padres")]
     pub(crate) name: String,
+    /// The token proving this client is the principal --name (the broker's auth.tokens
+    /// holds its hash). Without one the client is anonymous, which a broker may refuse.
+    #[arg(long, env = "PADRES_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub(crate) token: Option<String>,
 }
 
 impl BrokerArgs {
@@ -465,6 +469,9 @@ impl BrokerArgs {
             connect = connect.trust(Trust::Insecure);
         } else if let Some(ca) = &self.ca {
             connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
+        }
+        if let Some(token) = &self.token {
+            connect = connect.token(token);
         }
         connect.connect().await.map_err(|e| e.to_string())
     }
@@ -807,6 +814,8 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("broker messages out  {}", stats.broker_messages_out);
                 out!("slow clients dropped {}", stats.slow_clients_dropped);
                 out!("broker links refused {}", stats.links_refused);
+                out!("clients refused (credentials) {}", stats.clients_refused);
+                out!("requests denied (permissions) {}", stats.permission_denials);
                 out!("broker links cut (too slow) {}", stats.links_cut);
                 out!(
                     "link sessions: resumed {}, messages sent on return {}, duplicates dropped {}, expired {}",
@@ -814,6 +823,12 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                     stats.link_messages_resent,
                     stats.link_duplicates_dropped,
                     stats.link_sessions_expired
+                );
+                out!(
+                    "restarted neighbours: {}, publications kept for them and sent {}, passed already and dropped {}",
+                    stats.neighbour_restarts,
+                    stats.restart_publications_sent,
+                    stats.restart_duplicates_dropped
                 );
                 out!(
                     "client sessions: resumed {}, frames sent on return {}, expired {}",

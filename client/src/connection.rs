@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use padres_lang::wire::codec::{DEFAULT_MAX_FRAME, FrameReader, MAX_FRAME_CEILING};
-use padres_lang::wire::{BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, Role, RoutesReport};
+use padres_lang::wire::{BrokerStats, CloseCode, ErrorCode, Frame, Query, Report, Role, RoutesReport, Token};
 use padres_lang::{
     Advertisement, CompositeSubscription, Message, MessageId, Name, ParseError, Publication, Subscription,
 };
@@ -248,6 +248,7 @@ pub struct Connect {
     server_name: String,
     trust: Option<Trust>,
     name: String,
+    token: Option<Token>,
     reconnect: bool,
 }
 
@@ -260,6 +261,7 @@ impl Connect {
             server_name: "localhost".to_owned(),
             trust: None,
             name: "padres".to_owned(),
+            token: None,
             reconnect: true,
         }
     }
@@ -297,6 +299,13 @@ impl Connect {
     /// This client's name, as the broker logs it.
     pub fn name(mut self, name: &str) -> Self {
         name.clone_into(&mut self.name);
+        self
+    }
+
+    /// The token proving this client is the principal its name says (`auth.tokens` at the
+    /// broker); without one the client is anonymous, which a broker may refuse.
+    pub fn token(mut self, token: &str) -> Self {
+        self.token = Some(Token(token.to_owned()));
         self
     }
 
@@ -386,7 +395,8 @@ async fn establish(endpoint: &quinn::Endpoint, to: &Connect) -> Result<Link, Cli
     // The broker is authenticated and may be configured for frames larger than the
     // default; read up to the ceiling any broker may use.
     let mut reader = FrameReader::new(MAX_FRAME_CEILING);
-    match handshake::hello(&mut send, &mut recv, &mut reader, Role::Client, name, DEFAULT_MAX_FRAME).await {
+    let hello = handshake::Hello { role: Role::Client, name, token: to.token.clone() };
+    match handshake::hello(&mut send, &mut recv, &mut reader, hello, DEFAULT_MAX_FRAME).await {
         Ok(broker) => Ok(Link { connection, broker, send, recv, reader }),
         Err(HandshakeError::Refused { code, message }) => Err(ClientError::Refused { code, message }),
         Err(other) => Err(connect_error(other.to_string())),

@@ -58,7 +58,7 @@ pub use name::Name;
 pub use parse::Parser;
 pub use predicate::{Op, Operand, Pattern, Predicate, VarKind, Variable};
 pub use publication::Publication;
-pub use semantics::{adv_covers, conforms, covers, intersects, matches, overlaps};
+pub use semantics::{adv_covers, adv_within, conforms, covers, intersects, matches, overlaps};
 pub use stamp::{Stamp, Stamped};
 pub use subscription::{Advertisement, Subscription};
 pub use value::{Kind, Number, Timestamp, Value};

@@ -6,7 +6,9 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use padres_lang::wire::codec::DEFAULT_MAX_FRAME;
-use padres_lang::wire::{BrokerStats, CloseCode, LinkTraffic, Query, Report, RouteEntry, RoutesReport};
+use padres_lang::wire::{
+    BrokerStats, CloseCode, LinkTraffic, Query, Report, RouteEntry, RoutesReport, Token,
+};
 use padres_lang::{
     Advertisement, CompositeOp, CompositeSubscription, ErrorCode, Frame, Limits, Message, MessageId, Name,
     Op, Operand, Pattern, Predicate, Publication, Role, Subscription, Timestamp, Value, VarKind, Variable,
@@ -207,11 +209,14 @@ fn any_message() -> BoxedStrategy<Message> {
 
 fn any_frame() -> BoxedStrategy<Frame> {
     prop_oneof![
-        (any::<u32>(), any::<bool>(), any_name()).prop_map(|(version, broker, name)| Frame::Hello {
-            version,
-            role: if broker { Role::Broker } else { Role::Client },
-            name,
-        }),
+        (any::<u32>(), any::<bool>(), any_name(), proptest::option::of("[ -~]{0,40}")).prop_map(
+            |(version, broker, name, token)| Frame::Hello {
+                version,
+                role: if broker { Role::Broker } else { Role::Client },
+                name,
+                token: token.map(Token),
+            }
+        ),
         (any::<u32>(), any_name()).prop_map(|(version, broker)| Frame::Welcome { version, broker }),
         (any::<u64>(), any_message()).prop_map(|(req, message)| Frame::Request { req, message }),
         (any::<u64>(), proptest::option::of(any_id())).prop_map(|(req, id)| Frame::Ok { req, id }),
@@ -291,6 +296,11 @@ fn any_frame() -> BoxedStrategy<Frame> {
                                 bytes: n / 139,
                             })
                             .collect(),
+                        clients_refused: n / 149,
+                        permission_denials: n / 151,
+                        neighbour_restarts: n / 157,
+                        restart_publications_sent: n / 163,
+                        restart_duplicates_dropped: n / 167,
                     })),
                 }
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use padres_lang::wire::{
     BrokerMessage, BrokerStats, CloseCode, ErrorCode, Forwarded, Frame, LinkTraffic, Query, Report, Role,
-    RouteEntry, RoutesReport, decode, encode,
+    RouteEntry, RoutesReport, Token, decode, encode,
 };
 use padres_lang::{Message, MessageId, Name, Stamp, Stamped};
 
@@ -105,8 +105,13 @@ fn samples() -> Vec<Frame> {
         ErrorCode::Internal,
     ];
     let mut frames = vec![
-        Frame::Hello { version: 3, role: Role::Client, name: name("c1") },
-        Frame::Hello { version: 3, role: Role::Broker, name: name("B2") },
+        Frame::Hello {
+            version: 3,
+            role: Role::Client,
+            name: name("c1"),
+            token: Some(Token("s3cret".to_owned())),
+        },
+        Frame::Hello { version: 3, role: Role::Broker, name: name("B2"), token: None },
         Frame::Welcome { version: 3, broker: name("B1") },
         Frame::Request { req: 7, message: message("a [class,eq,'stock'],[price,>,0]") },
         Frame::Request { req: 8, message: message("s [class,eq,'stock'],[sym,str-prefix,'I']") },
@@ -173,6 +178,11 @@ fn samples() -> Vec<Frame> {
                     messages: 37,
                     bytes: 38,
                 }],
+                clients_refused: 39,
+                permission_denials: 40,
+                neighbour_restarts: 41,
+                restart_publications_sent: 42,
+                restart_duplicates_dropped: 43,
             })),
         },
         Frame::Report {
@@ -261,8 +271,8 @@ fn samples() -> Vec<Frame> {
 /// `PRINT_GOLDEN=1 cargo test -p padres-lang --test wire_golden -- --nocapture` only
 /// together with a protocol version change.
 const GOLDEN: &[(&str, &str)] = &[
-    ("Hello/Client", "00000006000300026331"),
-    ("Hello/Broker", "00000006000301024232"),
+    ("Hello/Client", "0000000e0003000263310106733363726574"),
+    ("Hello/Broker", "0000000700030102423200"),
     ("Welcome", "000000050103024231"),
     ("Request/a", "0000001d0207000205636c6173730000020573746f636b0570726963650e000000"),
     ("Request/s", "0000001c0208010205636c6173730000020573746f636b0373796d0600020149"),
@@ -285,7 +295,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Query/Routes", "0000000b0902010a140573746f636b"),
     (
         "Report/Stats",
-        "0000003f0a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324010242320a6a6f625f7374617475732526",
+        "000000440a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324010242320a6a6f625f73746174757325262728292a2b",
     ),
     (
         "Report/Routes",

@@ -8,7 +8,7 @@
 
 use padres_lang::Name;
 use padres_lang::wire::codec::FrameReader;
-use padres_lang::wire::{ErrorCode, Frame, PROTOCOL_VERSION, Role};
+use padres_lang::wire::{ErrorCode, Frame, PROTOCOL_VERSION, Role, Token};
 
 use crate::frames::{FrameError, finish, read_frame, write_frame};
 
@@ -48,18 +48,21 @@ pub struct Hello {
     pub role: Role,
     /// Its name.
     pub name: Name,
+    /// A client's token, if it gave one.
+    pub token: Option<Token>,
 }
 
-/// Says hello as `role` named `name` and waits for the welcome; returns the broker's name.
+/// Says hello as `role` named `name` (with a client's `token`, if any) and waits for the
+/// welcome; returns the broker's name.
 pub async fn hello(
     send: &mut quinn::SendStream,
     recv: &mut quinn::RecvStream,
     reader: &mut FrameReader,
-    role: Role,
-    name: Name,
+    hello: Hello,
     max_frame: usize,
 ) -> Result<Name, HandshakeError> {
-    write_frame(send, &Frame::Hello { version: PROTOCOL_VERSION, role, name }, max_frame).await?;
+    let Hello { role, name, token } = hello;
+    write_frame(send, &Frame::Hello { version: PROTOCOL_VERSION, role, name, token }, max_frame).await?;
     match read_frame(recv, reader).await? {
         Some(Frame::Welcome { version, broker }) if version == PROTOCOL_VERSION => Ok(broker),
         Some(Frame::Welcome { version, .. }) => Err(HandshakeError::VersionMismatch { theirs: version }),
@@ -78,8 +81,8 @@ pub async fn await_hello(
     max_frame: usize,
 ) -> Result<(Hello, quinn::SendStream), HandshakeError> {
     let (code, error) = match read_frame(recv, reader).await {
-        Ok(Some(Frame::Hello { version, role, name })) if version == PROTOCOL_VERSION => {
-            return Ok((Hello { role, name }, send));
+        Ok(Some(Frame::Hello { version, role, name, token })) if version == PROTOCOL_VERSION => {
+            return Ok((Hello { role, name, token }, send));
         }
         Ok(Some(Frame::Hello { version, .. })) => {
             (ErrorCode::VersionMismatch, HandshakeError::VersionMismatch { theirs: version })
@@ -92,7 +95,11 @@ pub async fn await_hello(
         Err(why) => (ErrorCode::BadRequest, HandshakeError::Frame(why)),
     };
     let message = match &error {
-        HandshakeError::Frame(why) => format!("invalid input: {why}"),
+        HandshakeError::Frame(why) => {
+            format!(
+                "invalid input: {why} (a hello from before protocol version {PROTOCOL_VERSION} does not decode)"
+            )
+        }
         other => other.to_string(),
     };
     refuse(send, code, message, max_frame).await;

@@ -34,6 +34,10 @@ struct Args {
     /// left out: the broker registered its certificate.
     #[arg(long)]
     ca: Option<PathBuf>,
+    /// The token proving this agent is the principal --name (the brokers' auth.tokens hold
+    /// its hash); without one it connects anonymously, which a broker may refuse.
+    #[arg(long, env = "PADRES_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    token: Option<String>,
     /// Where the journal and the jobs' output go (created if missing); relative working
     /// directories of jobs are taken from here.
     #[arg(long, default_value = "padres-agent")]
@@ -144,6 +148,9 @@ async fn run(args: Args) -> Result<(), String> {
         .reconnect(true);
     if let Some(ca) = &args.ca {
         connect = connect.trust(Trust::Certificates(vec![ca.clone()]));
+    }
+    if let Some(token) = &args.token {
+        connect = connect.token(token);
     }
     let client = connect.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.broker))?;
     tracing::info!("agent {} connected to {}", args.name, args.broker);

@@ -147,6 +147,11 @@ impl ClientSessions {
         self.conns.get(&conn).copied()
     }
 
+    /// The client whose session `session` is, if it is one.
+    pub(super) fn owner(&self, session: u64) -> Option<ClientId> {
+        self.by_id.get(&session).copied()
+    }
+
     /// The client on connection `conn` asks for `session` (0: a new one), having received
     /// `received` of its frames.
     pub(super) fn resume(&mut self, conn: ClientId, session: u64, received: u64) -> Resumed {

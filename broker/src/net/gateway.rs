@@ -44,6 +44,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::router_task::{ClientHandle, Event};
+use crate::auth::Rights;
 use crate::router::ClientId;
 
 /// How long a request waits for the broker's replies.
@@ -59,6 +60,9 @@ pub(super) struct Gateway {
     pub(super) max_frame: usize,
     /// Whether publishing and subscribing are served (`http_gateway`).
     pub(super) enabled: bool,
+    /// What its clients may do: the gateway has no authentication, so they are anonymous
+    /// (with no rights at all where anonymous clients are refused).
+    pub(super) rights: Arc<Rights>,
 }
 
 /// One gateway client of the router task; leaves when dropped.
@@ -91,7 +95,8 @@ impl Client {
         let id = gateway.next_client.fetch_add(1, Ordering::Relaxed) + 1;
         let (queue, frames) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
-        let handle = ClientHandle { queue, queued: queued.clone(), connection: None };
+        let rights = gateway.rights.clone();
+        let handle = ClientHandle { queue, queued: queued.clone(), connection: None, rights };
         gateway.events.send(Event::Connected(id, handle)).await.ok()?;
         Some(Self { id, events: gateway.events.clone(), frames, queued, held: VecDeque::new() })
     }

@@ -74,15 +74,8 @@ impl Dialer {
         let connection = self.endpoint.connect_with(config, addr, &neighbour.host)?.await?;
         let (mut send, mut recv) = connection.open_bi().await?;
         let mut reader = FrameReader::new(self.max_frame);
-        let hello = handshake::hello(
-            &mut send,
-            &mut recv,
-            &mut reader,
-            Role::Broker,
-            self.me.clone(),
-            self.max_frame,
-        )
-        .await;
+        let hello = handshake::Hello { role: Role::Broker, name: self.me.clone(), token: None };
+        let hello = handshake::hello(&mut send, &mut recv, &mut reader, hello, self.max_frame).await;
         let peer = match hello {
             Ok(peer) => peer,
             Err(error) => {

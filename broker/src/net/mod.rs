@@ -71,7 +71,8 @@ use padres_transport::{FrameError, HandshakeError};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::config::Config;
+use crate::auth::{Auth, Rights};
+use crate::config::{Config, ConfigError};
 use crate::history::Store;
 use crate::history::writer::History;
 use crate::router::{ClientId, Options, Router};
@@ -88,7 +89,7 @@ pub enum ServeError {
     Tls(#[from] padres_transport::TlsError),
     /// The configuration is not valid.
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] ConfigError),
     /// The history store.
     #[error(transparent)]
     History(#[from] crate::history::HistoryError),
@@ -186,6 +187,7 @@ pub async fn serve_until(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let settings = config.validate()?;
+    let auth = Arc::new(config.auth.compile().map_err(|e| ConfigError::Invalid(format!("auth: {e}")))?);
     let name = settings.name.clone();
     let identity = cert::identity(&config)?;
     let fed_ca = config.federation_ca.clone().map(|ca| vec![ca]);
@@ -246,6 +248,7 @@ pub async fn serve_until(
     if let Some(bound) = bound {
         let _ = bound.send(addr);
     }
+    announce_security(&config, &auth);
     if config.insecure && !config.neighbours.is_empty() {
         tracing::warn!("INSECURE: neighbours' certificates are not verified; anyone can pose as a neighbour");
         eprintln!(
@@ -290,11 +293,17 @@ pub async fn serve_until(
             next_client: next_client.clone(),
             max_frame: limits.max_frame,
             enabled: config.http_gateway,
+            rights: Arc::new(if auth.anonymous() {
+                auth.rights_of(crate::auth::ANONYMOUS.to_owned())
+            } else {
+                Rights::none(crate::auth::ANONYMOUS)
+            }),
         };
         tokio::spawn(http::serve(listener, tls, gateway, async move {
             let _ = http_stopped.await;
         }))
     });
+    let gate = accept::Gate { auth: auth.clone(), verifying: Arc::new(tokio::sync::Semaphore::new(2)) };
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -309,9 +318,10 @@ pub async fn serve_until(
                 let events = events.clone();
                 let id: ClientId = next_client.fetch_add(1, Ordering::Relaxed) + 1;
                 let broker = name.clone();
+                let gate = gate.clone();
                 connections.spawn(async move {
                     let _guard = guard;
-                    if let Err(error) = accept::connection(incoming, id, broker, events, limits).await {
+                    if let Err(error) = accept::connection(incoming, id, broker, events, limits, gate).await {
                         tracing::debug!(client = id, %error, "connection ended");
                     }
                 });
@@ -386,5 +396,45 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Says, at start, how this broker authenticates brokers and clients, and warns of what is
+/// open to anyone who can reach it.
+fn announce_security(config: &Config, auth: &Auth) {
+    let peers = match (&config.federation_ca, config.insecure) {
+        (Some(_), _) => "brokers dialling in must present a certificate from the federation CA",
+        (None, true) => "neighbours' certificates are not verified (--insecure)",
+        (None, false) => {
+            "brokers dialling in are not verified (no federation_ca): any broker that reaches this port can link in"
+        }
+    };
+    let clients = if auth.is_open() {
+        "any client may connect and do anything (no [auth] configured)".to_owned()
+    } else {
+        format!(
+            "clients: {} principals with tokens, anonymous {}, {} permits{}",
+            auth.principals(),
+            if auth.anonymous() { "allowed" } else { "refused" },
+            auth.permits(),
+            if auth.permits() == 0 { " (authenticated clients may do anything)" } else { "" }
+        )
+    };
+    tracing::info!(%peers, %clients, "security");
+    // On stderr: scripts read stdout for the listening lines alone.
+    eprintln!("padres-broker {}: {peers}; {clients}", config.name);
+    if config.federation_ca.is_none() {
+        eprintln!(
+            "padres-broker: WARNING: {peers}; set federation_ca (padres-broker cert) to require certificates"
+        );
+    }
+    if auth.is_open()
+        || (auth.anonymous()
+            && auth.permits() > 0
+            && auth.rights_of(crate::auth::ANONYMOUS.to_owned()).is_unrestricted())
+    {
+        eprintln!(
+            "padres-broker: WARNING: any client may connect; configure [auth] (docs/security.md) to require tokens and permissions"
+        );
     }
 }

@@ -24,6 +24,7 @@ use super::detection::{Batch, Detected, DetectionThread};
 use super::http::{BoundsView, DetectorView, DetectorsView, HistoryView, PartView, SubscriberView};
 use super::link::Dialer;
 use super::{DRAIN_TIMEOUT, Limits};
+use crate::auth::Rights;
 use crate::history::writer::{Ack, History};
 use crate::history::{Durability, Record};
 use crate::links::{Action, LinkId, LinkPolicy, Target, Timers};
@@ -53,6 +54,8 @@ pub(super) struct ClientHandle {
     /// The client's QUIC connection; `None` for a client of the HTTP gateway, whose stream
     /// ends when its queue is dropped.
     pub(super) connection: Option<quinn::Connection>,
+    /// Its principal and what it may do.
+    pub(super) rights: Arc<Rights>,
 }
 
 /// A neighbour link as the router task sees it.
@@ -139,6 +142,8 @@ pub(super) enum Event {
     DialFailed(Target),
     /// A broker was refused at the hello.
     LinkRefused,
+    /// A client was refused at the hello (its credentials).
+    ClientRefused,
     /// A question from the HTTP listener.
     Inspect(Inspect),
     /// Close every link and client queue, then stop.
@@ -214,6 +219,7 @@ struct Counters {
     broker_messages_out: u64,
     slow_clients_dropped: u64,
     links_refused: u64,
+    clients_refused: u64,
     links_cut: u64,
     history_queries: u64,
     /// Publications received from clients, per class (messages only).
@@ -556,9 +562,24 @@ impl RouterTask {
         match event {
             Event::Connected(id, handle) => {
                 self.client_sessions.connected(id);
+                let rights = handle.rights.clone();
                 self.clients.insert(id, handle);
+                let wall = self.wall(now);
+                self.router.handle(wall, Input::ClientRights { client: id, rights }, &mut self.out);
             }
             Event::ClientResume { conn, handle, session, received } => {
+                // A session is resumed only by its own principal: naming another's id
+                // starts a new session instead of taking that one over.
+                let session = match self.client_sessions.owner(session) {
+                    Some(owner)
+                        if self.router.principal(owner).is_some_and(|p| p != handle.rights.principal) =>
+                    {
+                        tracing::warn!(conn, principal = %handle.rights.principal, "a client named another principal's session; starting a new one");
+                        0
+                    }
+                    _ => session,
+                };
+                let rights = handle.rights.clone();
                 match self.client_sessions.resume(conn, session, received) {
                     Resumed::Resumed { client, old, frames } => {
                         tracing::info!(client, session, resent = frames.len() - 1, "client session resumed");
@@ -578,6 +599,9 @@ impl RouterTask {
                         }
                         let _ = handle.queue.send((frame, 0));
                         self.clients.insert(conn, handle);
+                        let input = Input::ClientRights { client: conn, rights };
+                        let wall = self.wall(now);
+                        self.router.handle(wall, input, &mut self.out);
                     }
                 }
             }
@@ -723,6 +747,7 @@ impl RouterTask {
                 self.apply_link_actions(now);
             }
             Event::LinkRefused => self.counters.links_refused += 1,
+            Event::ClientRefused => self.counters.clients_refused += 1,
             Event::Shutdown => {}
         }
     }
@@ -984,6 +1009,11 @@ impl RouterTask {
             client_frames_resent: self.client_sessions.resent,
             client_sessions_expired: self.client_sessions.expired,
             link_traffic: self.link_traffic(),
+            clients_refused: counters.clients_refused,
+            permission_denials: self.router.denials(),
+            neighbour_restarts: self.router.replays().restarts,
+            restart_publications_sent: self.router.replays().sent,
+            restart_duplicates_dropped: self.router.replays().duplicates,
         }
     }
 

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use super::router_task::{ClientHandle, Event};
 use super::write::write_batch;
 use super::{ConnectionError, Limits};
+use crate::auth::Rights;
 use crate::router::ClientId;
 
 /// Room a forwarded copy needs beyond the client's request: two federation-wide ids (a
@@ -40,21 +41,31 @@ pub(super) fn forwardable(message: &Message, max_frame: usize) -> bool {
         && bytes.len() + FORWARDING_OVERHEAD <= max_frame
 }
 
+/// A client's connection after its hello: its stream, and who it is.
+#[derive(Debug)]
+pub(super) struct Welcomed {
+    pub(super) connection: quinn::Connection,
+    pub(super) send: quinn::SendStream,
+    pub(super) recv: quinn::RecvStream,
+    pub(super) reader: FrameReader,
+    /// Its principal and what it may do.
+    pub(super) rights: Arc<Rights>,
+}
+
 /// Serves client connection `id` until it ends. Its first frame may ask for a client
 /// session ([`Frame::Resume`], see [`super::client_sessions`]).
 pub(super) async fn serve(
     id: ClientId,
-    connection: quinn::Connection,
-    mut send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
-    mut reader: FrameReader,
+    welcomed: Welcomed,
     events: mpsc::Sender<Event>,
     limits: Limits,
 ) -> Result<(), ConnectionError> {
+    let Welcomed { connection, mut send, mut recv, mut reader, rights } = welcomed;
     let max_frame = limits.max_frame;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let handle = ClientHandle { queue: tx, queued: queued.clone(), connection: Some(connection.clone()) };
+    let handle =
+        ClientHandle { queue: tx, queued: queued.clone(), connection: Some(connection.clone()), rights };
     // The first frame says whether the client wants a session; a client that sends nothing
     // is sent nothing either.
     let first = read_frame(&mut recv, &mut reader).await;

@@ -99,6 +99,7 @@ use padres_lang::{
     Advertisement, Message, MessageId, Name, Publication, Stamp, Stamped, Subscription, Timestamp,
 };
 
+use crate::auth::Rights;
 use crate::detector::{Bounds, Counters};
 use crate::matching::{AdvertisementIndex, Scratch, SubscriptionIndex, conforms};
 
@@ -182,6 +183,14 @@ pub enum Input {
         req: Option<u64>,
         /// What it asks.
         message: Message,
+    },
+    /// A client connected as a principal with these rights (before its first request; a
+    /// client never given any may do anything).
+    ClientRights {
+        /// The client.
+        client: ClientId,
+        /// What it may do.
+        rights: Arc<Rights>,
     },
     /// A client went away.
     ClientGone(ClientId),
@@ -385,6 +394,9 @@ fn composite_atoms(cs: &padres_lang::CompositeSubscription) -> usize {
 
 #[derive(Debug, Default)]
 struct ClientState {
+    /// Its principal and what it may do; `None`: anything (a client of the broker itself,
+    /// or of a caller that gives no rights).
+    rights: Option<Arc<Rights>>,
     advs: BTreeSet<MessageId>,
     subs: BTreeSet<MessageId>,
     /// Composite subscriptions, with their number of atomic parts (leaves and `until`).
@@ -528,6 +540,8 @@ pub struct Router {
     /// on from a neighbour (one that comes again after a neighbour's restart is dropped).
     passed: foldhash::HashMap<Name, u64>,
     replays: Replays,
+    /// Client requests refused for want of a right.
+    denials: u64,
 }
 
 /// What re-synchronising with restarted neighbours did, for `broker stats`.
@@ -616,7 +630,18 @@ impl Router {
             rejoin_max_bytes: options.rejoin_max_bytes,
             passed: foldhash::HashMap::default(),
             replays: Replays::default(),
+            denials: 0,
         }
+    }
+
+    /// Client requests refused because their principal lacked the right.
+    pub fn denials(&self) -> u64 {
+        self.denials
+    }
+
+    /// The principal of client `client`, if it was given one.
+    pub fn principal(&self, client: ClientId) -> Option<&str> {
+        self.clients.get(&client)?.rights.as_deref().map(|r| r.principal.as_str())
     }
 
     /// What re-synchronising with restarted neighbours did so far.
@@ -654,6 +679,9 @@ impl Router {
         self.srt_changed.clear();
         match input {
             Input::Client { client, req, message } => self.client_request(client, req, message, out),
+            Input::ClientRights { client, rights } => {
+                self.clients.entry(client).or_default().rights = Some(rights);
+            }
             Input::ClientGone(client) => self.client_gone(client, out),
             Input::Broker { from, message } => self.broker_message(from, message, out),
             Input::NeighbourUp(name) => self.neighbour_up(name, out),
@@ -883,7 +911,15 @@ impl Router {
         message: Message,
         out: &mut Vec<Output>,
     ) {
-        self.clients.entry(client).or_default();
+        let state = self.clients.entry(client).or_default();
+        if let Some(rights) = &state.rights {
+            let now = self.now;
+            if let Err(why) = rights.allows(&message, |sub| history::is_historic(sub, now)) {
+                self.denials += 1;
+                out.push(Output::Reply { client, req, result: Err((ErrorCode::Forbidden, why)) });
+                return;
+            }
+        }
         let result = match message {
             Message::Advertise(adv) if client != BROKER_CLIENT && adv.class() == crate::monitor::CLASS => {
                 Err(reserved_class())

@@ -198,6 +198,18 @@ pub fn adv_covers(a: &Advertisement, b: &Advertisement) -> bool {
     })
 }
 
+/// True only if every publication that conforms to `adv` and carries each attribute
+/// `filter` names matches `filter` ("no" when unsure): `filter`, a permission, allows the
+/// advertisement. A conforming publication may leave an advertised attribute out, which
+/// this cannot see; whoever grants the permission also matches each publication against
+/// it. A filter with variables allows nothing.
+pub fn adv_within(filter: &Subscription, adv: &Advertisement) -> bool {
+    filter.predicates().iter().all(|q| {
+        let from_adv = on(adv.predicates(), q.attr());
+        q.variable().is_none() && from_adv.clone().next().is_some() && domain::implies(from_adv, q)
+    })
+}
+
 /// False only if some attribute's predicates are certainly unsatisfiable together.
 fn b_satisfiable(predicates: &[Predicate]) -> bool {
     attributes(predicates).into_iter().all(|attr| satisfiable(on(predicates, attr)))

@@ -32,9 +32,13 @@
 //! adds [`Query::DropLink`], and epochs and [`BrokerMessage::TreeRepair`] for cyclic
 //! overlays that route around a lost link. Version 10 adds client sessions. Version 11
 //! adds what each link carried per message class ([`BrokerStats`]'s `link_traffic`).
+//! Version 12 adds a client's token to [`Frame::Hello`]; a hello of an earlier version no
+//! longer decodes, so such a peer is refused as sending invalid input.
 
 pub(crate) mod bounded;
 pub mod codec;
+
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -55,7 +59,7 @@ pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,6 +313,17 @@ pub enum Forwarded {
     Unadvertisement(MessageId),
 }
 
+/// A client's secret token: never printed (`Debug` shows `Token(..)`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Token(pub String);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
 /// One unit of the protocol.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Frame {
@@ -320,6 +335,9 @@ pub enum Frame {
         role: Role,
         /// The client's or broker's name.
         name: Name,
+        /// A client's token, proving it is the principal `name` (since version 12); brokers
+        /// and anonymous clients give none.
+        token: Option<Token>,
     },
     /// The answer to a compatible [`Frame::Hello`].
     Welcome {
@@ -573,6 +591,24 @@ pub struct BrokerStats {
     /// What was sent to each neighbour, per message class (by neighbour, then class).
     #[serde(deserialize_with = "bounded::vec")]
     pub link_traffic: Vec<LinkTraffic>,
+    /// Clients refused at the hello: a wrong token, or none where one is required (since
+    /// version 12).
+    #[serde(default)]
+    pub clients_refused: u64,
+    /// Client requests refused because their principal lacked the right.
+    #[serde(default)]
+    pub permission_denials: u64,
+    /// Neighbours found to have restarted (holding no link session) and re-synchronised.
+    #[serde(default)]
+    pub neighbour_restarts: u64,
+    /// Publications kept for a restarted neighbour and sent to it once it had
+    /// re-synchronised.
+    #[serde(default)]
+    pub restart_publications_sent: u64,
+    /// Publications from neighbours dropped as passed on already (sent again after a
+    /// restart).
+    #[serde(default)]
+    pub restart_duplicates_dropped: u64,
 }
 
 /// Messages of one class sent to one neighbour, since the broker started.

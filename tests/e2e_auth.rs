@@ -1,0 +1,171 @@
+//! Client authentication and permissions (`broker/src/auth.rs`, docs/security.md) on a real
+//! broker: tokens hashed with `padres-broker auth hash-token`, agents confined to their own
+//! statuses and commands, an operator, a monitor that reads history, and what others see of
+//! a refused request (nothing).
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use padres_client::{Client, ClientError, Connect, Notification, Trust};
+use padres_lang::wire::ErrorCode;
+use padres_tests::binary;
+use padres_tests::broker::{Broker, data_dir, start_with};
+
+/// The Argon2id hash of `token`, as the broker's CLI makes it.
+fn hash(token: &str) -> String {
+    let mut child = Command::new(binary("padres-broker"))
+        .args(["auth", "hash-token"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("padres-broker runs");
+    writeln!(child.stdin.take().expect("stdin"), "{token}").expect("token written");
+    let out = child.wait_with_output().expect("hash printed");
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
+}
+
+/// A broker whose clients need tokens: two agents, an operator and a monitor.
+fn secured_broker(test: &str) -> Broker {
+    let dir = data_dir(test, "conf");
+    std::fs::create_dir_all(&dir).expect("config dir");
+    let config = format!(
+        r#"
+[auth]
+anonymous = false
+
+[auth.tokens]
+agent-1 = "{a1}"
+agent-2 = "{a2}"
+operator = "{op}"
+monitor = "{mo}"
+
+[auth.groups]
+agents = ["agent-1", "agent-2"]
+
+[[auth.permit]]
+to = ["agents"]
+advertise = ["[class,eq,'job_status'],[agent,eq,'${{principal}}']"]
+subscribe = ["[class,eq,'agent_ctl'],[agent,eq,'${{principal}}']"]
+
+[[auth.permit]]
+to = ["operator"]
+advertise = ["[class,eq,'agent_ctl']", "[class,eq,'trigger']"]
+subscribe = ["[class,eq,'job_status']"]
+
+[[auth.permit]]
+to = ["monitor"]
+subscribe = ["[class,eq,'job_status']"]
+history = true
+"#,
+        a1 = hash("secret-1"),
+        a2 = hash("secret-2"),
+        op = hash("secret-op"),
+        mo = hash("secret-mo"),
+    );
+    let file = dir.join("broker.toml");
+    std::fs::write(&file, config).expect("config written");
+    let broker = start_with(
+        "B1",
+        test,
+        &[
+            "--config".to_owned(),
+            file.display().to_string(),
+            "--history".to_owned(),
+            "[class,eq,'job_status']".to_owned(),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    broker
+}
+
+async fn connect(broker: &Broker, name: &str, token: Option<&str>) -> Result<Client, ClientError> {
+    let mut connect = Connect::new(broker.addr)
+        .trust(Trust::Certificates(vec![broker.dir.join("cert.pem")]))
+        .name(name)
+        .reconnect(false);
+    if let Some(token) = token {
+        connect = connect.token(token);
+    }
+    connect.connect().await
+}
+
+fn forbidden(result: Result<Option<padres_lang::MessageId>, ClientError>) -> String {
+    match result {
+        Err(ClientError::Refused { code: ErrorCode::Forbidden, message }) => message,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_need_tokens_and_principals_stay_within_their_permits() {
+    let broker = secured_broker("auth");
+
+    // No token where anonymous clients are refused, a wrong one, and a principal unknown.
+    for (name, token) in [("agent-1", None), ("agent-1", Some("secret-2")), ("nobody", Some("secret-1"))] {
+        match connect(&broker, name, token).await {
+            Err(ClientError::Refused { code: ErrorCode::Forbidden, message }) => {
+                assert!(message.contains("token"), "{message}");
+            }
+            other => panic!("{name} with {token:?}: expected a refusal, got {other:?}"),
+        }
+    }
+
+    let mut monitor = connect(&broker, "monitor", Some("secret-mo")).await.expect("the monitor connects");
+    monitor.send("s [class,eq,'job_status']").await.expect("the monitor may watch statuses");
+    let agent = connect(&broker, "agent-1", Some("secret-1")).await.expect("agent-1 connects");
+
+    // Its own status: allowed, and seen.
+    agent.send("a [class,eq,'job_status'],[agent,eq,'agent-1'],[job,isPresent,'']").await.expect("its own");
+    agent.send("p [class,'job_status'],[agent,'agent-1'],[job,'A']").await.expect("published");
+    match tokio::time::timeout(Duration::from_secs(5), monitor.next_notification()).await {
+        Ok(Some(Notification::Publication { publication, .. })) => {
+            assert_eq!(publication.get("job").map(ToString::to_string).as_deref(), Some("'A'"));
+        }
+        other => panic!("the monitor sees agent-1's status: {other:?}"),
+    }
+
+    // Another agent's status: refused, with the rule it lacked; a publication without an
+    // advertisement is refused too, and the monitor sees nothing of either.
+    let why = forbidden(agent.send("a [class,eq,'job_status'],[agent,eq,'agent-2']").await);
+    assert!(why.contains("principal 'agent-1' may not advertise"), "{why}");
+    assert!(why.contains("[class,eq,'job_status'],[agent,eq,'agent-1']"), "names its permit: {why}");
+    let leaves_agent_out = forbidden(agent.send("p [class,'job_status'],[job,'B']").await);
+    assert!(leaves_agent_out.contains("may not publish"), "{leaves_agent_out}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), monitor.next_notification()).await.is_err(),
+        "nothing of a refused request reaches anyone"
+    );
+
+    // Another agent's commands; every agent's commands; a composite with one leaf outside.
+    let spy = forbidden(agent.send("s [class,eq,'agent_ctl'],[agent,eq,'agent-2']").await);
+    assert!(spy.contains("may not subscribe"), "{spy}");
+    agent.send("s [class,eq,'agent_ctl'],[agent,eq,'agent-1']").await.expect("its own commands");
+    let leaf = forbidden(
+        agent
+            .send("cs {[class,eq,'agent_ctl'],[agent,eq,'agent-1']} & {[class,eq,'agent_ctl'],[agent,eq,'agent-2']}")
+            .await,
+    );
+    assert!(leaf.contains("subscribe to a leaf"), "{leaf}");
+    // Its own commands from the past: history is a right of its own.
+    let past =
+        forbidden(agent.send("s [class,eq,'agent_ctl'],[agent,eq,'agent-1'],[time,>=,'now-1h']").await);
+    assert!(past.contains("may not read history"), "{past}");
+
+    // The monitor reads history and publishes nothing.
+    monitor.send("s [class,eq,'job_status'],[time,>=,'now-1h']").await.expect("the monitor reads history");
+    let adv = forbidden(monitor.send("a [class,eq,'job_status']").await);
+    assert!(adv.contains("principal 'monitor' may not advertise") && adv.contains("(it has none)"), "{adv}");
+
+    // The operator commands agents.
+    let operator = connect(&broker, "operator", Some("secret-op")).await.expect("the operator connects");
+    operator
+        .send("a [class,eq,'agent_ctl'],[agent,isPresent,''],[command,isPresent,'']")
+        .await
+        .expect("commands");
+
+    let stats = operator.stats().await.expect("stats");
+    assert_eq!(stats.clients_refused, 3, "{stats:?}");
+    assert_eq!(stats.permission_denials, 6, "{stats:?}");
+}
