@@ -169,3 +169,139 @@ async fn clients_need_tokens_and_principals_stay_within_their_permits() {
     assert_eq!(stats.clients_refused, 3, "{stats:?}");
     assert_eq!(stats.permission_denials, 6, "{stats:?}");
 }
+
+fn run(args: &[&str]) {
+    let out = Command::new(binary("padres-broker")).args(args).output().expect("padres-broker runs");
+    assert!(out.status.success(), "padres-broker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_names_its_principal_and_cannot_link_as_a_broker() {
+    let test = "auth-cert";
+    let ca = data_dir(test, "ca");
+    let agent = data_dir(test, "agent-9");
+    let b1 = data_dir(test, "B1");
+    let (ca_s, agent_s, b1_s) =
+        (ca.display().to_string(), agent.display().to_string(), b1.display().to_string());
+    run(&["cert", "ca", "--out", &ca_s]);
+    run(&["cert", "issue", "--ca", &ca_s, "--name", "B1", "--out", &b1_s]);
+    run(&["cert", "issue", "--ca", &ca_s, "--client", "--name", "agent-9", "--out", &agent_s]);
+    let conf = data_dir(test, "conf");
+    std::fs::create_dir_all(&conf).expect("config dir");
+    let file = conf.join("broker.toml");
+    let permit = "[auth]\nanonymous = false\n[[auth.permit]]\nto = [\"agent-9\"]\n\
+                  subscribe = [\"[class,eq,'agent_ctl'],[agent,eq,'${principal}']\"]\n";
+    std::fs::write(&file, permit).expect("config written");
+    let ca_pem = ca.join("ca.pem").display().to_string();
+    let broker = start_with(
+        "B1",
+        test,
+        &["--config".into(), file.display().to_string(), "--federation-ca".into(), ca_pem.clone()],
+    );
+
+    let with_cert = |name: &str| {
+        Connect::new(broker.addr)
+            .trust(Trust::Certificates(vec![ca.join("ca.pem")]))
+            .name(name)
+            .reconnect(false)
+            .certificate(&agent.join("cert.pem"), &agent.join("key.pem"))
+            .expect("the certificate reads")
+    };
+    let client = with_cert("agent-9").connect().await.expect("the certificate is its credential");
+    client.send("s [class,eq,'agent_ctl'],[agent,eq,'agent-9']").await.expect("its own commands");
+    let other = forbidden(client.send("s [class,eq,'agent_ctl'],[agent,eq,'agent-1']").await);
+    assert!(other.contains("principal 'agent-9'"), "{other}");
+    match with_cert("agent-1").connect().await {
+        Err(ClientError::Refused { code: ErrorCode::Forbidden, message }) => {
+            assert!(message.contains("certificate is for principal 'agent-9'"), "{message}");
+        }
+        other => panic!("a certificate names one principal: {other:?}"),
+    }
+
+    // A broker presenting the client certificate as its own, under the name it carries,
+    // is refused at the hello (its data directory is the one the certificate was issued
+    // into).
+    let _impostor = start_with(
+        "agent-9",
+        test,
+        &["--neighbour".into(), format!("quic://{}", broker.addr), "--federation-ca".into(), ca_pem],
+    );
+    let mut refused = 0;
+    for _ in 0..100 {
+        refused = client.stats().await.expect("stats").links_refused;
+        if refused > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(refused > 0, "B1 refused the link");
+    assert!(client.stats().await.expect("stats").neighbours.is_empty());
+    for dir in [ca, conf] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn limited(result: Result<Option<padres_lang::MessageId>, ClientError>) -> String {
+    match result {
+        Err(ClientError::Refused { code: ErrorCode::LimitExceeded, message }) => message,
+        other => panic!("expected a limit, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_is_held_to_its_connections_subscriptions_and_publication_rate() {
+    let test = "auth-limits";
+    let conf = data_dir(test, "conf");
+    std::fs::create_dir_all(&conf).expect("config dir");
+    let file = conf.join("broker.toml");
+    let config = "[auth]\nanonymous = true\n[[auth.permit]]\nto = [\"anonymous\"]\n\
+                  advertise = [\"[class,eq,'t']\"]\nsubscribe = [\"[class,eq,'t']\"]\n\
+                  max_connections = 2\nmax_subscriptions = 3\nmax_publish_rate = 5\n";
+    std::fs::write(&file, config).expect("config written");
+    let broker = start_with("B1", test, &["--config".into(), file.display().to_string()]);
+    let _ = std::fs::remove_dir_all(&conf);
+
+    // Connections: two at once; a third is refused until one closes.
+    let a = connect(&broker, "a", None).await.expect("first");
+    let b = connect(&broker, "b", None).await.expect("second");
+    match connect(&broker, "c", None).await {
+        Err(ClientError::Refused { code: ErrorCode::LimitExceeded, message }) => {
+            assert!(message.contains("max_connections"), "{message}");
+        }
+        other => panic!("a third connection: {other:?}"),
+    }
+
+    // Subscriptions over both connections: three.
+    a.send("s [class,eq,'t'],[n,=,1]").await.expect("1");
+    let two = a.send("s [class,eq,'t'],[n,=,2]").await.expect("2").expect("an id");
+    b.send("s [class,eq,'t'],[n,=,3]").await.expect("3");
+    let fourth = limited(b.send("s [class,eq,'t'],[n,=,4]").await);
+    assert!(fourth.contains("holds 3 subscriptions") && fourth.contains("max_subscriptions"), "{fourth}");
+    a.send(&format!("unsub {two}")).await.expect("unsubscribed");
+    b.send("s [class,eq,'t'],[n,=,4]").await.expect("room again");
+
+    // Publications: a burst of five, then refused until the rate allows more.
+    b.send("a [class,eq,'t'],[n,isPresent,0]").await.expect("advertised");
+    for n in 0..5 {
+        b.send(&format!("p [class,'t'],[n,{n}]")).await.expect("within the burst");
+    }
+    let sixth = limited(b.send("p [class,'t'],[n,5]").await);
+    assert!(sixth.contains("more than 5 a second") && sixth.contains("max_publish_rate"), "{sixth}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.send("p [class,'t'],[n,6]").await.expect("the bucket refills at 5 a second");
+
+    // A connection closed makes room for another.
+    a.close().await.expect("closed");
+    let mut third = None;
+    for _ in 0..50 {
+        if let Ok(client) = connect(&broker, "c", None).await {
+            third = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(third.is_some(), "a connection closed frees its place");
+    // a's subscription went with it: c may hold two more beside b's two.
+    let c = third.expect("connected");
+    c.send("s [class,eq,'t'],[n,=,7]").await.expect("room after a left");
+}

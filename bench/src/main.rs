@@ -11,6 +11,7 @@
 //! sudo scripts/netns-federation                             # probe + impair, brokers in namespaces
 //! ```
 
+mod auth;
 mod churn;
 mod composite;
 mod history;
@@ -141,6 +142,16 @@ enum Command {
         /// Only this part: placement, provisioning or dispatch.
         #[arg(long, value_parser = ["placement", "provisioning", "dispatch"])]
         only: Option<String>,
+    },
+    /// Permissions: routing throughput of one router with 1,000 publishing principals
+    /// restricted by 10 advertise rules each, against the same principals unrestricted.
+    Auth {
+        /// 100,000 publications a run instead of 1,000,000.
+        #[arg(long)]
+        quick: bool,
+        /// Runs each way, alternating (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
     },
     /// The history store: ingest rate (full and normal) against raw SQLite inserts of the
     /// same rows, routing throughput with a store against without, and query latency for one
@@ -282,6 +293,10 @@ fn main() {
             tokio::runtime::Runtime::new()
                 .expect("a runtime")
                 .block_on(workflow::transitions(quick, repeat.max(1)));
+        }
+        Command::Auth { quick, runs } => {
+            print_machine("one router on this thread");
+            auth::run(quick, runs.max(1));
         }
         Command::History { quick } => {
             print_machine(

@@ -70,6 +70,14 @@ pub struct PermitConfig {
     pub subscribe: Vec<String>,
     /// Its principals may subscribe into the past (history).
     pub history: bool,
+    /// Most connections one of its principals may hold at once at this broker.
+    pub max_connections: Option<usize>,
+    /// Most subscriptions one of its principals may hold at this broker over all its
+    /// connections (a composite one counts one per atomic part).
+    pub max_subscriptions: Option<usize>,
+    /// Most publications a second one of its principals may publish at this broker (a
+    /// burst of as many at once is allowed); more are refused until the rate falls.
+    pub max_publish_rate: Option<u32>,
 }
 
 /// Why a configuration's `[auth]` cannot be used, or a client is refused.
@@ -216,6 +224,17 @@ impl Auth {
                 }
             }
             permits.history |= permit.history;
+            // Where several permits set a limit, the strictest holds.
+            let strictest = |a: Option<usize>, b: Option<usize>| match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let l = &mut permits.limits;
+            l.connections = strictest(l.connections, permit.max_connections);
+            l.subscriptions = strictest(l.subscriptions, permit.max_subscriptions);
+            l.publish_rate =
+                strictest(l.publish_rate.map(|r| r as usize), permit.max_publish_rate.map(|r| r as usize))
+                    .and_then(|r| u32::try_from(r).ok());
         }
         Rights { principal, permits: Some(permits) }
     }
@@ -235,6 +254,18 @@ struct Permits {
     advertise: Vec<Subscription>,
     subscribe: Vec<Subscription>,
     history: bool,
+    limits: Limits,
+}
+
+/// What one principal may hold and do at a broker (`max_*` of its permits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections at once.
+    pub connections: Option<usize>,
+    /// Subscriptions over all its connections.
+    pub subscriptions: Option<usize>,
+    /// Publications a second.
+    pub publish_rate: Option<u32>,
 }
 
 impl Rights {
@@ -248,13 +279,21 @@ impl Rights {
         Self { principal: principal.to_owned(), permits: Some(Permits::default()) }
     }
 
+    /// What this principal may hold and do (no limit without permits).
+    pub fn limits(&self) -> Limits {
+        self.permits.as_ref().map(|p| p.limits).unwrap_or_default()
+    }
+
     /// True if no permit restricts this principal.
     pub fn is_unrestricted(&self) -> bool {
         self.permits.is_none()
     }
 
     /// Whether `message` is allowed; `historic` says whether a subscription reaches into
-    /// the past. The error says what was asked and which right is missing.
+    /// the past. The error says what was asked and which right is missing. A publication
+    /// is allowed if it matches an `advertise` filter; the router checks the equivalent
+    /// beside the advertisement it conforms to ([`Rights::required_attributes`]), which
+    /// costs less on the routing path.
     pub fn allows(&self, message: &Message, historic: impl Fn(&Subscription) -> bool) -> Result<(), String> {
         let Some(permits) = &self.permits else { return Ok(()) };
         match message {
@@ -266,6 +305,26 @@ impl Rights {
                 .try_for_each(|leaf| self.may_subscribe(permits, leaf, &historic, "subscribe to a leaf")),
             Message::Unsubscribe(_) | Message::Unadvertise(_) => Ok(()),
         }
+    }
+
+    /// The attributes a publication under `adv` must carry: those of the first
+    /// `advertise` filter it lies within (empty if unrestricted or none). With the
+    /// advertisement allowed, a publication that conforms to it and carries these matches
+    /// that filter, which is what [`Rights::allows`] checks of a publication; the router
+    /// keeps these beside the client's advertisement and checks only their presence.
+    /// The names are the advertisement's own (`adv` has a predicate on each): the
+    /// conformance check reads them just before, so comparing them costs no memory access.
+    pub fn required_attributes(&self, adv: &Advertisement) -> Vec<padres_lang::Name> {
+        let Some(permits) = &self.permits else { return Vec::new() };
+        let Some(filter) = permits.advertise.iter().find(|f| adv_within(f, adv)) else { return Vec::new() };
+        let mut attrs: Vec<padres_lang::Name> = Vec::new();
+        for p in filter.predicates() {
+            let Some(q) = adv.predicates().iter().find(|q| q.attr() == p.attr()) else { continue };
+            if !attrs.contains(q.attr()) {
+                attrs.push(q.attr().clone());
+            }
+        }
+        attrs
     }
 
     fn may_advertise(&self, permits: &Permits, adv: &Advertisement) -> Result<(), String> {
@@ -345,12 +404,21 @@ mod tests {
                     advertise: vec!["[class,eq,'job_status'],[agent,eq,'${principal}']".to_owned()],
                     subscribe: vec!["[class,eq,'agent_ctl'],[agent,eq,'${principal}']".to_owned()],
                     history: false,
+                    max_subscriptions: Some(10),
+                    ..PermitConfig::default()
                 },
                 PermitConfig {
                     to: vec!["monitor".to_owned()],
                     advertise: vec![],
                     subscribe: vec!["[class,eq,'job_status']".to_owned()],
                     history: true,
+                    ..PermitConfig::default()
+                },
+                PermitConfig {
+                    to: vec!["agent-1".to_owned()],
+                    max_subscriptions: Some(4),
+                    max_publish_rate: Some(20),
+                    ..PermitConfig::default()
                 },
             ],
         }
@@ -397,6 +465,16 @@ mod tests {
         let cs = "cs {[class,eq,'agent_ctl'],[agent,eq,'agent-1']} & {[class,eq,'agent_ctl'],[agent,eq,'agent-2']}";
         let leaf = ok(cs).expect_err("one leaf outside");
         assert!(leaf.contains("subscribe to a leaf [class,eq,'agent_ctl'],[agent,eq,'agent-2']"), "{leaf}");
+    }
+
+    #[test]
+    fn the_strictest_limit_of_a_principals_permits_holds() {
+        let auth = config().compile().expect("valid");
+        let limits = auth.rights_of("agent-1".to_owned()).limits();
+        assert_eq!(limits, Limits { connections: None, subscriptions: Some(4), publish_rate: Some(20) });
+        let limits = auth.rights_of("agent-2".to_owned()).limits();
+        assert_eq!(limits, Limits { connections: None, subscriptions: Some(10), publish_rate: None });
+        assert_eq!(Rights::unrestricted("x").limits(), Limits::default());
     }
 
     #[test]

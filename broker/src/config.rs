@@ -798,9 +798,11 @@ impl Config {
         );
         let _ = writeln!(
             out,
-            "# true|false; ${{principal}} in a filter is the principal's name. With no permit,"
+            "# true|false, and optionally max_connections, max_subscriptions, max_publish_rate;"
         );
-        let _ = writeln!(out, "# anything goes; with one, what no permit allows is denied.");
+        let _ =
+            writeln!(out, "# ${{principal}} in a filter is the principal's name. With no permit, anything");
+        let _ = writeln!(out, "# goes; with one, what no permit allows is denied.");
         #[derive(Serialize)]
         struct AuthOnly<'a> {
             auth: &'a AuthConfig,

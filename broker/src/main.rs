@@ -112,12 +112,17 @@ enum CertCommand {
         /// Directory holding the CA's ca.pem and ca-key.pem.
         #[arg(long, value_name = "DIR")]
         ca: PathBuf,
-        /// The broker's (or client's) name.
+        /// The broker's name (with --client: the principal's).
         #[arg(long)]
         name: String,
         /// A DNS name or IP address the broker is reached by (repeat for several).
-        #[arg(long = "host", value_name = "HOST")]
+        #[arg(long = "host", value_name = "HOST", conflicts_with = "client")]
         hosts: Vec<String>,
+        /// A client's certificate instead: for client authentication only, naming the
+        /// principal NAME (a client connects with --cert OUT/cert.pem --key OUT/key.pem to a
+        /// broker with this federation_ca). It cannot serve as a broker's.
+        #[arg(long)]
+        client: bool,
         /// Directory to write cert.pem and key.pem into.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
@@ -431,7 +436,15 @@ fn main() -> ExitCode {
             let done = match &command {
                 CertCommand::Ca { out, name, force } => cert::make_ca(out, name, *force)
                     .map(|()| format!("made {0}/ca.pem and {0}/ca-key.pem", out.display())),
-                CertCommand::Issue { ca, name, hosts, out, force } => {
+                CertCommand::Issue { ca, name, out, force, client: true, .. } => {
+                    cert::issue_client(ca, name, out, *force).map(|()| {
+                        format!(
+                            "issued {0}/cert.pem and {0}/key.pem for client principal {name}",
+                            out.display()
+                        )
+                    })
+                }
+                CertCommand::Issue { ca, name, hosts, out, force, client: false } => {
                     cert::issue(ca, name, hosts, out, *force)
                         .map(|()| format!("issued {0}/cert.pem and {0}/key.pem for {name}", out.display()))
                 }

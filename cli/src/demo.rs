@@ -142,6 +142,8 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
         insecure: false,
         name: "padres-demo".to_owned(),
         token: None,
+        cert: None,
+        key: None,
     };
     let file = dir.join("payroll.xml");
     std::fs::write(&file, PAYROLL).map_err(|e| format!("{}: {e}", file.display()))?;

@@ -456,6 +456,13 @@ pub(crate) struct BrokerArgs {
     /// holds its hash). Without one the client is anonymous, which a broker may refuse.
     #[arg(long, env = "PADRES_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub(crate) token: Option<String>,
+    /// A client certificate from the federation CA naming this client's principal
+    /// (`padres-broker cert issue --client`), in place of a token; with --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub(crate) cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub(crate) key: Option<PathBuf>,
 }
 
 impl BrokerArgs {
@@ -472,6 +479,9 @@ impl BrokerArgs {
         }
         if let Some(token) = &self.token {
             connect = connect.token(token);
+        }
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            connect = connect.certificate(cert, key).map_err(|e| format!("--cert/--key: {e}"))?;
         }
         connect.connect().await.map_err(|e| e.to_string())
     }

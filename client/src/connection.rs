@@ -249,6 +249,7 @@ pub struct Connect {
     trust: Option<Trust>,
     name: String,
     token: Option<Token>,
+    identity: Option<tls::Identity>,
     reconnect: bool,
 }
 
@@ -262,6 +263,7 @@ impl Connect {
             trust: None,
             name: "padres".to_owned(),
             token: None,
+            identity: None,
             reconnect: true,
         }
     }
@@ -309,6 +311,19 @@ impl Connect {
         self
     }
 
+    /// A client certificate (and its key) issued by the federation's CA for this client's
+    /// principal (`padres-broker cert issue --client`): the broker takes the principal from
+    /// it, with no token.
+    ///
+    /// # Errors
+    /// A file cannot be read or holds no certificate or key.
+    pub fn certificate(mut self, cert: &Path, key: &Path) -> Result<Self, ClientError> {
+        let identity =
+            tls::Identity::from_pem_files(cert, key).map_err(|e| ClientError::Trust(e.to_string()))?;
+        self.identity = Some(identity);
+        Ok(self)
+    }
+
     /// Whether to reconnect and re-issue after losing the broker (on by default).
     pub fn reconnect(mut self, on: bool) -> Self {
         self.reconnect = on;
@@ -341,7 +356,7 @@ impl Connect {
 
     /// Connects and says hello.
     pub async fn connect(self) -> Result<Client, ClientError> {
-        let config = tls::client_config(&self.resolved_trust()?, None)
+        let config = tls::client_config(&self.resolved_trust()?, self.identity.as_ref())
             .map_err(|e| ClientError::Trust(e.to_string()))?;
         let local: SocketAddr =
             if self.addr.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0_u16; 8], 0).into() };

@@ -224,6 +224,25 @@ pub fn peer_has_certificate(connection: &quinn::Connection) -> bool {
         .is_some_and(|chain| !chain.is_empty())
 }
 
+/// How a client certificate names its principal: a URI subject alternative name
+/// `padres-client:NAME` (`padres-broker cert issue --client`). Broker certificates never
+/// carry one, so a client certificate cannot pass for a broker's, nor the reverse.
+pub const CLIENT_URI_PREFIX: &str = "padres-client:";
+
+/// The principal the peer's certificate names as a client (`padres-client:NAME`), if it
+/// presented one.
+pub fn peer_client_name(connection: &quinn::Connection) -> Option<String> {
+    let chain = connection.peer_identity()?.downcast::<Vec<CertificateDer<'static>>>().ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(chain.first()?).ok()?;
+    let alt = cert.subject_alternative_name().ok()??;
+    alt.value.general_names.iter().find_map(|name| match name {
+        x509_parser::extensions::GeneralName::URI(uri) => {
+            uri.strip_prefix(CLIENT_URI_PREFIX).map(str::to_owned)
+        }
+        _ => None,
+    })
+}
+
 /// The names the peer's certificate is for (its DNS subject alternative names and
 /// common name); empty if it presented none.
 pub fn peer_names(connection: &quinn::Connection) -> Vec<String> {

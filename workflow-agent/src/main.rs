@@ -38,6 +38,13 @@ struct Args {
     /// its hash); without one it connects anonymously, which a broker may refuse.
     #[arg(long, env = "PADRES_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     token: Option<String>,
+    /// A client certificate from the federation CA naming this agent (`padres-broker cert
+    /// issue --client --name AGENT`), in place of a token; with --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    key: Option<PathBuf>,
     /// Where the journal and the jobs' output go (created if missing); relative working
     /// directories of jobs are taken from here.
     #[arg(long, default_value = "padres-agent")]
@@ -151,6 +158,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(token) = &args.token {
         connect = connect.token(token);
+    }
+    if let (Some(cert), Some(key)) = (&args.cert, &args.key) {
+        connect = connect.certificate(cert, key).map_err(|e| format!("--cert/--key: {e}"))?;
     }
     let client = connect.connect().await.map_err(|e| format!("cannot connect to {}: {e}", args.broker))?;
     tracing::info!("agent {} connected to {}", args.name, args.broker);

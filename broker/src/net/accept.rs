@@ -1,6 +1,7 @@
 //! One accepted connection: the handshake, then a client session or a neighbour link.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use padres_lang::Name;
 use padres_lang::wire::codec::FrameReader;
@@ -19,12 +20,66 @@ use crate::router::ClientId;
 pub(super) struct Gate {
     pub(super) auth: Arc<Auth>,
     pub(super) verifying: Arc<Semaphore>,
+    /// Connections open per principal, for `max_connections`.
+    pub(super) connections: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One connection of a principal, counted while it lasts.
+#[derive(Debug)]
+struct Counted {
+    connections: Arc<Mutex<HashMap<String, usize>>>,
+    principal: String,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let mut open = self.connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.principal) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.principal);
+            }
+        }
+    }
 }
 
 impl Gate {
-    /// The rights of the client that said hello as `name` with `token`, or why it is
+    /// Counts a connection of `rights`' principal, unless it holds the most its permits
+    /// allow already (a connection lost without being closed counts until the broker
+    /// notices, within the QUIC idle timeout).
+    fn count(&self, rights: &Rights) -> Result<Option<Counted>, String> {
+        let Some(max) = rights.limits().connections else { return Ok(None) };
+        let mut open = self.connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(rights.principal.clone()).or_default();
+        if *n >= max {
+            return Err(format!(
+                "principal '{}' has {n} connections to this broker, the most its permits allow \
+                 (max_connections)",
+                rights.principal
+            ));
+        }
+        *n += 1;
+        Ok(Some(Counted { connections: self.connections.clone(), principal: rights.principal.clone() }))
+    }
+
+    /// The rights of the client that said hello as `name` with `token`, having presented
+    /// a client certificate from the federation CA for `certified` (if any), or why it is
     /// refused.
-    async fn admit(&self, name: &Name, token: Option<Token>) -> Result<Rights, String> {
+    async fn admit(
+        &self,
+        name: &Name,
+        token: Option<Token>,
+        certified: Option<String>,
+    ) -> Result<Rights, String> {
+        if let Some(principal) = certified {
+            // The CA vouched for the name (the TLS handshake verified the chain).
+            if principal != name.as_str() {
+                return Err(format!(
+                    "the client certificate is for principal '{principal}', and the hello says '{name}'"
+                ));
+            }
+            return Ok(self.auth.rights_of(principal));
+        }
         if self.auth.is_open() {
             return Ok(Rights::unrestricted(name.as_str()));
         }
@@ -67,12 +122,19 @@ pub(super) async fn connection(
             link.serve(events, limits.max_frame).await
         }
         Role::Client => {
-            let rights = match gate.admit(&name, token).await {
-                Ok(rights) => Arc::new(rights),
-                Err(why) => {
+            let certified = padres_transport::tls::peer_client_name(&connection);
+            let admitted =
+                gate.admit(&name, token, certified).await.map_err(|why| (ErrorCode::Forbidden, why));
+            let counted = admitted.and_then(|rights| match gate.count(&rights) {
+                Ok(counted) => Ok((Arc::new(rights), counted)),
+                Err(why) => Err((ErrorCode::LimitExceeded, why)),
+            });
+            let (rights, _counted) = match counted {
+                Ok(admitted) => admitted,
+                Err((code, why)) => {
                     tracing::warn!(client = %name, peer = %connection.remote_address(), %why, "client refused");
                     let _ = events.send(Event::ClientRefused).await;
-                    handshake::refuse(send, ErrorCode::Forbidden, why.clone(), limits.max_frame).await;
+                    handshake::refuse(send, code, why.clone(), limits.max_frame).await;
                     return Err(ConnectionError::Forbidden(why));
                 }
             };
@@ -86,7 +148,9 @@ pub(super) async fn connection(
 /// With a federation CA, a broker must present the CA's certificate for the name it
 /// claims (any certificate reaching here passed the CA check).
 fn refusal(connection: &quinn::Connection, name: &Name, limits: Limits) -> Option<String> {
-    if !limits.require_broker_cert {
+    if padres_transport::tls::peer_client_name(connection).is_some() {
+        Some("a client certificate cannot link as a broker".to_owned())
+    } else if !limits.require_broker_cert {
         None
     } else if !padres_transport::tls::peer_has_certificate(connection) {
         Some("this federation requires brokers to present a certificate issued by its CA".to_owned())

@@ -12,7 +12,7 @@ use std::path::Path;
 use padres_transport::Identity;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    KeyUsagePurpose, SanType,
 };
 
 use crate::config::Config;
@@ -169,6 +169,37 @@ pub fn issue(ca_dir: &Path, name: &str, hosts: &[String], out: &Path, force: boo
     std::fs::create_dir_all(out).map_err(io(out))?;
     let key = KeyPair::generate().map_err(invalid)?;
     let cert = leaf_params(&[name.to_owned()], hosts)?.signed_by(&key, &issuer).map_err(invalid)?;
+    write_private(&key_path, &key.serialize_pem())?;
+    std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
+}
+
+/// Issues a client certificate for principal `name`, signed by the CA in `ca_dir`, into
+/// `out` (`cert.pem`, `key.pem`): for client authentication only, naming the principal
+/// in a `padres-client:NAME` URI, with no host names, so that it cannot serve as a
+/// broker's certificate (brokers refuse a link presenting it).
+pub fn issue_client(ca_dir: &Path, name: &str, out: &Path, force: bool) -> Result<(), CertError> {
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '\'' || c == '$') {
+        return Err(CertError::Invalid(format!("'{name}' cannot name a principal")));
+    }
+    let ca_cert = ca_dir.join("ca.pem");
+    let ca_key = ca_dir.join("ca-key.pem");
+    let ca_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
+    let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
+    let ca_key = KeyPair::from_pem(&ca_key_pem)
+        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_key.display())))?;
+    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key)
+        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_cert.display())))?;
+    let cert_path = out.join("cert.pem");
+    let key_path = out.join("key.pem");
+    refuse_overwrite(&[&cert_path, &key_path], force)?;
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let key = KeyPair::generate().map_err(invalid)?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(invalid)?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    let uri = format!("{}{name}", padres_transport::tls::CLIENT_URI_PREFIX);
+    params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(invalid)?)];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).map_err(invalid)?;
     write_private(&key_path, &key.serialize_pem())?;
     std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
 }

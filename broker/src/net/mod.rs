@@ -303,7 +303,11 @@ pub async fn serve_until(
             let _ = http_stopped.await;
         }))
     });
-    let gate = accept::Gate { auth: auth.clone(), verifying: Arc::new(tokio::sync::Semaphore::new(2)) };
+    let gate = accept::Gate {
+        auth: auth.clone(),
+        verifying: Arc::new(tokio::sync::Semaphore::new(2)),
+        connections: Arc::default(),
+    };
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {

@@ -108,6 +108,7 @@ mod covering;
 mod cycles;
 mod detection;
 mod history;
+mod principals;
 mod rejoin;
 mod settle;
 mod sub_routes;
@@ -121,6 +122,7 @@ use covering::{Advertisements, Entry, Offered, Subscriptions, Table};
 use cycles::{Awaited, Ctx, Cycles, Next};
 use history::Histories;
 pub use history::{DEFAULT_MAX_RESULTS, DEFAULT_TIMEOUT_MS, history_chunk_bytes};
+use principals::Principals;
 use rejoin::Rejoin;
 use settle::{Settle, Waiter};
 use sub_routes::SubRoutes;
@@ -397,7 +399,12 @@ struct ClientState {
     /// Its principal and what it may do; `None`: anything (a client of the broker itself,
     /// or of a caller that gives no rights).
     rights: Option<Arc<Rights>>,
-    advs: BTreeSet<MessageId>,
+    /// Its principal's `max_publish_rate`, copied here: a publication's check touches
+    /// nothing else.
+    publish_rate: Option<u32>,
+    /// Its advertisements, each with the attributes its publications must carry (those of
+    /// the permit filter that allowed it; none without permits), kept inline.
+    advs: BTreeMap<MessageId, smallvec::SmallVec<[Name; 2]>>,
     subs: BTreeSet<MessageId>,
     /// Composite subscriptions, with their number of atomic parts (leaves and `until`).
     composites: BTreeMap<MessageId, usize>,
@@ -542,6 +549,8 @@ pub struct Router {
     replays: Replays,
     /// Client requests refused for want of a right.
     denials: u64,
+    /// What each principal holds, against its limits.
+    principals: Principals,
 }
 
 /// What re-synchronising with restarted neighbours did, for `broker stats`.
@@ -631,6 +640,7 @@ impl Router {
             passed: foldhash::HashMap::default(),
             replays: Replays::default(),
             denials: 0,
+            principals: Principals::default(),
         }
     }
 
@@ -680,7 +690,9 @@ impl Router {
         match input {
             Input::Client { client, req, message } => self.client_request(client, req, message, out),
             Input::ClientRights { client, rights } => {
-                self.clients.entry(client).or_default().rights = Some(rights);
+                let state = self.clients.entry(client).or_default();
+                state.publish_rate = rights.limits().publish_rate;
+                state.rights = Some(rights);
             }
             Input::ClientGone(client) => self.client_gone(client, out),
             Input::Broker { from, message } => self.broker_message(from, message, out),
@@ -912,11 +924,29 @@ impl Router {
         out: &mut Vec<Output>,
     ) {
         let state = self.clients.entry(client).or_default();
-        if let Some(rights) = &state.rights {
-            let now = self.now;
+        let now = self.now;
+        // A publication touches only its rate here; its permit is checked beside the
+        // advertisement it conforms to (`client_publish`).
+        let rights = if matches!(message, Message::Publish(_)) { None } else { state.rights.clone() };
+        if let (Message::Publish(_), Some(rate), Some(rights)) = (&message, state.publish_rate, &state.rights)
+            && let Err(refusal) = self.principals.may_publish(&rights.principal, rate, now)
+        {
+            out.push(Output::Reply { client, req, result: Err(refusal) });
+            return;
+        }
+        if let Some(rights) = &rights {
             if let Err(why) = rights.allows(&message, |sub| history::is_historic(sub, now)) {
                 self.denials += 1;
                 out.push(Output::Reply { client, req, result: Err((ErrorCode::Forbidden, why)) });
+                return;
+            }
+            let limited = match &message {
+                Message::Subscribe(_) => self.principals.may_subscribe(rights, 1),
+                Message::CompositeSubscribe(cs) => self.principals.may_subscribe(rights, composite_atoms(cs)),
+                _ => Ok(()),
+            };
+            if let Err(refusal) = limited {
+                out.push(Output::Reply { client, req, result: Err(refusal) });
                 return;
             }
         }
@@ -926,8 +956,9 @@ impl Router {
             }
             Message::Advertise(adv) => {
                 let id = self.next_id();
+                let required = rights.as_ref().map(|r| r.required_attributes(&adv)).unwrap_or_default();
                 self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), (0, 0), out);
-                self.clients.entry(client).or_default().advs.insert(id.clone());
+                self.clients.entry(client).or_default().advs.insert(id.clone(), required.into());
                 let copies = Copies::One(Forwarded::Advertisement(id.clone()));
                 self.settling = Some((copies, Waiter::Client { client, req, id }));
                 return;
@@ -969,6 +1000,9 @@ impl Router {
                 }
                 self.install_sub(id.clone(), sub, Hop::Client(client), out);
                 self.clients.entry(client).or_default().subs.insert(id.clone());
+                if let Some(rights) = &rights {
+                    self.principals.subscribed(rights, 1);
+                }
                 // In a cyclic overlay it went up the tree of every advertisement it
                 // overlaps, a copy on each.
                 let copies = match self.overlay {
@@ -984,6 +1018,9 @@ impl Router {
                 let atoms = composite_atoms(&cs);
                 state.composites.insert(id.clone(), atoms);
                 state.composite_atoms += atoms;
+                if let Some(rights) = &rights {
+                    self.principals.subscribed(rights, atoms.try_into().unwrap_or(isize::MAX));
+                }
                 self.composite_subscribe(Hop::Client(client), id.clone(), Arc::new(cs), out);
                 self.hold_composite_for_history(client, &id);
                 self.settling = Some((Copies::Nothing, Waiter::Client { client, req, id }));
@@ -1001,12 +1038,20 @@ impl Router {
             }
             Message::Unsubscribe(id) => {
                 if self.clients.get_mut(&client).is_some_and(|c| c.subs.remove(&id)) {
+                    if let Some(rights) = &rights {
+                        self.principals.subscribed(rights, -1);
+                    }
                     self.drop_history(&id);
                     self.remove_sub(&id, out);
                     Ok(None)
-                } else if self.clients.get_mut(&client).is_some_and(|c| {
-                    c.composites.remove(&id).inspect(|atoms| c.composite_atoms -= atoms).is_some()
-                }) {
+                } else if let Some(atoms) = self
+                    .clients
+                    .get_mut(&client)
+                    .and_then(|c| c.composites.remove(&id).inspect(|atoms| c.composite_atoms -= atoms))
+                {
+                    if let Some(rights) = &rights {
+                        self.principals.subscribed(rights, -atoms.try_into().unwrap_or(isize::MAX));
+                    }
                     for query in self.take_composite_queries(&id) {
                         self.drop_history(&query);
                     }
@@ -1017,7 +1062,7 @@ impl Router {
                 }
             }
             Message::Unadvertise(id) => {
-                if self.clients.get_mut(&client).is_some_and(|c| c.advs.remove(&id)) {
+                if self.clients.get_mut(&client).is_some_and(|c| c.advs.remove(&id).is_some()) {
                     self.withdraw_adv(&id, out);
                     // Answered once the withdrawal has settled everywhere, with the
                     // patterns it moved (a publication published next is detected).
@@ -1040,12 +1085,25 @@ impl Router {
         publication: Publication,
         out: &mut Vec<Output>,
     ) -> Result<Option<MessageId>, (ErrorCode, String)> {
-        let tree = self.clients.get(&client).and_then(|c| {
-            c.advs
-                .iter()
-                .find(|id| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.item)))
-                .cloned()
+        let conforming = self.clients.get(&client).and_then(|c| {
+            c.advs.iter().find(|(id, _)| self.advs.get(id).is_some_and(|e| conforms(&publication, &e.item)))
         });
+        // Under permits, it must also carry what the permit that allowed the advertisement
+        // names (an advertised attribute may be left out of a publication).
+        if let Some((_, required)) = conforming
+            && let Some(missing) = required.iter().find(|attr| publication.get(attr).is_none())
+        {
+            let principal = self.principal(client).unwrap_or_default().to_owned();
+            self.denials += 1;
+            return Err((
+                ErrorCode::Forbidden,
+                format!(
+                    "principal '{principal}' may not publish {publication}: the `advertise` permit that allowed its \
+                     advertisement names `{missing}`, which it leaves out"
+                ),
+            ));
+        }
+        let tree = conforming.map(|(id, _)| id.clone());
         let Some(tree) = tree else {
             // No client can advertise the reserved class (`client_request`), so no
             // publication of it conforms: said here, off the path of those that do.
@@ -1073,6 +1131,9 @@ impl Router {
 
     fn client_gone(&mut self, client: ClientId, out: &mut Vec<Output>) {
         let Some(state) = self.clients.remove(&client) else { return };
+        if let Some(rights) = &state.rights {
+            self.principals.subscribed(rights, -state.held().try_into().unwrap_or(isize::MAX));
+        }
         for id in state.composites.keys() {
             for query in self.take_composite_queries(id) {
                 self.drop_history(&query);
@@ -1083,7 +1144,7 @@ impl Router {
             self.drop_history(id);
             self.remove_sub(id, out);
         }
-        for id in &state.advs {
+        for id in state.advs.keys() {
             self.withdraw_adv(id, out);
         }
     }
