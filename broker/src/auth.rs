@@ -88,6 +88,9 @@ pub struct AuthError(pub String);
 /// `[auth]`, checked and ready ([`AuthConfig::compile`]).
 #[derive(Debug)]
 pub struct Auth {
+    /// A hash no token matches, checked for an unknown principal so that its refusal
+    /// takes as long as a known one's (names cannot be told apart by timing).
+    decoy: String,
     anonymous: bool,
     tokens: BTreeMap<String, String>,
     groups_of: BTreeMap<String, Vec<String>>,
@@ -128,7 +131,15 @@ impl AuthConfig {
                 }
             }
         }
+        let decoy = if self.tokens.is_empty() {
+            String::new()
+        } else {
+            use std::hash::BuildHasher as _;
+            let secret = std::collections::hash_map::RandomState::new().hash_one(0_u8);
+            hash_token(&format!("{secret:x}"))?
+        };
         Ok(Auth {
+            decoy,
             anonymous: self.anonymous,
             tokens: self.tokens.clone(),
             groups_of,
@@ -137,7 +148,8 @@ impl AuthConfig {
     }
 }
 
-fn valid_principal(name: &str) -> Result<(), AuthError> {
+/// Refuses names that cannot be a principal's (`anonymous`, `*`, quotes, `$`).
+pub fn valid_principal(name: &str) -> Result<(), AuthError> {
     if name.is_empty() || name == ANONYMOUS || name == EVERYONE || name.contains(['\'', '$']) {
         return Err(AuthError(format!("'{name}' cannot name a principal")));
     }
@@ -190,10 +202,13 @@ impl Auth {
             }
             Some(token) => {
                 let refused = || AuthError(format!("no principal '{name}' with this token"));
-                let hash = self.tokens.get(name).ok_or_else(refused)?;
-                argon2::Argon2::default()
-                    .verify_password(token.as_bytes(), hash.as_str())
-                    .map_err(|_| refused())?;
+                let hash = self.tokens.get(name);
+                let checked = hash.map_or(self.decoy.as_str(), String::as_str);
+                let verified = !checked.is_empty()
+                    && argon2::Argon2::default().verify_password(token.as_bytes(), checked).is_ok();
+                if hash.is_none() || !verified {
+                    return Err(refused());
+                }
                 name.to_owned()
             }
         };
@@ -300,9 +315,17 @@ impl Rights {
             Message::Advertise(adv) => self.may_advertise(permits, adv),
             Message::Publish(publication) => self.may_publish(permits, publication),
             Message::Subscribe(sub) => self.may_subscribe(permits, sub, &historic, "subscribe"),
-            Message::CompositeSubscribe(cs) => cs
-                .atoms()
-                .try_for_each(|leaf| self.may_subscribe(permits, leaf, &historic, "subscribe to a leaf")),
+            Message::CompositeSubscribe(cs) => {
+                cs.atoms().try_for_each(|leaf| {
+                    self.may_subscribe(permits, leaf, &historic, "subscribe to a leaf")
+                })?;
+                match cs.until_filter() {
+                    Some(until) => {
+                        self.may_subscribe(permits, until, &historic, "subscribe to an until filter")
+                    }
+                    None => Ok(()),
+                }
+            }
             Message::Unsubscribe(_) | Message::Unadvertise(_) => Ok(()),
         }
     }
@@ -465,6 +488,9 @@ mod tests {
         let cs = "cs {[class,eq,'agent_ctl'],[agent,eq,'agent-1']} & {[class,eq,'agent_ctl'],[agent,eq,'agent-2']}";
         let leaf = ok(cs).expect_err("one leaf outside");
         assert!(leaf.contains("subscribe to a leaf [class,eq,'agent_ctl'],[agent,eq,'agent-2']"), "{leaf}");
+        let until = "cs {[class,eq,'agent_ctl'],[agent,eq,'agent-1']} until {[class,eq,'payroll']}";
+        let until = ok(until).expect_err("an until filter outside");
+        assert!(until.contains("subscribe to an until filter [class,eq,'payroll']"), "{until}");
     }
 
     #[test]

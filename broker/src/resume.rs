@@ -554,22 +554,27 @@ impl Sessions {
     pub fn poll_timeout(&self) -> Option<u64> {
         self.peers
             .values()
-            .filter_map(|p| match &p.session {
-                Some(s) => {
+            .filter_map(|p| {
+                let session = p.session.as_ref().and_then(|s| {
                     let ack = s.ack_at.filter(|_| s.open);
                     match (self.deadline(p, s), ack) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     }
+                });
+                match (session, self.rejoin_deadline(p)) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
                 }
-                None => self.rejoin_deadline(p),
             })
             .min()
     }
 
-    /// When a neighbour that lost its session, and has no new one proposed, counts as gone.
+    /// When a neighbour that lost its session counts as gone if no new session is
+    /// confirmed by then (a window after the old one ended, however often a new one's
+    /// link comes and goes).
     fn rejoin_deadline(&self, entry: &Peer) -> Option<u64> {
-        let rejoin = entry.rejoin.as_ref().filter(|_| entry.session.is_none())?;
+        let rejoin = entry.rejoin.as_ref()?;
         Some(rejoin.since.saturating_add(self.settings.window))
     }
 
@@ -584,6 +589,7 @@ impl Sessions {
         for (peer, entry) in &self.peers {
             if self.rejoin_deadline(entry).is_some_and(|at| at <= now) {
                 expired.push(peer.clone());
+                continue;
             }
             let Some(session) = &entry.session else { continue };
             if self.deadline(entry, session).is_some_and(|at| at <= now) {

@@ -73,6 +73,7 @@ impl Gate {
     ) -> Result<Rights, String> {
         if let Some(principal) = certified {
             // The CA vouched for the name (the TLS handshake verified the chain).
+            crate::auth::valid_principal(&principal).map_err(|e| format!("the client certificate: {e}"))?;
             if principal != name.as_str() {
                 return Err(format!(
                     "the client certificate is for principal '{principal}', and the hello says '{name}'"
@@ -111,7 +112,16 @@ pub(super) async fn connection(
         handshake::await_hello(send, &mut recv, &mut reader, limits.max_frame).await?;
     match role {
         Role::Broker => {
-            if let Some(why) = refusal(&connection, &name, limits) {
+            let refused = refusal(&connection, &name, limits).or_else(|| {
+                // Without a CA a broker's hello proves nothing: a client could say it is one
+                // and pass every permission by.
+                (!gate.auth.is_open() && !limits.require_broker_cert).then(|| {
+                    "this broker restricts its clients ([auth]) and has no federation CA, so a broker dialling \
+                     in cannot be told from a client: set federation_ca, or let this broker dial its neighbours"
+                        .to_owned()
+                })
+            });
+            if let Some(why) = refused {
                 tracing::warn!(peer = %name, %why, "broker refused");
                 let _ = events.send(Event::LinkRefused).await;
                 handshake::refuse(send, ErrorCode::Forbidden, why.clone(), limits.max_frame).await;

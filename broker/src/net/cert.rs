@@ -178,7 +178,7 @@ pub fn issue(ca_dir: &Path, name: &str, hosts: &[String], out: &Path, force: boo
 /// in a `padres-client:NAME` URI, with no host names, so that it cannot serve as a
 /// broker's certificate (brokers refuse a link presenting it).
 pub fn issue_client(ca_dir: &Path, name: &str, out: &Path, force: bool) -> Result<(), CertError> {
-    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '\'' || c == '$') {
+    if name.contains(char::is_whitespace) || crate::auth::valid_principal(name).is_err() {
         return Err(CertError::Invalid(format!("'{name}' cannot name a principal")));
     }
     let ca_cert = ca_dir.join("ca.pem");

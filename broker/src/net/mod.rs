@@ -408,6 +408,9 @@ async fn shutdown_signal() {
 fn announce_security(config: &Config, auth: &Auth) {
     let peers = match (&config.federation_ca, config.insecure) {
         (Some(_), _) => "brokers dialling in must present a certificate from the federation CA",
+        (None, _) if !auth.is_open() => {
+            "brokers dialling in are refused: [auth] restricts clients and there is no federation_ca to tell brokers from them"
+        }
         (None, true) => "neighbours' certificates are not verified (--insecure)",
         (None, false) => {
             "brokers dialling in are not verified (no federation_ca): any broker that reaches this port can link in"

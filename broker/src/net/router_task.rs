@@ -1119,7 +1119,20 @@ impl RouterTask {
                         client,
                         match (req, result) {
                             (Some(req), Ok(id)) => Frame::Ok { req, id },
-                            (req, Err((code, message))) => Frame::Error { req, code, message },
+                            (req, Err((code, message))) => {
+                                // Denials name the principal and the right or limit (a limit
+                                // can be met at every publication: not a warning).
+                                match code {
+                                    ErrorCode::Forbidden => {
+                                        tracing::warn!(client, %message, "request denied");
+                                    }
+                                    ErrorCode::LimitExceeded => {
+                                        tracing::debug!(client, %message, "request refused");
+                                    }
+                                    _ => {}
+                                }
+                                Frame::Error { req, code, message }
+                            }
                             // A streamed publication's success is not answered.
                             (None, Ok(_)) => continue,
                         },

@@ -545,7 +545,7 @@ pub struct Router {
     rejoin_max_bytes: usize,
     /// In a tree: per publisher's broker, the stamp counter of the last publication passed
     /// on from a neighbour (one that comes again after a neighbour's restart is dropped).
-    passed: foldhash::HashMap<Name, u64>,
+    passed: foldhash::HashMap<Name, (u64, u64)>,
     replays: Replays,
     /// Client requests refused for want of a right.
     denials: u64,

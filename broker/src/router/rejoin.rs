@@ -51,6 +51,8 @@ pub(super) struct Rejoin {
     pub(super) held: VecDeque<(Arc<Publication>, Stamp)>,
     /// Their estimated size.
     pub(super) bytes: usize,
+    /// Stale subscriptions it sent a cover for instead: withdrawn once the cover is in.
+    pub(super) covered: Vec<MessageId>,
     /// When what is still stale is gone.
     pub(super) until: u64,
 }
@@ -103,12 +105,24 @@ impl Router {
                 self.replays.dropped += 1;
             }
         }
-        rejoin.subs.extend(self.subs.select(|e| e.last == hop));
-        rejoin.advs.extend(self.advs.select(|e| e.last == hop));
+        // Entries it made itself (its clients', its store's) died with its earlier life:
+        // its clients make them again under new ids. The others come back from beyond it.
+        let (own_subs, subs): (Vec<MessageId>, Vec<MessageId>) =
+            self.subs.select(|e| e.last == hop).into_iter().partition(|id| id.origin == name);
+        let (own_advs, advs): (Vec<MessageId>, Vec<MessageId>) =
+            self.advs.select(|e| e.last == hop).into_iter().partition(|id| id.origin == name);
+        rejoin.subs.extend(subs);
+        rejoin.advs.extend(advs);
         rejoin.until = self.now.saturating_add(self.rejoin_ms);
         // It holds nothing this broker sent it: every entry goes to it again.
         self.subs.forget_neighbour(&name);
         self.advs.forget_neighbour(&name);
+        for id in &own_subs {
+            self.remove_sub(id, out);
+        }
+        for id in &own_advs {
+            self.remove_adv(id, true, out);
+        }
         // Nobody there waits for an answer, and it answers nothing sent before.
         self.settle.neighbour_down(&name, out);
         // Its stores and composite subscriptions come back with its re-synchronisation.
@@ -127,9 +141,19 @@ impl Router {
             BrokerMessage::Subscribe { id, sub } => {
                 rejoin.subs.remove(id);
                 if self.covering.holds() {
-                    // It may send a cover in place of what it sent before.
+                    // It may send a cover in place of what it sent before: the covered
+                    // ones are withdrawn once the cover is in (`release_if_back`).
                     let subs = &self.subs;
-                    rejoin.subs.retain(|stale| !subs.get(stale).is_some_and(|e| covers(sub, &e.item)));
+                    let covered: Vec<MessageId> = rejoin
+                        .subs
+                        .iter()
+                        .filter(|stale| subs.get(stale).is_some_and(|e| covers(sub, &e.item)))
+                        .cloned()
+                        .collect();
+                    for stale in covered {
+                        rejoin.subs.remove(&stale);
+                        rejoin.covered.push(stale);
+                    }
                 }
             }
             BrokerMessage::Unsubscribe { id } => {
@@ -160,6 +184,14 @@ impl Router {
     /// back, and forgets it as restarted once nothing is stale.
     pub(super) fn release_if_back(&mut self, name: &Name, out: &mut Vec<Output>) {
         let Some(rejoin) = self.rejoining.get_mut(name) else { return };
+        let covered = std::mem::take(&mut rejoin.covered);
+        let hop = Hop::Broker(name.clone());
+        for id in &covered {
+            if self.subs.get(id).is_some_and(|e| e.last == hop) {
+                self.remove_sub(id, out);
+            }
+        }
+        let Some(rejoin) = self.rejoining.get_mut(name) else { return };
         if rejoin.holding() {
             return;
         }
@@ -178,7 +210,7 @@ impl Router {
             let Some(mut rejoin) = self.rejoining.remove(&name) else { continue };
             self.replays.sent += send_held(&name, &mut rejoin, out);
             let hop = Hop::Broker(name.clone());
-            for id in &rejoin.subs {
+            for id in rejoin.subs.iter().chain(&rejoin.covered) {
                 if self.subs.get(id).is_some_and(|e| e.last == hop) {
                     self.remove_sub(id, out);
                 }
@@ -210,21 +242,23 @@ impl Router {
     }
 
     /// In a tree, true if a publication stamped `stamp`, from a neighbour, was passed on
-    /// already: its publisher's broker's counter is not past the last passed on from it in
-    /// the same life of that broker. Publications from one broker arrive in its order (one
-    /// path, FIFO links), so only one sent again after a neighbour restarted is dropped.
+    /// already: neither its publisher's broker's counter (incarnation, then count) nor its
+    /// time is past the last passed on from that broker. Publications from one broker
+    /// arrive in its order (one path, FIFO links), so only one sent again after a neighbour
+    /// restarted is dropped; a broker that lost its incarnation and counts again from
+    /// where an earlier life did stamps a later time, and passes.
     pub(super) fn passed_already(&mut self, stamp: &Stamp) -> bool {
         if !matches!(self.overlay, Overlay::Acyclic) {
             return false;
         }
         match self.passed.get_mut(&stamp.origin) {
-            Some(last) if *last >> 32 == stamp.seq >> 32 && stamp.seq <= *last => true,
+            Some((seq, time)) if stamp.seq <= *seq && stamp.time <= *time => true,
             Some(last) => {
-                *last = stamp.seq;
+                *last = (stamp.seq, stamp.time);
                 false
             }
             None => {
-                self.passed.insert(stamp.origin.clone(), stamp.seq);
+                self.passed.insert(stamp.origin.clone(), (stamp.seq, stamp.time));
                 false
             }
         }
