@@ -151,26 +151,11 @@ pub fn make_ca(dir: &Path, name: &str, force: bool) -> Result<(), CertError> {
     std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
 }
 
-/// Issues a certificate for broker (or client) `name`, valid also for `hosts` (DNS names
-/// or IP addresses it is reached by), signed by the CA in `ca_dir`, into `out`
-/// (`cert.pem`, `key.pem`: a broker's data directory).
+/// Issues a certificate for broker `name`, valid also for `hosts` (DNS names or IP
+/// addresses it is reached by), signed by the CA in `ca_dir`, into `out` (`cert.pem`,
+/// `key.pem`: a broker's data directory).
 pub fn issue(ca_dir: &Path, name: &str, hosts: &[String], out: &Path, force: bool) -> Result<(), CertError> {
-    let ca_cert = ca_dir.join("ca.pem");
-    let ca_key = ca_dir.join("ca-key.pem");
-    let ca_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
-    let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
-    let ca_key = KeyPair::from_pem(&ca_key_pem)
-        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_key.display())))?;
-    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key)
-        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_cert.display())))?;
-    let cert_path = out.join("cert.pem");
-    let key_path = out.join("key.pem");
-    refuse_overwrite(&[&cert_path, &key_path], force)?;
-    std::fs::create_dir_all(out).map_err(io(out))?;
-    let key = KeyPair::generate().map_err(invalid)?;
-    let cert = leaf_params(&[name.to_owned()], hosts)?.signed_by(&key, &issuer).map_err(invalid)?;
-    write_private(&key_path, &key.serialize_pem())?;
-    std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
+    sign(ca_dir, leaf_params(&[name.to_owned()], hosts)?, out, force)
 }
 
 /// Issues a client certificate for principal `name`, signed by the CA in `ca_dir`, into
@@ -181,6 +166,16 @@ pub fn issue_client(ca_dir: &Path, name: &str, out: &Path, force: bool) -> Resul
     if name.contains(char::is_whitespace) || crate::auth::valid_principal(name).is_err() {
         return Err(CertError::Invalid(format!("'{name}' cannot name a principal")));
     }
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(invalid)?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    let uri = format!("{}{name}", padres_transport::tls::CLIENT_URI_PREFIX);
+    params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(invalid)?)];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    sign(ca_dir, params, out, force)
+}
+
+/// Signs a certificate of `params` with a new key by the CA in `ca_dir`, into `out`.
+fn sign(ca_dir: &Path, params: CertificateParams, out: &Path, force: bool) -> Result<(), CertError> {
     let ca_cert = ca_dir.join("ca.pem");
     let ca_key = ca_dir.join("ca-key.pem");
     let ca_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
@@ -194,11 +189,6 @@ pub fn issue_client(ca_dir: &Path, name: &str, out: &Path, force: bool) -> Resul
     refuse_overwrite(&[&cert_path, &key_path], force)?;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let key = KeyPair::generate().map_err(invalid)?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(invalid)?;
-    params.distinguished_name.push(DnType::CommonName, name);
-    let uri = format!("{}{name}", padres_transport::tls::CLIENT_URI_PREFIX);
-    params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(invalid)?)];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let cert = params.signed_by(&key, &issuer).map_err(invalid)?;
     write_private(&key_path, &key.serialize_pem())?;
     std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
