@@ -305,3 +305,24 @@ async fn a_principal_is_held_to_its_connections_subscriptions_and_publication_ra
     let c = third.expect("connected");
     c.send("s [class,eq,'t'],[n,=,7]").await.expect("room after a left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_never_sent_to_a_broker_whose_certificate_is_not_verified() {
+    let broker = start_with("B1", "auth-insecure", &[]);
+    let insecure =
+        Connect::new(broker.addr).trust(Trust::Insecure).name("agent-1").token("secret").reconnect(false);
+    match insecure.connect().await {
+        Err(ClientError::Trust(message)) => assert!(message.contains("not verified"), "{message}"),
+        other => panic!("expected a refusal to send the token, got {other:?}"),
+    }
+    let out = Command::new(binary("padres"))
+        .args(["ping", "--insecure", "--token", "secret", "--broker", &format!("quic://{}", broker.addr)])
+        .output()
+        .expect("padres runs");
+    assert!(!out.status.success(), "--token with --insecure is refused");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--insecure"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

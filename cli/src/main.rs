@@ -454,7 +454,14 @@ pub(crate) struct BrokerArgs {
     pub(crate) name: String,
     /// The token proving this client is the principal --name (the broker's auth.tokens
     /// holds its hash). Without one the client is anonymous, which a broker may refuse.
-    #[arg(long, env = "PADRES_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    /// Never sent with --insecure: whoever answered could keep it.
+    #[arg(
+        long,
+        env = "PADRES_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN",
+        conflicts_with = "insecure"
+    )]
     pub(crate) token: Option<String>,
     /// A client certificate from the federation CA naming this client's principal
     /// (`padres-broker cert issue --client`), in place of a token; with --key.

@@ -354,8 +354,16 @@ impl Connect {
         )))
     }
 
-    /// Connects and says hello.
+    /// Connects and says hello. A token is never sent to a broker whose certificate is not
+    /// verified ([`Trust::Insecure`]): whoever answered could keep it.
     pub async fn connect(self) -> Result<Client, ClientError> {
+        if self.token.is_some() && matches!(self.trust, Some(Trust::Insecure)) {
+            return Err(ClientError::Trust(
+                "a token is not sent to a broker whose certificate is not verified (insecure trust): \
+                 give the broker's certificate or the federation CA"
+                    .to_owned(),
+            ));
+        }
         let config = tls::client_config(&self.resolved_trust()?, self.identity.as_ref())
             .map_err(|e| ClientError::Trust(e.to_string()))?;
         let local: SocketAddr =
