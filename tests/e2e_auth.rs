@@ -10,7 +10,7 @@ use std::time::Duration;
 use padres_client::{Client, ClientError, Connect, Notification, Trust};
 use padres_lang::wire::ErrorCode;
 use padres_tests::binary;
-use padres_tests::broker::{Broker, data_dir, start_with};
+use padres_tests::broker::{Broker, data_dir, start_with, until_routes};
 
 /// The Argon2id hash of `token`, as the broker's CLI makes it.
 fn hash(token: &str) -> String {
@@ -26,8 +26,9 @@ fn hash(token: &str) -> String {
     String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
 }
 
-/// A broker whose clients need tokens: two agents, an operator and a monitor.
-fn secured_broker(test: &str) -> Broker {
+/// A broker whose clients need tokens: two agents, an operator and a monitor; `extra`
+/// flags are added.
+fn secured_broker(test: &str, extra: &[String]) -> Broker {
     let dir = data_dir(test, "conf");
     std::fs::create_dir_all(&dir).expect("config dir");
     let config = format!(
@@ -66,16 +67,14 @@ history = true
     );
     let file = dir.join("broker.toml");
     std::fs::write(&file, config).expect("config written");
-    let broker = start_with(
-        "B1",
-        test,
-        &[
-            "--config".to_owned(),
-            file.display().to_string(),
-            "--history".to_owned(),
-            "[class,eq,'job_status']".to_owned(),
-        ],
-    );
+    let mut args = vec![
+        "--config".to_owned(),
+        file.display().to_string(),
+        "--history".to_owned(),
+        "[class,eq,'job_status']".to_owned(),
+    ];
+    args.extend(extra.iter().cloned());
+    let broker = start_with("B1", test, &args);
     let _ = std::fs::remove_dir_all(&dir);
     broker
 }
@@ -100,7 +99,7 @@ fn forbidden(result: Result<Option<padres_lang::MessageId>, ClientError>) -> Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_need_tokens_and_principals_stay_within_their_permits() {
-    let broker = secured_broker("auth");
+    let broker = secured_broker("auth", &[]);
 
     // No token where anonymous clients are refused, a wrong one, and a principal unknown.
     for (name, token) in [("agent-1", None), ("agent-1", Some("secret-2")), ("nobody", Some("secret-1"))] {
@@ -330,4 +329,74 @@ async fn a_token_is_never_sent_to_a_broker_whose_certificate_is_not_verified() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Says hello to `broker` as a broker named `name`, presenting the certificate in `dir`
+/// (if any), and returns the refusal.
+async fn hello_as_broker(broker: &Broker, name: &str, dir: Option<&std::path::Path>) -> String {
+    use padres_transport::handshake::{Hello, hello};
+    let identity = dir.map(|dir| {
+        padres_transport::Identity::from_pem_files(&dir.join("cert.pem"), &dir.join("key.pem"))
+            .expect("identity")
+    });
+    let trust = Trust::Certificates(vec![broker.dir.join("cert.pem")]);
+    let config = padres_transport::tls::client_config(&trust, identity.as_ref()).expect("client config");
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().expect("address")).expect("endpoint");
+    let connection =
+        endpoint.connect_with(config, broker.addr, "localhost").expect("dials").await.expect("TLS succeeds");
+    let (mut send, mut recv) = connection.open_bi().await.expect("a stream");
+    let max = padres_lang::wire::codec::DEFAULT_MAX_FRAME;
+    let mut reader = padres_lang::wire::codec::FrameReader::new(max);
+    let hello_frame = Hello {
+        role: padres_lang::wire::Role::Broker,
+        name: padres_lang::Name::new(name).expect("name"),
+        token: None,
+    };
+    match hello(&mut send, &mut recv, &mut reader, hello_frame, max).await {
+        Err(padres_transport::HandshakeError::Refused { code: ErrorCode::Forbidden, message }) => message,
+        other => panic!("expected {name} refused, got {other:?}"),
+    }
+}
+
+/// Without a federation CA, `accept_brokers` pins the certificates of the brokers that may
+/// dial in: B2's links, and a broker with another certificate is refused, even one that
+/// calls itself B2, as is one with none. Pinning also tells brokers from clients, so a
+/// broker whose `[auth]` restricts clients accepts B2 (it refuses every broker without).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_ca_only_brokers_whose_certificates_are_pinned_may_dial_in() {
+    let test = "auth-pinned";
+    // B2's certificate exists before B1 starts, to be pinned there.
+    let b2_dir = data_dir(test, "B2");
+    let _ = std::fs::remove_dir_all(&b2_dir);
+    padres_broker::net::cert::load_or_create(&b2_dir, &["B2".to_owned()]).expect("B2's certificate");
+    let b1 =
+        secured_broker(test, &["--accept-broker".to_owned(), b2_dir.join("cert.pem").display().to_string()]);
+    let dial_b1 = || vec!["--neighbour".to_owned(), format!("quic://{}", b1.addr)];
+    let _b2 = start_with("B2", test, &dial_b1());
+    // Another broker, and one calling itself B2 with a certificate of its own.
+    let _mallory = start_with("Mallory", test, &dial_b1());
+    let _false_b2 = start_with("B2", "auth-pinned-impostor", &dial_b1());
+
+    let observer = connect(&b1, "operator", Some("secret-op")).await.expect("the operator connects");
+    until_routes(&observer, "B2 links", |r| r.neighbours.iter().any(|n| n.as_str() == "B2")).await;
+    for _ in 0..200 {
+        if observer.stats().await.expect("stats").links_refused >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stats = observer.stats().await.expect("stats");
+    assert!(stats.links_refused >= 4, "Mallory and the false B2 are refused as they redial: {stats:?}");
+    let neighbours: Vec<&str> = stats.neighbours.iter().map(|n| n.as_str()).collect();
+    assert_eq!(neighbours, ["B2"], "only the pinned B2 links");
+
+    // The refusals say why.
+    let mallory_dir = data_dir(test, "Mallory");
+    let untrusted = hello_as_broker(&b1, "Mallory", Some(&mallory_dir)).await;
+    assert!(untrusted.contains("not trusted here") && untrusted.contains("accept_brokers"), "{untrusted}");
+    let none = hello_as_broker(&b1, "Mallory", None).await;
+    assert!(none.contains("present a certificate") && none.contains("accept_brokers"), "{none}");
+    // B2's own certificate under another name is refused too.
+    let misnamed = hello_as_broker(&b1, "B3", Some(&b2_dir)).await;
+    assert!(misnamed.contains("not issued for broker 'B3'"), "{misnamed}");
 }

@@ -252,6 +252,10 @@ pub struct Config {
     pub neighbours: Vec<String>,
     /// Certificates (PEM) trusted when connecting to neighbours, e.g. their `cert.pem`.
     pub peer_certs: Vec<PathBuf>,
+    /// Certificates (PEM) of the brokers that may dial in, e.g. their `cert.pem`. When set
+    /// (or `federation_ca` is), a broker dialling in must present one of them, or one from
+    /// the federation CA, issued for the name it gives in its hello; others are refused.
+    pub accept_brokers: Vec<PathBuf>,
     /// The federation's CA certificate (PEM). When set, links between brokers use mutual
     /// TLS: this broker's `cert.pem` must be issued by the CA (`padres-broker cert issue`),
     /// neighbours are trusted through the CA, and a broker that says hello without a
@@ -300,6 +304,7 @@ impl Default for Config {
             monitor_interval_ms: DEFAULT_MONITOR_INTERVAL_MS,
             neighbours: Vec::new(),
             peer_certs: Vec::new(),
+            accept_brokers: Vec::new(),
             federation_ca: None,
             insecure: false,
             data_dir: PathBuf::from("padres-data"),
@@ -632,6 +637,13 @@ impl Config {
             writeln!(out, "# Certificates (PEM) trusted when connecting to neighbours, e.g. their cert.pem.");
         let certs: Vec<String> = self.peer_certs.iter().map(|p| p.display().to_string()).collect();
         let _ = writeln!(out, "peer_certs = {}\n", list(&certs));
+        let _ = writeln!(
+            out,
+            "# Certificates (PEM) of the brokers that may dial in, e.g. their cert.pem; when set"
+        );
+        let _ = writeln!(out, "# (or federation_ca is), other brokers dialling in are refused.");
+        let accepted: Vec<String> = self.accept_brokers.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(out, "accept_brokers = {}\n", list(&accepted));
         let _ =
             writeln!(out, "# The federation's CA certificate (PEM). When set, broker links use mutual TLS:");
         let _ =
@@ -834,6 +846,7 @@ mod tests {
             neighbours: vec!["quic://10.0.0.2:7700".into(), "quic://[::1]:7701".into()],
             covering: CoveringMode::Active,
             federation_ca: Some("fed/ca.pem".into()),
+            accept_brokers: vec!["b2/cert.pem".into(), "b3/cert.pem".into()],
             huge_pages: true,
             ..Config::default()
         };

@@ -169,6 +169,11 @@ struct Overrides {
     /// replaces the file's list).
     #[arg(long = "peer-cert", value_name = "FILE", global = true)]
     peer_certs: Vec<PathBuf>,
+    /// The certificate (PEM, e.g. its cert.pem) of a broker that may dial in (repeat for
+    /// several; replaces the file's list). With any, or a federation CA, other brokers
+    /// dialling in are refused.
+    #[arg(long = "accept-broker", value_name = "FILE", global = true)]
+    accept_brokers: Vec<PathBuf>,
     /// The federation's CA certificate: broker links then use mutual TLS, and this broker's
     /// cert.pem must be issued by the CA (see `padres-broker cert`).
     #[arg(long, value_name = "FILE", global = true)]
@@ -320,6 +325,9 @@ impl Overrides {
         }
         if !self.peer_certs.is_empty() {
             config.peer_certs.clone_from(&self.peer_certs);
+        }
+        if !self.accept_brokers.is_empty() {
+            config.accept_brokers.clone_from(&self.accept_brokers);
         }
         if let Some(ca) = &self.federation_ca {
             config.federation_ca = Some(ca.clone());

@@ -19,7 +19,8 @@ use quinn::rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13
 use quinn::rustls::pki_types::pem::PemObject;
 use quinn::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use quinn::rustls::server::WebPkiClientVerifier;
-use quinn::rustls::{self, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use quinn::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use quinn::rustls::{self, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
 /// Why a TLS configuration could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -172,27 +173,24 @@ pub fn client_config(trust: &Trust, identity: Option<&Identity>) -> Result<quinn
     Ok(config)
 }
 
-/// The configuration for accepting connections as `identity`. With `client_ca`, peers may
-/// present a certificate issued by it (and a certificate from anyone else fails the
-/// handshake); peers without a certificate are still accepted, so that the caller can
-/// decide per role (clients may come without one, brokers may not).
+/// The configuration for accepting connections as `identity`. With `ask_for_certificates`,
+/// peers may present a certificate, and must prove they hold its key; whether it is
+/// *trusted* is left to [`PeerCertificates::check`] after the handshake, so that an
+/// untrusted one is refused at the hello, with the reason, instead of by a TLS alert.
+/// Peers without a certificate are accepted too, so that the caller can decide per role
+/// (clients may come without one, brokers may not).
 pub fn server_config(
     identity: &Identity,
-    client_ca: Option<&[PathBuf]>,
+    ask_for_certificates: bool,
 ) -> Result<quinn::ServerConfig, TlsError> {
     let tls = |e: rustls::Error| TlsError::Config(e.to_string());
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls)?;
-    let builder = match client_ca {
-        Some(paths) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(paths)?), provider())
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| TlsError::Config(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
+    let builder = if ask_for_certificates {
+        builder.with_client_cert_verifier(Arc::new(ProofOfKey(provider())))
+    } else {
+        builder.with_no_client_auth()
     };
     let config = builder.with_single_cert(identity.chain.clone(), identity.key.clone_key()).map_err(tls)?;
     let quic = QuicServerConfig::try_from(config).map_err(|e| TlsError::Config(e.to_string()))?;
@@ -215,55 +213,181 @@ pub fn https_config(identity: &Identity) -> Result<Arc<rustls::ServerConfig>, Tl
     Ok(Arc::new(config))
 }
 
-/// True if the peer of `connection` presented a certificate (which the server
-/// configuration's verifier has then checked).
-pub fn peer_has_certificate(connection: &quinn::Connection) -> bool {
-    connection
-        .peer_identity()
-        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
-        .is_some_and(|chain| !chain.is_empty())
-}
-
 /// How a client certificate names its principal: a URI subject alternative name
 /// `padres-client:NAME` (`padres-broker cert issue --client`). Broker certificates never
 /// carry one, so a client certificate cannot pass for a broker's, nor the reverse.
 pub const CLIENT_URI_PREFIX: &str = "padres-client:";
 
-/// The principal the peer's certificate names as a client (`padres-client:NAME`), if it
-/// presented one.
-pub fn peer_client_name(connection: &quinn::Connection) -> Option<String> {
-    let chain = connection.peer_identity()?.downcast::<Vec<CertificateDer<'static>>>().ok()?;
-    let (_, cert) = x509_parser::parse_x509_certificate(chain.first()?).ok()?;
-    let alt = cert.subject_alternative_name().ok()??;
-    alt.value.general_names.iter().find_map(|name| match name {
-        x509_parser::extensions::GeneralName::URI(uri) => {
-            uri.strip_prefix(CLIENT_URI_PREFIX).map(str::to_owned)
-        }
-        _ => None,
-    })
+/// Whose certificates a server trusts when a peer presents one: those a CA issued, and
+/// certificates pinned one by one (brokers' own `cert.pem`, self-signed).
+pub struct PeerCertificates {
+    ca: Option<Arc<dyn ClientCertVerifier>>,
+    pinned: Option<Arc<dyn ClientCertVerifier>>,
 }
 
-/// The names the peer's certificate is for (its DNS subject alternative names and
-/// common name); empty if it presented none.
-pub fn peer_names(connection: &quinn::Connection) -> Vec<String> {
-    let Some(chain) =
-        connection.peer_identity().and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
-    else {
-        return Vec::new();
-    };
-    let Some(Ok((_, cert))) = chain.first().map(|der| x509_parser::parse_x509_certificate(der)) else {
-        return Vec::new();
-    };
+impl std::fmt::Debug for PeerCertificates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerCertificates")
+            .field("ca", &self.ca.is_some())
+            .field("pinned", &self.pinned.is_some())
+            .finish()
+    }
+}
+
+/// Who issued a certificate a peer presented and [`PeerCertificates`] trusts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issuer {
+    /// The CA.
+    Ca,
+    /// The certificate is pinned itself.
+    Pinned,
+}
+
+/// What a peer's certificate proves, once checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Presented {
+    /// It presented none.
+    Nothing,
+    /// It presented one that neither the CA issued nor is pinned; why.
+    Untrusted(String),
+    /// It presented a trusted one.
+    Trusted {
+        /// Who vouches for it.
+        issuer: Issuer,
+        /// The host names it is for (DNS subject alternative names and common name).
+        names: Vec<String>,
+        /// The principal it names as a client (`padres-client:NAME`), if any.
+        client: Option<String>,
+    },
+}
+
+impl PeerCertificates {
+    /// Trusts certificates issued by the CA in `ca` (PEM), and those in the `pinned` files.
+    pub fn new(ca: Option<&Path>, pinned: &[PathBuf]) -> Result<Self, TlsError> {
+        let verifier = |paths: &[PathBuf]| -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(paths)?), provider())
+                .build()
+                .map_err(|e| TlsError::Config(e.to_string()))
+        };
+        let ca = ca.map(|ca| verifier(&[ca.to_owned()])).transpose()?;
+        let pinned = if pinned.is_empty() { None } else { Some(verifier(pinned)?) };
+        Ok(Self { ca, pinned })
+    }
+
+    /// Checks the certificate the peer of `connection` presented (the TLS handshake proved
+    /// it holds the key).
+    pub fn check(&self, connection: &quinn::Connection) -> Presented {
+        let Some(chain) = connection
+            .peer_identity()
+            .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+            .filter(|chain| !chain.is_empty())
+        else {
+            return Presented::Nothing;
+        };
+        let (end_entity, intermediates) = (&chain[0], &chain[1..]);
+        let now = UnixTime::now();
+        let verified = |verifier: &Option<Arc<dyn ClientCertVerifier>>| {
+            verifier.as_ref().map(|v| v.verify_client_cert(end_entity, intermediates, now))
+        };
+        let issuer = match (verified(&self.ca), verified(&self.pinned)) {
+            (Some(Ok(_)), _) => Issuer::Ca,
+            (_, Some(Ok(_))) => Issuer::Pinned,
+            (Some(Err(e)), _) | (None, Some(Err(e))) => {
+                return Presented::Untrusted(format!("the certificate presented is not trusted here: {e}"));
+            }
+            (None, None) => return Presented::Untrusted("this broker trusts no certificates".to_owned()),
+        };
+        let Some((names, client)) = names_in(end_entity) else {
+            return Presented::Untrusted("the certificate presented cannot be parsed".to_owned());
+        };
+        Presented::Trusted { issuer, names, client }
+    }
+}
+
+/// The names the certificate of the server at the other end of `connection` is for (its
+/// DNS subject alternative names and common name); empty if there is none. Meaningful only
+/// where the client configuration verified it ([`Trust::Certificates`]).
+pub fn server_names(connection: &quinn::Connection) -> Vec<String> {
+    connection
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .and_then(|chain| names_in(chain.first()?))
+        .map(|(names, _)| names)
+        .unwrap_or_default()
+}
+
+/// The host names a certificate is for (its common name and DNS subject alternative
+/// names), and the principal it names as a client; `None` if it cannot be parsed.
+fn names_in(der: &CertificateDer<'_>) -> Option<(Vec<String>, Option<String>)> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let mut names: Vec<String> =
         cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok()).map(str::to_owned).collect();
+    let mut client = None;
     if let Ok(Some(alt)) = cert.subject_alternative_name() {
         for name in &alt.value.general_names {
-            if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
-                names.push((*dns).to_owned());
+            match name {
+                x509_parser::extensions::GeneralName::DNSName(dns) => names.push((*dns).to_owned()),
+                x509_parser::extensions::GeneralName::URI(uri) => {
+                    if let Some(principal) = uri.strip_prefix(CLIENT_URI_PREFIX) {
+                        client.get_or_insert_with(|| principal.to_owned());
+                    }
+                }
+                _ => {}
             }
         }
     }
-    names
+    Some((names, client))
+}
+
+/// Asks clients for a certificate without requiring one, and accepts any whose key the
+/// client proves it holds (the handshake signature is checked); [`PeerCertificates::check`]
+/// decides after the handshake whether it is trusted.
+#[derive(Debug)]
+struct ProofOfKey(Arc<CryptoProvider>);
+
+impl ClientCertVerifier for ProofOfKey {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// Accepts any server certificate; signatures are still checked, so the handshake itself

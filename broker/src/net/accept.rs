@@ -7,6 +7,7 @@ use padres_lang::Name;
 use padres_lang::wire::codec::FrameReader;
 use padres_lang::wire::{ErrorCode, Role, Token};
 use padres_transport::handshake::{self, Hello};
+use padres_transport::tls::{Issuer, PeerCertificates, Presented};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::router_task::Event;
@@ -22,6 +23,9 @@ pub(super) struct Gate {
     pub(super) verifying: Arc<Semaphore>,
     /// Connections open per principal, for `max_connections`.
     pub(super) connections: Arc<Mutex<HashMap<String, usize>>>,
+    /// Whose certificates are trusted (the federation CA, `accept_brokers`); `None`: no
+    /// peer is asked for one.
+    pub(super) certificates: Option<Arc<PeerCertificates>>,
 }
 
 /// One connection of a principal, counted while it lasts.
@@ -110,19 +114,22 @@ pub(super) async fn connection(
     let mut reader = FrameReader::new(limits.max_frame);
     let (Hello { role, name, token }, mut send) =
         handshake::await_hello(send, &mut recv, &mut reader, limits.max_frame).await?;
+    let presented =
+        gate.certificates.as_ref().map_or(Presented::Nothing, |trusted| trusted.check(&connection));
     match role {
         Role::Broker => {
-            let refused = refusal(&connection, &name, limits).or_else(|| {
-                // Without a CA a broker's hello proves nothing: a client could say it is one
-                // and pass every permission by.
+            let refused = refusal(&presented, &name, limits).or_else(|| {
+                // Without a CA or pinned certificates a broker's hello proves nothing: a
+                // client could say it is one and pass every permission by.
                 (!gate.auth.is_open() && !limits.require_broker_cert).then(|| {
-                    "this broker restricts its clients ([auth]) and has no federation CA, so a broker dialling \
-                     in cannot be told from a client: set federation_ca, or let this broker dial its neighbours"
+                    "this broker restricts its clients ([auth]) and trusts no broker certificates, so a broker \
+                     dialling in cannot be told from a client: set federation_ca or accept_brokers, or let this \
+                     broker dial its neighbours"
                         .to_owned()
                 })
             });
             if let Some(why) = refused {
-                tracing::warn!(peer = %name, %why, "broker refused");
+                tracing::warn!(peer = %name, address = %connection.remote_address(), %why, "broker refused");
                 let _ = events.send(Event::LinkRefused).await;
                 handshake::refuse(send, ErrorCode::Forbidden, why.clone(), limits.max_frame).await;
                 return Err(ConnectionError::Forbidden(why));
@@ -132,9 +139,16 @@ pub(super) async fn connection(
             link.serve(events, limits.max_frame).await
         }
         Role::Client => {
-            let certified = padres_transport::tls::peer_client_name(&connection);
-            let admitted =
-                gate.admit(&name, token, certified).await.map_err(|why| (ErrorCode::Forbidden, why));
+            let admitted = match presented {
+                Presented::Untrusted(why) => Err(why),
+                // Only the federation CA vouches for principals; a pinned certificate is a
+                // broker's.
+                Presented::Trusted { issuer: Issuer::Ca, client: Some(principal), .. } => {
+                    gate.admit(&name, token, Some(principal)).await
+                }
+                Presented::Trusted { .. } | Presented::Nothing => gate.admit(&name, token, None).await,
+            };
+            let admitted = admitted.map_err(|why| (ErrorCode::Forbidden, why));
             let counted = admitted.and_then(|rights| match gate.count(&rights) {
                 Ok(counted) => Ok((Arc::new(rights), counted)),
                 Err(why) => Err((ErrorCode::LimitExceeded, why)),
@@ -155,18 +169,25 @@ pub(super) async fn connection(
     }
 }
 
-/// With a federation CA, a broker must present the CA's certificate for the name it
-/// claims (any certificate reaching here passed the CA check).
-fn refusal(connection: &quinn::Connection, name: &Name, limits: Limits) -> Option<String> {
-    if padres_transport::tls::peer_client_name(connection).is_some() {
-        Some("a client certificate cannot link as a broker".to_owned())
-    } else if !limits.require_broker_cert {
-        None
-    } else if !padres_transport::tls::peer_has_certificate(connection) {
-        Some("this federation requires brokers to present a certificate issued by its CA".to_owned())
-    } else if !padres_transport::tls::peer_names(connection).iter().any(|n| n == name.as_str()) {
-        Some(format!("the certificate presented is not issued for broker '{name}'"))
-    } else {
-        None
+/// With a federation CA or pinned broker certificates, a broker must present a
+/// certificate one of them vouches for, issued for the name it claims.
+fn refusal(presented: &Presented, name: &Name, limits: Limits) -> Option<String> {
+    match presented {
+        Presented::Trusted { client: Some(_), .. } => {
+            Some("a client certificate cannot link as a broker".to_owned())
+        }
+        _ if !limits.require_broker_cert => None,
+        Presented::Nothing => Some(
+            "this broker requires brokers dialling in to present a certificate from its federation CA or \
+             among its accept_brokers"
+                .to_owned(),
+        ),
+        Presented::Untrusted(why) => Some(format!(
+            "{why} (a broker dialling in needs one from the federation CA or among accept_brokers)"
+        )),
+        Presented::Trusted { names, .. } if !names.iter().any(|n| n == name.as_str()) => {
+            Some(format!("the certificate presented is not issued for broker '{name}'"))
+        }
+        Presented::Trusted { .. } => None,
     }
 }

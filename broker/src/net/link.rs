@@ -86,7 +86,7 @@ impl Dialer {
             }
         };
         if self.tls.checks_names()
-            && !padres_transport::tls::peer_names(&connection).iter().any(|n| n == peer.as_str())
+            && !padres_transport::tls::server_names(&connection).iter().any(|n| n == peer.as_str())
         {
             return Err(ConnectionError::NameMismatch(peer));
         }

@@ -20,8 +20,11 @@
 //!
 //! Trust (see `tls.rs`): a neighbour is verified against `peer_certs`, the federation CA,
 //! and, for a neighbour on a loopback address, the certificate its broker left in the
-//! local registry ([`padres_transport::local`]). With a federation CA, links are mutual
-//! TLS and a broker's hello without a certificate from the CA is refused.
+//! local registry ([`padres_transport::local`]). With a federation CA or pinned
+//! certificates (`accept_brokers`), every peer is asked for a certificate and a broker
+//! dialling in must present one of them for the name it gives, or its hello is refused
+//! (`accept.rs`; the TLS handshake proves only that the peer holds the key, so that an
+//! untrusted certificate is refused with the reason).
 //!
 //! Delivery under faults (`docs/delivery.md`): links are FIFO QUIC streams carrying
 //! numbered messages of a link session ([`crate::resume`]). A link that drops and returns
@@ -67,6 +70,7 @@ use std::time::Duration;
 
 use padres_lang::Name;
 use padres_lang::wire::CloseCode;
+use padres_transport::tls::PeerCertificates;
 use padres_transport::{FrameError, HandshakeError};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -190,8 +194,14 @@ pub async fn serve_until(
     let auth = Arc::new(config.auth.compile().map_err(|e| ConfigError::Invalid(format!("auth: {e}")))?);
     let name = settings.name.clone();
     let identity = cert::identity(&config)?;
-    let fed_ca = config.federation_ca.clone().map(|ca| vec![ca]);
-    let server_config = padres_transport::tls::server_config(&identity.tls, fed_ca.as_deref())?;
+    // Peers are asked for a certificate where there is one to trust.
+    let certificates = if config.federation_ca.is_some() || !config.accept_brokers.is_empty() {
+        let trusted = PeerCertificates::new(config.federation_ca.as_deref(), &config.accept_brokers)?;
+        Some(Arc::new(trusted))
+    } else {
+        None
+    };
+    let server_config = padres_transport::tls::server_config(&identity.tls, certificates.is_some())?;
     let listen_error = |source| ServeError::Listen { addr: config.listen, source };
     let socket = std::net::UdpSocket::bind(config.listen).map_err(listen_error)?;
     let endpoint =
@@ -261,7 +271,7 @@ pub async fn serve_until(
     let limits = Limits {
         max_frame: config.limits.max_frame_bytes,
         max_queued: config.limits.max_queued_bytes_per_client,
-        require_broker_cert: config.federation_ca.is_some(),
+        require_broker_cert: certificates.is_some(),
     };
     let open = Arc::new(AtomicUsize::new(0));
     let dialer = link::Dialer {
@@ -307,6 +317,7 @@ pub async fn serve_until(
         auth: auth.clone(),
         verifying: Arc::new(tokio::sync::Semaphore::new(2)),
         connections: Arc::default(),
+        certificates,
     };
     let mut connections = JoinSet::new();
     loop {
@@ -406,14 +417,20 @@ async fn shutdown_signal() {
 /// Says, at start, how this broker authenticates brokers and clients, and warns of what is
 /// open to anyone who can reach it.
 fn announce_security(config: &Config, auth: &Auth) {
-    let peers = match (&config.federation_ca, config.insecure) {
-        (Some(_), _) => "brokers dialling in must present a certificate from the federation CA",
-        (None, _) if !auth.is_open() => {
-            "brokers dialling in are refused: [auth] restricts clients and there is no federation_ca to tell brokers from them"
+    let pinned = !config.accept_brokers.is_empty();
+    let peers = match (&config.federation_ca, pinned) {
+        (Some(_), false) => "brokers dialling in must present a certificate from the federation CA",
+        (Some(_), true) => {
+            "brokers dialling in must present a certificate from the federation CA or one pinned in accept_brokers"
         }
-        (None, true) => "neighbours' certificates are not verified (--insecure)",
+        (None, true) => "brokers dialling in must present a certificate pinned in accept_brokers",
+        (None, false) if !auth.is_open() => {
+            "brokers dialling in are refused: [auth] restricts clients and no broker certificate is trusted \
+             (federation_ca, accept_brokers) to tell brokers from them"
+        }
         (None, false) => {
-            "brokers dialling in are not verified (no federation_ca): any broker that reaches this port can link in"
+            "brokers dialling in are not verified (no federation_ca or accept_brokers): any broker that reaches \
+             this port can link in"
         }
     };
     let clients = if auth.is_open() {
@@ -430,9 +447,10 @@ fn announce_security(config: &Config, auth: &Auth) {
     tracing::info!(%peers, %clients, "security");
     // On stderr: scripts read stdout for the listening lines alone.
     eprintln!("padres-broker {}: {peers}; {clients}", config.name);
-    if config.federation_ca.is_none() {
+    if config.federation_ca.is_none() && !pinned {
         eprintln!(
-            "padres-broker: WARNING: {peers}; set federation_ca (padres-broker cert) to require certificates"
+            "padres-broker: WARNING: {peers}; set federation_ca (padres-broker cert) or accept_brokers (their \
+             cert.pem) to require certificates"
         );
     }
     if auth.is_open()

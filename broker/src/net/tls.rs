@@ -16,8 +16,10 @@ use crate::config::Config;
 pub(super) struct Dialer {
     insecure: bool,
     roots: Vec<PathBuf>,
-    /// Presented to the neighbour when the federation uses mutual TLS.
-    identity: Option<Identity>,
+    checks_names: bool,
+    /// Presented to the neighbour when it asks (it has a federation CA, or pins brokers'
+    /// certificates in `accept_brokers`).
+    identity: Identity,
 }
 
 impl Dialer {
@@ -27,21 +29,22 @@ impl Dialer {
         Self {
             insecure: config.insecure,
             roots,
-            identity: config.federation_ca.as_ref().map(|_| identity.clone()),
+            identity: identity.clone(),
+            checks_names: config.federation_ca.is_some(),
         }
     }
 
     /// True if neighbours are checked against the federation CA, so the name a neighbour
     /// gives must be one its certificate is issued for.
     pub(super) fn checks_names(&self) -> bool {
-        self.identity.is_some() && !self.insecure
+        self.checks_names && !self.insecure
     }
 
     /// The configuration for dialling `addr`. Built per attempt, so that a local
     /// neighbour's certificate registered after this broker started is found.
     pub(super) fn client_config(&self, addr: SocketAddr) -> Result<quinn::ClientConfig, ConnectionError> {
         if self.insecure {
-            return Ok(tls::client_config(&Trust::Insecure, self.identity.as_ref())?);
+            return Ok(tls::client_config(&Trust::Insecure, Some(&self.identity))?);
         }
         let mut roots = self.roots.clone();
         if addr.ip().is_loopback() {
@@ -50,6 +53,6 @@ impl Dialer {
         if roots.is_empty() {
             return Err(ConnectionError::NoTrust(addr));
         }
-        Ok(tls::client_config(&Trust::Certificates(roots), self.identity.as_ref())?)
+        Ok(tls::client_config(&Trust::Certificates(roots), Some(&self.identity))?)
     }
 }
