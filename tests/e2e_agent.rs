@@ -408,7 +408,7 @@ async fn a_pool_member_given_a_dispatch_it_cannot_read_says_it_failed() {
     monitor.send("s [class,eq,'job_status'],[appl,eq,'late'],[agent,eq,'w1']").await.expect("subscribed");
     // A home agent's dispatch of job S to w1, without the job's information.
     let home = client(&broker, "home").await;
-    home.advertise(status_advertisement("late", "S")).await.expect("advertised");
+    home.advertise(status_advertisement("late", "S", "home")).await.expect("advertised");
     let dispatch = format!(
         "[class,'job_status'],[appl,'late'],[gid,'g1'],[job,'S'],[agent,'home'],[status,'dispatched'],\
          [exit,0],[attempt,1],[pool,'workers'],[to,'w1'],[incarnation,{incarnation}],[date,'2026-11-27']"

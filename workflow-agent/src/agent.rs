@@ -847,7 +847,7 @@ impl Agent {
                 self.journal().end(&entry.appl, &entry.gid, &entry.job, "abandoned", -1, entry.attempt)?;
                 continue;
             }
-            self.client.advertise(status_advertisement(&entry.appl, &entry.job)).await?;
+            self.client.advertise(status_advertisement(&entry.appl, &entry.job, &self.options.name)).await?;
             tracing::warn!(
                 "{}/{}/{}: the agent stopped while it ran (attempt {}); reported failed, not run again",
                 entry.appl,

@@ -330,14 +330,20 @@ fn statuses_subscription(appl: &str, job: &str, allowed: &[&str]) -> Subscriptio
 /// `pool`; its `dispatched` status names the member it is for (`to`, and that member's
 /// `incarnation`) and carries what the member runs: the generation's `date` and the job's
 /// [`JobInfo`] as JSON (`info`).
-pub fn status_advertisement(appl: &str, job: &str) -> Advertisement {
+///
+/// Each agent advertises the statuses it publishes itself, under its own name (`agent`): a
+/// pool job's home agent (its `dispatched` statuses) and each member that runs it advertise
+/// apart. So a broker's permits can hold an agent to statuses naming itself
+/// (`[class,eq,'job_status'],[agent,eq,'${principal}']`, `docs/security.md`).
+pub fn status_advertisement(appl: &str, job: &str, agent: &str) -> Advertisement {
     let text = format!(
-        "[class,eq,'job_status'],[appl,eq,{}],[gid,isPresent,''],[job,eq,{}],[agent,isPresent,''],\
+        "[class,eq,'job_status'],[appl,eq,{}],[gid,isPresent,''],[job,eq,{}],[agent,eq,{}],\
          [status,isPresent,''],[exit,isPresent,0],[attempt,isPresent,0],[reason,isPresent,''],\
          [pool,isPresent,''],[to,isPresent,''],[incarnation,isPresent,0],[date,isPresent,''],[info,isPresent,''],\
          [output,isPresent,'']",
         quoted(appl),
-        quoted(job)
+        quoted(job),
+        quoted(agent)
     );
     text.parse().unwrap_or_else(|e| panic!("translation built an invalid advertisement {text}: {e}"))
 }
@@ -453,7 +459,7 @@ fn deployment(
         job: job.to_owned(),
         agent: agent.to_owned(),
         dependency,
-        advertisement: status_advertisement(appl, job),
+        advertisement: status_advertisement(appl, job, agent),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
         after: deps.iter().map(Need::of).collect(),
         unless: unless_of(appl, version, deps).map_err(error)?,

@@ -368,7 +368,9 @@ impl Agent {
         // Advertised before anything is published of it (a restarted member has not yet).
         let advertised = (key.0.clone(), key.2.clone());
         if !self.advertised.contains(&advertised) {
-            if let Err(e) = self.client.advertise(status_advertisement(&key.0, &key.2)).await {
+            if let Err(e) =
+                self.client.advertise(status_advertisement(&key.0, &key.2, &self.options.name)).await
+            {
                 tracing::warn!("{}/{}: its status advertisement: {e}", key.0, key.2);
             }
             self.advertised.insert(advertised);
