@@ -239,7 +239,16 @@ pub async fn serve_until(
     } else {
         None
     };
-    let registered = match padres_transport::local::register(addr.port(), identity.pem.as_bytes()) {
+    // Local clients trust what verifies this broker's certificate: the certificate itself,
+    // or, where the federation CA issued it, the CA (a pinned leaf is no trust anchor for
+    // a certificate it did not sign).
+    let trusted = match &config.federation_ca {
+        Some(ca) => {
+            std::fs::read_to_string(ca).map_err(|e| ConfigError::Invalid(format!("{}: {e}", ca.display())))?
+        }
+        None => identity.pem.clone(),
+    };
+    let registered = match padres_transport::local::register(addr.port(), trusted.as_bytes()) {
         Ok(_) => true,
         Err(error) => {
             tracing::warn!(%error, "cannot register the certificate for local clients");
