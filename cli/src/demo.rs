@@ -9,6 +9,13 @@
 //! skipped, in what order, where their output is, and a check that every job started
 //! after the statuses it depended on. Everything runs in this process; nothing is
 //! central: the agents find out when to run from the brokers' composite subscriptions.
+//!
+//! Security is on, as in a real deployment (`security.rs`): brokers certified by a
+//! federation CA, every client authenticated (tokens, and a client certificate for one
+//! agent), and permits holding agents, the operator and a monitor to their parts; the
+//! demo ends by trying what the permits forbid.
+
+mod security;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,13 +24,12 @@ use std::time::Duration;
 
 use chrono::{Datelike as _, NaiveDate, Weekday};
 use padres_agent::agent::{Options, serve};
-use padres_broker::config::{Config, HistoryFilter};
-use padres_client::Connect;
 use padres_workflow::progress::{Outcome, State};
 use padres_workflow::{APPL_END, APPL_START, Need};
 
 use crate::BrokerArgs;
 use crate::workflow::{self, Known};
+use security::Security;
 
 /// The application, as shipped.
 const PAYROLL: &str = include_str!("../../examples/payroll.xml");
@@ -48,15 +54,13 @@ fn last(weekday: Weekday, today: NaiveDate, holidays: &std::collections::BTreeSe
     day
 }
 
-async fn start_broker(name: &str, root: &Path, neighbour: Option<SocketAddr>) -> Result<SocketAddr, String> {
-    let config = Config {
-        name: name.to_owned(),
-        listen: ([127, 0, 0, 1], 0).into(),
-        data_dir: root.join(name),
-        neighbours: neighbour.map(|a| format!("quic://{a}")).into_iter().collect(),
-        history: KEPT.iter().map(|f| HistoryFilter { filter: (*f).to_owned() }).collect(),
-        ..Config::default()
-    };
+async fn start_broker(
+    name: &str,
+    root: &Path,
+    neighbour: Option<SocketAddr>,
+    security: &Security,
+) -> Result<SocketAddr, String> {
+    let config = security.broker_config(name, root, neighbour, &KEPT)?;
     let (bound, addr) = tokio::sync::oneshot::channel();
     let broker = name.to_owned();
     tokio::spawn(async move {
@@ -102,10 +106,15 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     out!("padres demo: payroll on {brokers} brokers and {} agents, in {}", AGENTS.len(), dir.display());
 
+    let names: Vec<String> = (1..=brokers).map(|i| format!("B{i}")).collect();
+    let security = Security::create(&dir, &names, &dir.join("brokers"))?;
+    out!(
+        "  security: a federation CA, tokens and permits in {} (docs/security.md)",
+        security.config_file().display()
+    );
     let mut addrs: Vec<SocketAddr> = Vec::new();
-    for i in 0..brokers {
-        let name = format!("B{}", i + 1);
-        let addr = start_broker(&name, &dir.join("brokers"), addrs.last().copied()).await?;
+    for (i, name) in names.iter().enumerate() {
+        let addr = start_broker(name, &dir.join("brokers"), addrs.last().copied(), &security).await?;
         // The broker prints its address itself; its link is said here.
         if i > 0 {
             out!("  {name} linked to B{i}");
@@ -116,8 +125,8 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
         let addr = addrs[i % addrs.len()];
         let work_dir = dir.join("agents").join(agent);
         install_scripts(&work_dir)?;
-        let client = Connect::new(addr)
-            .name(agent)
+        let client = security
+            .connect(agent, addr)?
             .reconnect(true)
             .connect()
             .await
@@ -129,9 +138,10 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
             }
         });
         out!(
-            "  {agent} on B{} (work directory {})",
+            "  {agent} on B{} (work directory {}; {})",
             i % addrs.len() + 1,
-            dir.join("agents").join(agent).display()
+            dir.join("agents").join(agent).display(),
+            if security.token(agent).is_some() { "a token" } else { "a client certificate" }
         );
     }
 
@@ -140,8 +150,8 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
         broker: format!("quic://{}", addrs[addrs.len() - 1]),
         ca: None,
         insecure: false,
-        name: "padres-demo".to_owned(),
-        token: None,
+        name: "operator".to_owned(),
+        token: security.token("operator"),
         cert: None,
         key: None,
     };
@@ -294,8 +304,12 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
             }
         }
     }
+    problems.extend(security.check(addrs[addrs.len() - 1], since).await);
     let code = if problems.is_empty() {
-        out!("\ncheck: every job ran at most once, as its calendar says, after every job it depends on");
+        out!(
+            "\ncheck: every job ran at most once, as its calendar says, after every job it depends on; \
+             what the permits forbid was refused"
+        );
         ExitCode::SUCCESS
     } else {
         for problem in &problems {
@@ -304,10 +318,11 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
         ExitCode::from(1)
     };
     if stay {
-        out!("\nthe federation stays up until Ctrl-C; try:");
-        out!("  padres workflow status payroll --broker {}", operator.broker);
-        out!("  padres workflow trigger payroll --broker {}", operator.broker);
-        out!("  padres workflow watch payroll --broker {}", operator.broker);
+        out!("\nthe federation stays up until Ctrl-C; try, as the operator:");
+        out!("  export PADRES_TOKEN=\"$(cat {})\"", security.token_file("operator").display());
+        out!("  padres workflow status payroll --name operator --broker {}", operator.broker);
+        out!("  padres workflow trigger payroll --name operator --broker {}", operator.broker);
+        out!("  padres workflow watch payroll --name operator --broker {}", operator.broker);
         let _ = tokio::signal::ctrl_c().await;
     } else {
         out!("(padres demo --stay keeps the federation up to try padres workflow commands on it)");
