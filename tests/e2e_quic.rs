@@ -630,6 +630,14 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     let observer = Client::connect(b1.addr, "localhost", &fed.join("ca.pem"), "observer")
         .await
         .expect("clients need no certificate");
+    // A client on the same machine finds what to trust in the local registry: the CA that
+    // issued B1's certificate (B1's certificate alone verifies nothing).
+    padres_client::Connect::new(b1.addr)
+        .name("local")
+        .reconnect(false)
+        .connect()
+        .await
+        .expect("a local client trusts the broker through the registry");
     until_routes(&observer, "B2 links", |r| r.neighbours.iter().any(|n| n.as_str() == "B2")).await;
     // Wait until the refusals have begun: X, Y and Z are refused at the hello and counted;
     // they redial every 0.1 s at first, so six refusals mean all have been trying for a
