@@ -54,6 +54,7 @@ subscribe = ["[class,eq,'agent_ctl'],[agent,eq,'${{principal}}']"]
 to = ["operator"]
 advertise = ["[class,eq,'agent_ctl']", "[class,eq,'trigger']"]
 subscribe = ["[class,eq,'job_status']"]
+routes = true
 
 [[auth.permit]]
 to = ["monitor"]
@@ -169,9 +170,19 @@ async fn clients_need_tokens_and_principals_stay_within_their_permits() {
         .await
         .expect("commands");
 
+    // The routing tables show every client's subscriptions: a right of their own.
+    match monitor.routes(10).await {
+        Err(ClientError::Refused { code: ErrorCode::Forbidden, message }) => {
+            assert!(message.contains("principal 'monitor' may not read the routing tables"), "{message}");
+        }
+        other => panic!("the monitor may not read the routing tables: {other:?}"),
+    }
+    let routes = operator.routes(10).await.expect("the operator reads the routing tables");
+    assert!(!routes.prt.is_empty(), "{routes:?}");
+
     let stats = operator.stats().await.expect("stats");
     assert_eq!(stats.clients_refused, 3, "{stats:?}");
-    assert_eq!(stats.permission_denials, 6, "{stats:?}");
+    assert_eq!(stats.permission_denials, 7, "{stats:?}");
 }
 
 fn run(args: &[&str]) {

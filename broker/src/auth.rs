@@ -70,6 +70,9 @@ pub struct PermitConfig {
     pub subscribe: Vec<String>,
     /// Its principals may subscribe into the past (history).
     pub history: bool,
+    /// Its principals may read the routing tables (`padres broker routes`), which show
+    /// every client's advertisements and subscriptions at the broker.
+    pub routes: bool,
     /// Most connections one of its principals may hold at once at this broker.
     pub max_connections: Option<usize>,
     /// Most subscriptions one of its principals may hold at this broker over all its
@@ -239,6 +242,7 @@ impl Auth {
                 }
             }
             permits.history |= permit.history;
+            permits.routes |= permit.routes;
             // Where several permits set a limit, the strictest holds.
             let strictest = |a: Option<usize>, b: Option<usize>| match (a, b) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -269,6 +273,7 @@ struct Permits {
     advertise: Vec<Subscription>,
     subscribe: Vec<Subscription>,
     history: bool,
+    routes: bool,
     limits: Limits,
 }
 
@@ -302,6 +307,18 @@ impl Rights {
     /// True if no permit restricts this principal.
     pub fn is_unrestricted(&self) -> bool {
         self.permits.is_none()
+    }
+
+    /// Whether this principal may read the routing tables (they show every client's
+    /// advertisements and subscriptions); the error names the missing right.
+    pub fn may_read_routes(&self) -> Result<(), String> {
+        match &self.permits {
+            Some(permits) if !permits.routes => Err(format!(
+                "principal '{}' may not read the routing tables: no permit of it has `routes = true`",
+                self.principal
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Whether `message` is allowed; `historic` says whether a subscription reaches into

@@ -15,12 +15,18 @@ use super::{ConnectionError, Limits, link, session};
 use crate::auth::{Auth, Rights};
 use crate::router::ClientId;
 
+/// Most clients whose tokens wait to be verified; more are refused at once (a flood of
+/// hellos with tokens cannot hold connections open without end).
+pub(super) const TOKENS_WAITING: usize = 64;
+
 /// Who checks clients' credentials: the configuration, and how many tokens may be verified
 /// at once (each takes tens of milliseconds and ~19 MiB, off the async threads).
 #[derive(Clone, Debug)]
 pub(super) struct Gate {
     pub(super) auth: Arc<Auth>,
     pub(super) verifying: Arc<Semaphore>,
+    /// Tokens waiting or being verified, at most [`TOKENS_WAITING`].
+    pub(super) waiting: Arc<Semaphore>,
     /// Connections open per principal, for `max_connections`.
     pub(super) connections: Arc<Mutex<HashMap<String, usize>>>,
     /// Whose certificates are trusted (the federation CA, `accept_brokers`); `None`: no
@@ -74,14 +80,16 @@ impl Gate {
         name: &Name,
         token: Option<Token>,
         certified: Option<String>,
-    ) -> Result<Rights, String> {
+    ) -> Result<Rights, (ErrorCode, String)> {
+        let forbidden = |why: String| (ErrorCode::Forbidden, why);
         if let Some(principal) = certified {
             // The CA vouched for the name (the TLS handshake verified the chain).
-            crate::auth::valid_principal(&principal).map_err(|e| format!("the client certificate: {e}"))?;
+            crate::auth::valid_principal(&principal)
+                .map_err(|e| forbidden(format!("the client certificate: {e}")))?;
             if principal != name.as_str() {
-                return Err(format!(
+                return Err(forbidden(format!(
                     "the client certificate is for principal '{principal}', and the hello says '{name}'"
-                ));
+                )));
             }
             return Ok(self.auth.rights_of(principal));
         }
@@ -89,14 +97,24 @@ impl Gate {
             return Ok(Rights::unrestricted(name.as_str()));
         }
         if token.is_none() {
-            return self.auth.authenticate(name.as_str(), None).map_err(|e| e.0);
+            return self.auth.authenticate(name.as_str(), None).map_err(|e| forbidden(e.0));
         }
-        let _permit = self.verifying.acquire().await.map_err(|_| "the broker is shutting down".to_owned())?;
+        let _waiting = self.waiting.try_acquire().map_err(|_| {
+            (
+                ErrorCode::LimitExceeded,
+                format!("{TOKENS_WAITING} clients' tokens are being checked already: try again shortly"),
+            )
+        })?;
+        let _permit = self
+            .verifying
+            .acquire()
+            .await
+            .map_err(|_| forbidden("the broker is shutting down".to_owned()))?;
         let (auth, name) = (self.auth.clone(), name.to_string());
         tokio::task::spawn_blocking(move || auth.authenticate(&name, token.as_ref().map(|t| t.0.as_str())))
             .await
-            .map_err(|e| format!("checking the token failed: {e}"))?
-            .map_err(|e| e.0)
+            .map_err(|e| forbidden(format!("checking the token failed: {e}")))?
+            .map_err(|e| forbidden(e.0))
     }
 }
 
@@ -140,7 +158,7 @@ pub(super) async fn connection(
         }
         Role::Client => {
             let admitted = match presented {
-                Presented::Untrusted(why) => Err(why),
+                Presented::Untrusted(why) => Err((ErrorCode::Forbidden, why)),
                 // Only the federation CA vouches for principals; a pinned certificate is a
                 // broker's.
                 Presented::Trusted { issuer: Issuer::Ca, client: Some(principal), .. } => {
@@ -148,7 +166,6 @@ pub(super) async fn connection(
                 }
                 Presented::Trusted { .. } | Presented::Nothing => gate.admit(&name, token, None).await,
             };
-            let admitted = admitted.map_err(|why| (ErrorCode::Forbidden, why));
             let counted = admitted.and_then(|rights| match gate.count(&rights) {
                 Ok(counted) => Ok((Arc::new(rights), counted)),
                 Err(why) => Err((ErrorCode::LimitExceeded, why)),

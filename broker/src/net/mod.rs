@@ -325,6 +325,7 @@ pub async fn serve_until(
     let gate = accept::Gate {
         auth: auth.clone(),
         verifying: Arc::new(tokio::sync::Semaphore::new(2)),
+        waiting: Arc::new(tokio::sync::Semaphore::new(accept::TOKENS_WAITING)),
         connections: Arc::default(),
         certificates,
     };
@@ -454,6 +455,14 @@ fn announce_security(config: &Config, auth: &Auth) {
         )
     };
     tracing::info!(%peers, %clients, "security");
+    if let Some(http) = config.http.filter(|http| !http.ip().is_loopback() && !auth.is_open()) {
+        eprintln!(
+            "padres-broker: WARNING: the HTTP listener on {http} does not authenticate: anyone who reaches it \
+             reads the routing tables (/api/routes: every client's subscriptions) and the broker's counters{}; \
+             keep it on a loopback or management address",
+            if config.http_gateway { ", and publishes and subscribes as principal anonymous" } else { "" }
+        );
+    }
     // On stderr: scripts read stdout for the listening lines alone.
     eprintln!("padres-broker {}: {peers}; {clients}", config.name);
     if config.federation_ca.is_none() && !pinned {

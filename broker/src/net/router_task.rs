@@ -229,6 +229,8 @@ struct Counters {
 #[derive(Debug)]
 struct RouterTask {
     router: Router,
+    /// Where denials are logged.
+    denial_log: DenialLog,
     policy: LinkPolicy,
     sessions: Sessions,
     dialer: Arc<Dialer>,
@@ -321,6 +323,7 @@ pub(super) async fn run(
     );
     let sessions = Sessions::new(router.name().clone(), random_seed(), sessions);
     let mut task = RouterTask {
+        denial_log: DenialLog::default(),
         router,
         policy,
         sessions,
@@ -537,6 +540,41 @@ fn estimated_size(subs: usize, publication: &Publication) -> usize {
     16 + 16 * subs + publication.estimated_size()
 }
 
+/// Most denials logged in a second.
+const DENIALS_LOGGED: u32 = 10;
+
+/// Logs requests denied for want of a right, with the principal the message names, at
+/// most [`DENIALS_LOGGED`] a second: a client that keeps publishing what it may not would
+/// otherwise flood the log (every denial is counted all the same, `permission_denials`).
+#[derive(Debug, Default)]
+struct DenialLog {
+    /// The second (of the router's clock) being counted.
+    second: u64,
+    logged: u32,
+    skipped: u64,
+}
+
+impl DenialLog {
+    fn warn(&mut self, now: u64, client: ClientId, message: &str) {
+        let second = now / 1000;
+        if second != self.second {
+            if self.skipped > 0 {
+                tracing::warn!(
+                    skipped = self.skipped,
+                    "more requests were denied than are logged (at most {DENIALS_LOGGED} a second)"
+                );
+            }
+            *self = Self { second, logged: 0, skipped: 0 };
+        }
+        if self.logged < DENIALS_LOGGED {
+            self.logged += 1;
+            tracing::warn!(client, %message, "request denied");
+        } else {
+            self.skipped += 1;
+        }
+    }
+}
+
 impl RouterTask {
     /// Milliseconds since the task started: the router's and the policy's clock.
     fn now(&self) -> u64 {
@@ -649,10 +687,19 @@ impl RouterTask {
                         return self.stats_waiting.push((client, req));
                     }
                     Query::Stats => Frame::Report { req, report: Report::Stats(Box::new(self.stats(now))) },
-                    Query::Routes { limit, offset, filter } => Frame::Report {
-                        req,
-                        report: Report::Routes(routes(&self.router, limit, offset, filter)),
-                    },
+                    Query::Routes { limit, offset, filter } => {
+                        match self.router.rights(client).map_or(Ok(()), Rights::may_read_routes) {
+                            Ok(()) => Frame::Report {
+                                req,
+                                report: Report::Routes(routes(&self.router, limit, offset, filter)),
+                            },
+                            Err(message) => {
+                                self.router.count_denial();
+                                self.denial_log.warn(now, client, &message);
+                                Frame::Error { req: Some(req), code: ErrorCode::Forbidden, message }
+                            }
+                        }
+                    }
                     Query::DropLink { .. } if !self.allow_drop_link => Frame::Error {
                         req: Some(req),
                         code: ErrorCode::Forbidden,
@@ -1123,9 +1170,7 @@ impl RouterTask {
                                 // Denials name the principal and the right or limit (a limit
                                 // can be met at every publication: not a warning).
                                 match code {
-                                    ErrorCode::Forbidden => {
-                                        tracing::warn!(client, %message, "request denied");
-                                    }
+                                    ErrorCode::Forbidden => self.denial_log.warn(now, client, &message),
                                     ErrorCode::LimitExceeded => {
                                         tracing::debug!(client, %message, "request refused");
                                     }

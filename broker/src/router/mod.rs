@@ -651,7 +651,18 @@ impl Router {
 
     /// The principal of client `client`, if it was given one.
     pub fn principal(&self, client: ClientId) -> Option<&str> {
-        self.clients.get(&client)?.rights.as_deref().map(|r| r.principal.as_str())
+        self.rights(client).map(|r| r.principal.as_str())
+    }
+
+    /// What client `client` may do, if it was given rights.
+    pub fn rights(&self, client: ClientId) -> Option<&Rights> {
+        self.clients.get(&client)?.rights.as_deref()
+    }
+
+    /// Counts a request refused outside the router (a query the principal has no right
+    /// to), with those it refuses itself.
+    pub fn count_denial(&mut self) {
+        self.denials += 1;
     }
 
     /// What re-synchronising with restarted neighbours did so far.

@@ -41,13 +41,15 @@ subscribe = ["[class,eq,'agent_ctl'],[agent,eq,'${principal}']",
              "[class,eq,'job_status']", "[class,eq,'trigger']"]
 history = true
 
-# The operator deploys and triggers through agent_ctl, and reads everything back.
+# The operator deploys and triggers through agent_ctl, and reads everything back,
+# the routing tables too.
 [[auth.permit]]
 to = ["operator"]
 advertise = ["[class,eq,'agent_ctl']", "[class,eq,'trigger']"]
 subscribe = ["[class,eq,'agent_ctl']", "[class,eq,'agent_reply']", "[class,eq,'job_status']",
              "[class,eq,'trigger']", "[class,eq,'agent_load']"]
 history = true
+routes = true
 
 # A monitor reads statuses, live and from history, and nothing else.
 [[auth.permit]]
