@@ -385,8 +385,8 @@ async fn without_a_ca_only_brokers_whose_certificates_are_pinned_may_dial_in() {
     let dial_b1 = || vec!["--neighbour".to_owned(), format!("quic://{}", b1.addr)];
     let _b2 = start_with("B2", test, &dial_b1());
     // Another broker, and one calling itself B2 with a certificate of its own.
-    let _mallory = start_with("Mallory", test, &dial_b1());
-    let _false_b2 = start_with("B2", "auth-pinned-impostor", &dial_b1());
+    let mallory = start_with("Mallory", test, &dial_b1());
+    let false_b2 = start_with("B2", "auth-pinned-impostor", &dial_b1());
 
     let observer = connect(&b1, "operator", Some("secret-op")).await.expect("the operator connects");
     until_routes(&observer, "B2 links", |r| r.neighbours.iter().any(|n| n.as_str() == "B2")).await;
@@ -400,6 +400,11 @@ async fn without_a_ca_only_brokers_whose_certificates_are_pinned_may_dial_in() {
     assert!(stats.links_refused >= 4, "Mallory and the false B2 are refused as they redial: {stats:?}");
     let neighbours: Vec<&str> = stats.neighbours.iter().map(|n| n.as_str()).collect();
     assert_eq!(neighbours, ["B2"], "only the pinned B2 links");
+    for refused in [&mallory, &false_b2] {
+        let own = padres_tests::broker::client(refused, "observer").await;
+        let stats = own.stats().await.expect("stats");
+        assert!(stats.neighbours.is_empty(), "{:?} has no link: {:?}", refused.dir, stats.neighbours);
+    }
 
     // The refusals say why.
     let mallory_dir = data_dir(test, "Mallory");
@@ -410,4 +415,18 @@ async fn without_a_ca_only_brokers_whose_certificates_are_pinned_may_dial_in() {
     // B2's own certificate under another name is refused too.
     let misnamed = hello_as_broker(&b1, "B3", Some(&b2_dir)).await;
     assert!(misnamed.contains("not issued for broker 'B3'"), "{misnamed}");
+    // A pinned certificate vouches for itself alone: one B2's key signed for B3 (B2's
+    // certificate and key used as a CA) is refused.
+    let minting = data_dir(test, "minting");
+    std::fs::create_dir_all(&minting).expect("a directory");
+    std::fs::copy(b2_dir.join("cert.pem"), minting.join("ca.pem")).expect("copied");
+    std::fs::copy(b2_dir.join("key.pem"), minting.join("ca-key.pem")).expect("copied");
+    let minted = data_dir(test, "minted");
+    padres_broker::net::cert::issue(&minting, "B3", &[], &minted, true)
+        .expect("B2's key signs a certificate");
+    let refused = hello_as_broker(&b1, "B3", Some(&minted)).await;
+    assert!(refused.contains("none of the pinned ones"), "{refused}");
+    for dir in [minting, minted] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -219,17 +219,19 @@ pub fn https_config(identity: &Identity) -> Result<Arc<rustls::ServerConfig>, Tl
 pub const CLIENT_URI_PREFIX: &str = "padres-client:";
 
 /// Whose certificates a server trusts when a peer presents one: those a CA issued, and
-/// certificates pinned one by one (brokers' own `cert.pem`, self-signed).
+/// certificates pinned one by one (brokers' `cert.pem`). A pinned certificate is trusted
+/// only as itself, byte for byte: not as an issuer (a trust anchor would vouch for
+/// anything its key signed, so a pinned broker could mint a certificate for another).
 pub struct PeerCertificates {
     ca: Option<Arc<dyn ClientCertVerifier>>,
-    pinned: Option<Arc<dyn ClientCertVerifier>>,
+    pinned: Vec<CertificateDer<'static>>,
 }
 
 impl std::fmt::Debug for PeerCertificates {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerCertificates")
             .field("ca", &self.ca.is_some())
-            .field("pinned", &self.pinned.is_some())
+            .field("pinned", &self.pinned.len())
             .finish()
     }
 }
@@ -264,14 +266,19 @@ pub enum Presented {
 impl PeerCertificates {
     /// Trusts certificates issued by the CA in `ca` (PEM), and those in the `pinned` files.
     pub fn new(ca: Option<&Path>, pinned: &[PathBuf]) -> Result<Self, TlsError> {
-        let verifier = |paths: &[PathBuf]| -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
-            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(paths)?), provider())
-                .build()
-                .map_err(|e| TlsError::Config(e.to_string()))
+        let ca = match ca {
+            Some(path) => Some(
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&[path.to_owned()])?), provider())
+                    .build()
+                    .map_err(|e| TlsError::Config(e.to_string()))?,
+            ),
+            None => None,
         };
-        let ca = ca.map(|ca| verifier(&[ca.to_owned()])).transpose()?;
-        let pinned = if pinned.is_empty() { None } else { Some(verifier(pinned)?) };
-        Ok(Self { ca, pinned })
+        let mut each = Vec::new();
+        for path in pinned {
+            each.extend(certificates(path)?);
+        }
+        Ok(Self { ca, pinned: each })
     }
 
     /// Checks the certificate the peer of `connection` presented (the TLS handshake proved
@@ -286,22 +293,36 @@ impl PeerCertificates {
         };
         let (end_entity, intermediates) = (&chain[0], &chain[1..]);
         let now = UnixTime::now();
-        let verified = |verifier: &Option<Arc<dyn ClientCertVerifier>>| {
-            verifier.as_ref().map(|v| v.verify_client_cert(end_entity, intermediates, now))
-        };
-        let issuer = match (verified(&self.ca), verified(&self.pinned)) {
-            (Some(Ok(_)), _) => Issuer::Ca,
-            (_, Some(Ok(_))) => Issuer::Pinned,
-            (Some(Err(e)), _) | (None, Some(Err(e))) => {
+        let by_ca = self.ca.as_ref().map(|v| v.verify_client_cert(end_entity, intermediates, now));
+        let issuer = match by_ca {
+            Some(Ok(_)) => Issuer::Ca,
+            _ if self.pinned.contains(end_entity) => match current(end_entity) {
+                Ok(()) => Issuer::Pinned,
+                Err(why) => {
+                    return Presented::Untrusted(format!("the certificate presented is pinned, but {why}"));
+                }
+            },
+            Some(Err(e)) => {
                 return Presented::Untrusted(format!("the certificate presented is not trusted here: {e}"));
             }
-            (None, None) => return Presented::Untrusted("this broker trusts no certificates".to_owned()),
+            None => {
+                return Presented::Untrusted(
+                    "the certificate presented is not trusted here: it is none of the pinned ones".to_owned(),
+                );
+            }
         };
         let Some((names, client)) = names_in(end_entity) else {
             return Presented::Untrusted("the certificate presented cannot be parsed".to_owned());
         };
         Presented::Trusted { issuer, names, client }
     }
+}
+
+/// Whether `der` is within its validity period now.
+fn current(der: &CertificateDer<'_>) -> Result<(), String> {
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der).map_err(|e| format!("it cannot be parsed: {e}"))?;
+    if cert.validity().is_valid() { Ok(()) } else { Err("it has expired or is not valid yet".to_owned()) }
 }
 
 /// The names the certificate of the server at the other end of `connection` is for (its

@@ -83,7 +83,8 @@ impl Gate {
     ) -> Result<Rights, (ErrorCode, String)> {
         let forbidden = |why: String| (ErrorCode::Forbidden, why);
         if let Some(principal) = certified {
-            // The CA vouched for the name (the TLS handshake verified the chain).
+            // The CA vouched for the name (`PeerCertificates::check` verified the chain
+            // after the handshake proved the key is held).
             crate::auth::valid_principal(&principal)
                 .map_err(|e| forbidden(format!("the client certificate: {e}")))?;
             if principal != name.as_str() {
