@@ -266,6 +266,11 @@ pub struct Config {
     pub insecure: bool,
     /// Directory for the broker's certificate, key and history.
     pub data_dir: PathBuf,
+    /// DNS names and IP addresses this broker is reached by from other hosts, put in the
+    /// self-signed certificate it makes on first start (beside its name, `localhost` and
+    /// 127.0.0.1), so that brokers and clients that pin it can verify it by them. A
+    /// certificate made already is kept.
+    pub cert_hosts: Vec<String>,
     /// Covering mode: off, lazy or active.
     pub covering: CoveringMode,
     /// Allow cycles in the overlay.
@@ -308,6 +313,7 @@ impl Default for Config {
             federation_ca: None,
             insecure: false,
             data_dir: PathBuf::from("padres-data"),
+            cert_hosts: Vec::new(),
             covering: CoveringMode::Off,
             cycles: false,
             limits: LimitsConfig::default(),
@@ -662,6 +668,9 @@ impl Config {
         let _ = writeln!(out, "insecure = {}\n", self.insecure);
         let _ = writeln!(out, "# Directory for the broker's certificate, key and history.");
         let _ = writeln!(out, "data_dir = {}\n", value(&self.data_dir.display().to_string()));
+        let _ = writeln!(out, "# DNS names and IP addresses other hosts reach this broker by, put in the");
+        let _ = writeln!(out, "# self-signed certificate made on first start (one made already is kept).");
+        let _ = writeln!(out, "cert_hosts = {}\n", list(&self.cert_hosts));
         let _ =
             writeln!(out, "# Covering: \"off\", \"lazy\" (hold covered subscriptions back) or \"active\"");
         let _ = writeln!(out, "# (also withdraw them). Fewer subscriptions on links; the same deliveries.");
@@ -810,10 +819,12 @@ impl Config {
         );
         let _ = writeln!(
             out,
-            "# true|false, and optionally max_connections, max_subscriptions, max_publish_rate;"
+            "# true|false, routes = true|false, and optionally max_connections, max_subscriptions,"
         );
-        let _ =
-            writeln!(out, "# ${{principal}} in a filter is the principal's name. With no permit, anything");
+        let _ = writeln!(
+            out,
+            "# max_publish_rate; ${{principal}} in a filter is the principal's name. With no permit, anything"
+        );
         let _ = writeln!(out, "# goes; with one, what no permit allows is denied.");
         #[derive(Serialize)]
         struct AuthOnly<'a> {
@@ -847,6 +858,7 @@ mod tests {
             covering: CoveringMode::Active,
             federation_ca: Some("fed/ca.pem".into()),
             accept_brokers: vec!["b2/cert.pem".into(), "b3/cert.pem".into()],
+            cert_hosts: vec!["b7.example".into(), "10.0.0.7".into()],
             huge_pages: true,
             ..Config::default()
         };

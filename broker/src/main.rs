@@ -169,9 +169,10 @@ struct Overrides {
     /// replaces the file's list).
     #[arg(long = "peer-cert", value_name = "FILE", global = true)]
     peer_certs: Vec<PathBuf>,
-    /// The certificate (PEM, e.g. its cert.pem) of a broker that may dial in (repeat for
-    /// several; replaces the file's list). With any, or a federation CA, other brokers
-    /// dialling in are refused.
+    /// The certificate (PEM: its cert.pem) of a broker that may dial in, trusted as itself
+    /// only (repeat for several; replaces the file's list). With any, or a federation CA,
+    /// every peer is asked for a certificate: other brokers dialling in are refused, and
+    /// so are clients presenting a certificate not trusted here.
     #[arg(long = "accept-broker", value_name = "FILE", global = true)]
     accept_brokers: Vec<PathBuf>,
     /// The federation's CA certificate: broker links then use mutual TLS, and this broker's
@@ -185,6 +186,10 @@ struct Overrides {
     /// Directory for the certificate, key and history.
     #[arg(long, value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
+    /// A DNS name or IP address other hosts reach this broker by, put in the self-signed
+    /// certificate it makes on first start (repeat for several; replaces the file's list).
+    #[arg(long = "cert-host", value_name = "HOST", global = true)]
+    cert_hosts: Vec<String>,
     /// Subscription and advertisement covering.
     #[arg(long, value_enum, global = true)]
     covering: Option<CoveringFlag>,
@@ -333,6 +338,9 @@ impl Overrides {
             config.federation_ca = Some(ca.clone());
         }
         config.insecure |= self.insecure;
+        if !self.cert_hosts.is_empty() {
+            config.cert_hosts.clone_from(&self.cert_hosts);
+        }
         if let Some(dir) = &self.data_dir {
             config.data_dir.clone_from(dir);
         }

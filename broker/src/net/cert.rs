@@ -67,7 +67,9 @@ pub fn identity(config: &Config) -> Result<BrokerIdentity, CertError> {
             )));
         }
     } else {
-        load_or_create(dir, std::slice::from_ref(&config.name))?;
+        let mut names = vec![config.name.clone()];
+        names.extend(config.cert_hosts.iter().cloned());
+        load_or_create(dir, &names)?;
     }
     let tls =
         Identity::from_pem_files(&cert_path, &key_path).map_err(|e| CertError::Invalid(e.to_string()))?;
