@@ -609,7 +609,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
             link_to_b1.clone(),
         ],
     );
-    // Y presents no certificate at all.
+    // Y presents its own self-signed certificate, which B1 does not trust.
     let y = start_with(
         "Y",
         test,
@@ -625,7 +625,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
         .status()
         .expect("runs");
     assert!(status.success());
-    let _z = start_with("Z", test, &["--federation-ca".into(), fed_ca, "--neighbour".into(), link_to_b1]);
+    let z = start_with("Z", test, &["--federation-ca".into(), fed_ca, "--neighbour".into(), link_to_b1]);
 
     let observer = Client::connect(b1.addr, "localhost", &fed.join("ca.pem"), "observer")
         .await
@@ -650,13 +650,30 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     }
     let routes = observer.routes(10).await.expect("routes");
     let neighbours: Vec<&str> = routes.neighbours.iter().map(Name::as_str).collect();
-    assert_eq!(neighbours, ["B2"], "X (another CA), Y (no certificate) and Z (another name) are refused");
+    assert_eq!(neighbours, ["B2"], "X (another CA), Y (self-signed) and Z (another name) are refused");
     for (refused, name, trust) in [(&x, "X", other.join("ca.pem")), (&y, "Y", y.dir.join("cert.pem"))] {
         let own = Client::connect(refused.addr, "localhost", &trust, "observer").await.expect("connects");
         let stats = own.stats().await.expect("stats");
         assert!(stats.neighbours.is_empty(), "{name} has no link: {:?}", stats.neighbours);
     }
-    drop((b2, x, y));
+    drop((b2, x, y, z));
+    // B1 withdraws its registration (the CA) when it stops.
+    let registered = padres_transport::local::certificate_path(b1.addr.port()).expect("a registry");
+    assert!(registered.is_file(), "B1 registered what verifies it");
+    let mut b1 = b1;
+    let status =
+        Command::new("kill").args(["-TERM", &b1.child.id().to_string()]).status().expect("kill runs");
+    assert!(status.success());
+    let mut exited = None;
+    for _ in 0..200 {
+        exited = b1.child.try_wait().expect("waits");
+        if exited.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(exited.is_some_and(|e| e.success()), "B1 exits within 10 s of SIGTERM: {exited:?}");
+    assert!(!registered.exists(), "the registration is withdrawn on shutdown");
     let _ = std::fs::remove_dir_all(&fed);
     let _ = std::fs::remove_dir_all(&other);
 }
@@ -1003,4 +1020,14 @@ async fn pipelined_publications_keep_their_order_and_their_own_answers() {
         let (_, publication) = next(&mut subscriber, Duration::from_secs(10)).await.expect("a notification");
         assert_eq!(publication.get("n"), Some(&Value::Int(n)), "in the order written");
     }
+}
+
+/// A broker's self-signed certificate names the hosts other machines reach it by
+/// (`--cert-host`), so that whoever pins it can dial it by that name.
+#[tokio::test]
+async fn a_self_signed_certificate_names_the_hosts_it_is_given() {
+    let broker = start_with("B1", "cert-hosts", &["--cert-host".into(), "b1.example".into()]);
+    let cert = broker.dir.join("cert.pem");
+    Client::connect(broker.addr, "b1.example", &cert, "c").await.expect("verified as b1.example");
+    assert!(Client::connect(broker.addr, "b2.example", &cert, "c").await.is_err(), "not as another host");
 }

@@ -385,7 +385,7 @@ pub async fn serve_until(
     endpoint.close(CloseCode::ShuttingDown.to_quic().into(), b"broker shutting down");
     let _ = tokio::time::timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
     if registered {
-        padres_transport::local::unregister(addr.port(), identity.pem.as_bytes());
+        padres_transport::local::unregister(addr.port(), trusted.as_bytes());
     }
     Ok(())
 }
