@@ -199,9 +199,6 @@ struct Deployed {
     after: Vec<Need>,
     /// For a pool job: its pool (this agent, the home, dispatches it).
     pool: Option<padres_workflow::model::PoolSpec>,
-    /// Whether its status advertisement has `output` (one deployed by an older
-    /// translation does not, and a status with it would be refused).
-    output: bool,
 }
 
 /// An application deployed here: what it was deployed from, its subscriptions (by job)
@@ -770,11 +767,6 @@ async fn publish_in_order(
     }
 }
 
-/// Whether a status advertisement (in command form) has the `output` attribute.
-fn advertises_output(advertisement: &str) -> bool {
-    advertisement.contains("[output,")
-}
-
 /// The `job_status` publication of `status`, by agent `agent`.
 fn status_publication(agent: &str, status: &Status) -> Result<Publication, padres_lang::InvalidMessage> {
     let name = |n: &str| Name::interned(n);
@@ -990,8 +982,12 @@ impl Agent {
         let mut unless_subs = Vec::new();
         for (job, schedule) in body.jobs.into_iter().zip(schedules) {
             let issued = async {
-                let adv = self.client.send(&job.advertisement).await.map_err(|e| e.to_string())?;
-                application.advertisements.extend(adv);
+                // The agent's own advertisement of what it publishes, under its name, not
+                // the envelope's (an older translation's may lack attributes the agent
+                // publishes, or leave `agent` open where permits pin it).
+                let status = status_advertisement(&body.appl, &job.job, &self.options.name);
+                let adv = self.client.advertise(status).await.map_err(|e| e.to_string())?;
+                application.advertisements.push(adv);
                 let sub = self.client.send(&job.subscription).await.map_err(|e| e.to_string())?;
                 sub.ok_or_else(|| "the broker gave the dependency subscription no id".to_owned())
             };
@@ -1018,7 +1014,6 @@ impl Agent {
                 }
             }
             let info = job.info.map(Arc::new);
-            let output = advertises_output(&job.advertisement);
             jobs.push((
                 sub,
                 Deployed {
@@ -1029,7 +1024,6 @@ impl Agent {
                     calendar: calendar.clone(),
                     after: job.after,
                     pool: job.pool,
-                    output,
                 },
             ));
         }
@@ -1178,7 +1172,7 @@ impl Agent {
         let (Some(info), Some(_)) = (&deployed.info, &deployed.schedule) else {
             return Err(format!("{job} is a virtual job: it has nothing to run"));
         };
-        let (info, pooled, output) = (info.clone(), deployed.pool.is_some(), deployed.output);
+        let (info, pooled) = (info.clone(), deployed.pool.is_some());
         if self.journal().generation_ended(appl, gid).map_err(|e| format!("journal: {e}"))? {
             return Err(format!("generation {gid} of {appl} has ended: nothing of it runs again"));
         }
@@ -1208,7 +1202,7 @@ impl Agent {
             let reason = Some("rerun by an operator".to_owned());
             self.dispatch(key, date, last + 1, 1, reason, None);
         } else {
-            self.spawn_run(key, info, date, last + 1, None, output);
+            self.spawn_run(key, info, date, last + 1, None);
         }
         Ok(())
     }
@@ -1533,12 +1527,12 @@ impl Agent {
         if deployed.pool.is_some() {
             return self.dispatch(key, date, 1, 1, None, None);
         }
-        self.spawn_run(key, info.clone(), date, 1, None, deployed.output);
+        self.spawn_run(key, info.clone(), date, 1, None);
     }
 
     /// Runs job `key` (claimed, and marked running) from attempt `first`: `started` for
     /// each attempt, its outcome at the end, in the journal and published (with the tail
-    /// of the last attempt's output if `with_output`). A pool job (`pool`) has its pool in its
+    /// of the last attempt's output). A pool job (`pool`) has its pool in its
     /// statuses, and dies with the agent.
     fn spawn_run(
         &self,
@@ -1547,7 +1541,6 @@ impl Agent {
         date: String,
         first: u32,
         pool: Option<String>,
-        with_output: bool,
     ) {
         let die_with_agent = pool.is_some();
         let extra: Vec<(&'static str, Value)> = pool.map(|p| ("pool", Value::str(&p))).into_iter().collect();
@@ -1587,12 +1580,10 @@ impl Agent {
                 })
                 .await;
             let last = attempts.last().expect("at least one attempt");
-            let mut status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
+            let status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
                 .because(last.ended.reason())
-                .with(extra);
-            if with_output {
-                status = status.with(vec![("output", Value::str(&crate::job::tail(last).await))]);
-            }
+                .with(extra)
+                .with(vec![("output", Value::str(&crate::job::tail(last).await))]);
             let ended = journal.lock().unwrap_or_else(PoisonError::into_inner).end(
                 appl,
                 gid,

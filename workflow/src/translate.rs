@@ -113,7 +113,8 @@ pub struct BodyJob {
     pub job: String,
     /// Its dependency subscription, in command form (`cs …`).
     pub subscription: String,
-    /// Its status advertisement, in command form (`a …`).
+    /// Its status advertisement, in command form (`a …`). Agents advertise their own
+    /// ([`status_advertisement`] under their name); it is kept for those that read it.
     pub advertisement: String,
     /// How it runs; absent for the virtual jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -430,7 +430,7 @@ impl Agent {
             key.2,
             pool
         );
-        self.spawn_run(key, Arc::new(info), date, attempt, Some(pool), true);
+        self.spawn_run(key, Arc::new(info), date, attempt, Some(pool));
     }
 
     /// Dispatches pool job `key` (claimed here, its home, and marked running) of the
@@ -502,7 +502,7 @@ impl Agent {
         let Some((info, pool)) = self.pool_job(key) else { return };
         let pool = pool.name.clone();
         tracing::info!("{}/{}/{}: dispatched here, by itself (pool {pool})", key.0, key.1, key.2);
-        self.spawn_run(key.clone(), info.clone(), date, attempt, Some(pool), true);
+        self.spawn_run(key.clone(), info.clone(), date, attempt, Some(pool));
     }
 
     /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
