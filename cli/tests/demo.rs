@@ -29,14 +29,22 @@ fn the_demo_runs_payroll_and_its_checks_hold() {
     ] {
         assert!(text.contains(line), "{line}\n{text}");
     }
+    // What it leaves to start from holds together: each token file opens its principal
+    // at a broker configured with broker.toml, and only its own.
     let config =
-        std::fs::read_to_string(dir.join("security/broker.toml")).expect("the brokers' configuration");
-    assert!(config.contains("anonymous = false") && config.contains("federation_ca"), "{config}");
-    {
+        padres_broker::config::Config::from_file(&dir.join("security/broker.toml")).expect("it reads");
+    let auth = config.auth.compile().expect("a valid [auth]");
+    for principal in ["agent-1", "agent-2", "operator", "monitor"] {
         use std::os::unix::fs::PermissionsExt as _;
-        let token = std::fs::metadata(dir.join("security/agent-1.token")).expect("a token file");
-        assert_eq!(token.permissions().mode() & 0o777, 0o600, "tokens are private");
+        let file = dir.join(format!("security/{principal}.token"));
+        let mode = std::fs::metadata(&file).expect("a token file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{principal}'s token is private");
+        let token = std::fs::read_to_string(&file).expect("a token");
+        assert!(auth.authenticate(principal, Some(token.trim())).is_ok(), "{principal}'s token");
+        let other = if principal == "agent-1" { "agent-2" } else { "agent-1" };
+        assert!(auth.authenticate(other, Some(token.trim())).is_err(), "{principal}'s token opens {other}");
     }
+    assert!(config.federation_ca.is_some_and(|ca| ca.is_file()), "the brokers' CA");
     // The scripts wrote their files in the agents' work directories.
     let posted = std::fs::read_dir(dir.join("agents/agent-1/payroll")).expect("agent-1 wrote").count();
     assert_eq!(posted, 2, "one directory per generation date");
