@@ -430,3 +430,23 @@ async fn without_a_ca_only_brokers_whose_certificates_are_pinned_may_dial_in() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// `federation_ca` must be a CA: a broker's certificate given there (it would let that
+/// broker issue certificates for any principal) stops the broker at start, saying so.
+#[test]
+fn a_broker_certificate_given_as_the_federation_ca_is_refused_at_start() {
+    let dir = data_dir("auth-not-a-ca", "B1");
+    let _ = std::fs::remove_dir_all(&dir);
+    padres_broker::net::cert::load_or_create(&dir, &["B1".to_owned()]).expect("a certificate");
+    let out = Command::new(binary("padres-broker"))
+        .args(["--name", "B1", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .arg("--federation-ca")
+        .arg(dir.join("cert.pem"))
+        .output()
+        .expect("padres-broker runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("not a CA's"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -265,7 +265,21 @@ pub enum Presented {
 
 impl PeerCertificates {
     /// Trusts certificates issued by the CA in `ca` (PEM), and those in the `pinned` files.
+    /// `ca` must hold CA certificates only: a broker's certificate there would let that
+    /// broker issue certificates for any broker or client principal.
     pub fn new(ca: Option<&Path>, pinned: &[PathBuf]) -> Result<Self, TlsError> {
+        if let Some(path) = ca {
+            for der in certificates(path)? {
+                let is_ca = x509_parser::parse_x509_certificate(&der).is_ok_and(|(_, cert)| cert.is_ca());
+                if !is_ca {
+                    return Err(file_error(path)(
+                        "holds a certificate that is not a CA's (basicConstraints CA:TRUE): give the \
+                         federation's ca.pem (padres-broker cert ca), not a broker's cert.pem"
+                            .to_owned(),
+                    ));
+                }
+            }
+        }
         let ca = match ca {
             Some(path) => Some(
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&[path.to_owned()])?), provider())
