@@ -50,7 +50,7 @@ struct Player {
 
 fn met(need: &Need, received: &HashMap<String, BTreeSet<String>>) -> bool {
     match need {
-        Need::After { job, statuses } => {
+        Need::After { job, statuses, .. } => {
             received.get(job).is_some_and(|seen| statuses.iter().any(|s| seen.contains(s)))
         }
         Need::AnyOf(needs) => needs.iter().any(|n| met(n, received)),

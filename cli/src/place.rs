@@ -339,7 +339,7 @@ fn print_advice(appl: &str, model: &Model, advice: &Advice, s: &Summary<'_>) {
 /// The jobs a need names; with `failures`, only those whose failures it takes.
 fn needed_jobs(need: &Need, failures: bool) -> Vec<String> {
     match need {
-        Need::After { job, statuses } => {
+        Need::After { job, statuses, .. } => {
             let takes = !failures || statuses.iter().any(|s| s == "failed" || s == "timeout");
             if takes { vec![job.clone()] } else { Vec::new() }
         }

@@ -1908,8 +1908,8 @@ async fn withdraw_all(client: &Client, subs: Vec<MessageId>, advs: Vec<MessageId
 fn refusals(generation: &Generation, after: &[Need]) -> String {
     fn walk(generation: &Generation, need: &Need, out: &mut Vec<String>) {
         match need {
-            Need::After { job, statuses } => {
-                if let State::Ended(e) = generation.state(job)
+            Need::After { job, statuses, agent } => {
+                if let State::Ended(e) = generation.state_by(job, agent.as_deref())
                     && padres_workflow::translate::FINAL.contains(&e.status.as_str())
                     && !statuses.contains(&e.status)
                 {

@@ -180,13 +180,16 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Records a status; a repeat (same job, attempt and status) is ignored. True if it
-    /// was new.
+    /// Records a status; a repeat (same job, attempt, status and agent) is ignored. True
+    /// if it was new. (The agent is part of it: a status another agent published first
+    /// must not hide the one of the agent that runs the job, which dependencies count.)
     pub fn record(&mut self, event: StatusEvent) -> bool {
-        let repeat = self
-            .events
-            .iter()
-            .any(|e| e.job == event.job && e.attempt == event.attempt && e.status == event.status);
+        let repeat = self.events.iter().any(|e| {
+            e.job == event.job
+                && e.attempt == event.attempt
+                && e.status == event.status
+                && e.agent == event.agent
+        });
         if repeat {
             return false;
         }
@@ -200,7 +203,24 @@ impl Generation {
 
     /// Job `job`'s state.
     pub fn state(&self, job: &str) -> State {
-        match self.latest.get(job) {
+        Self::state_from(self.latest.get(job))
+    }
+
+    /// Job `job`'s state as agent `agent`'s statuses of it say (all statuses if `None`):
+    /// what a dependency naming the agent that runs the job counts.
+    pub fn state_by(&self, job: &str, agent: Option<&str>) -> State {
+        let Some(agent) = agent else { return self.state(job) };
+        let mut latest: Option<&StatusEvent> = None;
+        for e in self.events.iter().filter(|e| e.job == job && e.agent == agent) {
+            if latest.is_none_or(|seen| e.rank() > seen.rank()) {
+                latest = Some(e);
+            }
+        }
+        Self::state_from(latest)
+    }
+
+    fn state_from(latest: Option<&StatusEvent>) -> State {
+        match latest {
             None => State::Waiting,
             Some(e) if e.ended() => State::Ended(e.clone()),
             Some(e) => State::Running(e.clone()),
@@ -256,8 +276,8 @@ impl Generation {
     /// Whether `need` is met now.
     fn met(&self, need: &Need) -> bool {
         match need {
-            Need::After { job, statuses } => {
-                matches!(self.state(job), State::Ended(e) if statuses.contains(&e.status))
+            Need::After { job, statuses, agent } => {
+                matches!(self.state_by(job, agent.as_deref()), State::Ended(e) if statuses.contains(&e.status))
             }
             Need::AnyOf(needs) => needs.iter().any(|n| self.met(n)),
         }
@@ -266,8 +286,8 @@ impl Generation {
     /// Whether `need` is refused for good by final statuses.
     fn refused(&self, need: &Need) -> bool {
         match need {
-            Need::After { job, statuses } => matches!(
-                self.state(job),
+            Need::After { job, statuses, agent } => matches!(
+                self.state_by(job, agent.as_deref()),
                 State::Ended(e) if FINAL.contains(&e.status.as_str()) && !statuses.contains(&e.status)
             ),
             Need::AnyOf(needs) => needs.iter().all(|n| self.refused(n)),
@@ -309,7 +329,7 @@ impl Generation {
         depth: usize,
     ) -> (bool, bool) {
         match need {
-            Need::After { job, statuses } => match self.state(job) {
+            Need::After { job, statuses, agent } => match self.state_by(job, agent.as_deref()) {
                 State::Ended(e) => {
                     let holds = statuses.contains(&e.status);
                     (holds, !holds && FINAL.contains(&e.status.as_str()))
@@ -358,12 +378,61 @@ mod tests {
         </application>"#;
 
     fn plan() -> Plan {
-        let deployment = translate(&parse_application(XML).expect("valid")).expect("translates");
+        plan_of(XML)
+    }
+
+    /// The plan of `xml` as its agents deploy it, each dependency naming the agent whose
+    /// statuses count.
+    fn pinned_plan_of(xml: &str) -> Plan {
+        let deployment = translate(&parse_application(xml).expect("valid")).expect("translates");
         let mut plan = Plan::default();
         for envelope in &deployment.envelopes {
             plan.add(&envelope.agent, &envelope.envelope_body("p"));
         }
         plan
+    }
+
+    /// The plan of `xml`, counting any agent's statuses: the tests below record every
+    /// status as one agent's ([`event`]); which agent's count is tested apart
+    /// (`a_dependency_counts_only_the_statuses_of_the_agent_that_runs_the_job`).
+    fn plan_of(xml: &str) -> Plan {
+        fn any_agent(need: &mut Need) {
+            match need {
+                Need::After { agent, .. } => *agent = None,
+                Need::AnyOf(needs) => needs.iter_mut().for_each(any_agent),
+            }
+        }
+        let mut plan = pinned_plan_of(xml);
+        for planned in plan.jobs.values_mut() {
+            planned.after.iter_mut().for_each(any_agent);
+        }
+        plan
+    }
+
+    #[test]
+    fn a_dependency_counts_only_the_statuses_of_the_agent_that_runs_the_job() {
+        let plan = pinned_plan_of(XML);
+        let after_b = plan.jobs["B"].after.clone();
+        let by = |job: &str, status: &str, agent: &str| StatusEvent {
+            agent: agent.into(),
+            ..event(job, status, 1)
+        };
+        let mut g = Generation::default();
+        g.record(StatusEvent { attempt: 0, ..by("APPL_START", "succeeded", "a1") });
+        // a2 says A (a1's) succeeded: B, a2's own successor, is not released.
+        assert!(g.record(by("A", "succeeded", "a2")));
+        assert!(!g.ready(&after_b), "{after_b:?}");
+        // a1's own status releases it, though the same status was seen first from a2.
+        assert!(g.record(by("A", "succeeded", "a1")));
+        assert!(g.ready(&after_b));
+        // A final status refusing a dependency counts only from its runner too: a2
+        // skipping C (a3's) does not skip D.
+        let after_d = plan.jobs["D"].after.clone();
+        g.record(by("B", "succeeded", "a2"));
+        g.record(StatusEvent { attempt: 0, ..by("C", "skipped", "a2") });
+        assert!(!g.ready(&after_d) && !g.cannot_run(&after_d));
+        g.record(StatusEvent { attempt: 0, ..by("C", "skipped", "a3") });
+        assert!(g.ready(&after_d));
     }
 
     fn event(job: &str, status: &str, attempt: u32) -> StatusEvent {
@@ -452,15 +521,6 @@ mod tests {
         <job name="H" run="daily" agent="a2"><command>true</command><after job="A" status="failed"/></job>
         <job name="N" run="daily" agent="a2"><command>true</command><after job="H" status="success"/></job>
         </application>"#;
-
-    fn plan_of(xml: &str) -> Plan {
-        let deployment = translate(&parse_application(xml).expect("valid")).expect("translates");
-        let mut plan = Plan::default();
-        for envelope in &deployment.envelopes {
-            plan.add(&envelope.agent, &envelope.envelope_body("p"));
-        }
-        plan
-    }
 
     #[test]
     fn a_failure_handler_not_needed_is_skipped_and_the_generation_ends() {

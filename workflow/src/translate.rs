@@ -20,7 +20,7 @@
 //! `trigger` [appl, version, gid, date]; `job_status` [appl, gid, job, agent, status, exit,
 //! attempt, reason]; `agent_ctl` and `agent_reply`: [`crate::control`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -146,20 +146,46 @@ pub enum Need {
         job: String,
         /// Its statuses that satisfy the dependency.
         statuses: Vec<String>,
+        /// The agent whose statuses of it count (the one that runs it); `None`: any (a
+        /// pool job, run by whichever member it is dispatched to, or a deployment from
+        /// before agents were named here).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
     },
     /// One of these.
     AnyOf(Vec<Self>),
 }
 
 impl Need {
-    fn of(dep: &Dependency) -> Self {
+    fn of(dep: &Dependency, runners: &Runners<'_>) -> Self {
         match dep {
             Dependency::After { job, status, .. } => Self::After {
                 job: job.clone(),
                 statuses: status.statuses().iter().map(|s| (*s).to_owned()).collect(),
+                agent: runners.of(job).map(str::to_owned),
             },
-            Dependency::AnyOf(deps) => Self::AnyOf(deps.iter().map(Self::of).collect()),
+            Dependency::AnyOf(deps) => Self::AnyOf(deps.iter().map(|d| Self::of(d, runners)).collect()),
         }
+    }
+}
+
+/// Who publishes each job's statuses, so that a dependency counts only that agent's: an
+/// agent with the right to publish statuses of an application cannot release another
+/// agent's jobs by publishing their predecessors' statuses under its own name.
+#[derive(Debug)]
+struct Runners<'a> {
+    /// The home agent: `APPL_START` and `APPL_END` are its.
+    home: &'a str,
+    /// Each job's agent; `None` for a pool job (any member may run it).
+    jobs: HashMap<&'a str, Option<&'a str>>,
+}
+
+impl Runners<'_> {
+    fn of(&self, job: &str) -> Option<&str> {
+        if job == APPL_START || job == APPL_END {
+            return Some(self.home);
+        }
+        self.jobs.get(job).copied().flatten()
     }
 }
 
@@ -296,25 +322,35 @@ pub fn trigger_subscription(appl: &str, version: &str) -> Subscription {
     ))
 }
 
-/// Any status of the generation's `APPL_END` (`$S$g`): it ends the generation's partial
-/// matches of every job's dependency.
-pub fn end_subscription(appl: &str) -> Subscription {
+/// Any status of the generation's `APPL_END` (`$S$g`) by the home agent `home`: it ends
+/// the generation's partial matches of every job's dependency.
+pub fn end_subscription(appl: &str, home: &str) -> Subscription {
     parse_sub(&format!(
-        "[class,eq,'job_status'],[appl,eq,{}],[gid,eq,$S$g],[job,eq,{}]",
+        "[class,eq,'job_status'],[appl,eq,{}],[gid,eq,$S$g],[job,eq,{}],[agent,eq,{}]",
         quoted(appl),
-        quoted(APPL_END)
+        quoted(APPL_END),
+        quoted(home)
     ))
 }
 
-/// `job`'s statuses allowed by `status`, in the same generation (`$S$g`).
-pub fn status_subscription(appl: &str, job: &str, status: StatusCondition) -> Subscription {
-    statuses_subscription(appl, job, status.statuses())
+/// `job`'s statuses allowed by `status`, in the same generation (`$S$g`), published by
+/// `agent` (any agent if `None`).
+pub fn status_subscription(
+    appl: &str,
+    job: &str,
+    status: StatusCondition,
+    agent: Option<&str>,
+) -> Subscription {
+    statuses_subscription(appl, job, status.statuses(), agent)
 }
 
-/// `job`'s statuses in `allowed`, in the same generation (`$S$g`).
-fn statuses_subscription(appl: &str, job: &str, allowed: &[&str]) -> Subscription {
+/// `job`'s statuses in `allowed`, in the same generation (`$S$g`), by `agent` if given.
+fn statuses_subscription(appl: &str, job: &str, allowed: &[&str], agent: Option<&str>) -> Subscription {
     let mut text =
         format!("[class,eq,'job_status'],[appl,eq,{}],[gid,eq,$S$g],[job,eq,{}]", quoted(appl), quoted(job));
+    if let Some(agent) = agent {
+        text.push_str(&format!(",[agent,eq,{}]", quoted(agent)));
+    }
     if let [only] = allowed {
         text.push_str(&format!(",[status,eq,{}]", quoted(only)));
     } else {
@@ -376,13 +412,18 @@ fn balanced(mut parts: Vec<CompositeSubscription>, op: CompositeOp) -> Result<Co
     parts.pop().ok_or_else(|| "nothing to join".to_owned())
 }
 
-fn dependency_of(appl: &str, dep: &Dependency) -> Result<CompositeSubscription, String> {
+fn dependency_of(
+    appl: &str,
+    dep: &Dependency,
+    runners: &Runners<'_>,
+) -> Result<CompositeSubscription, String> {
     match dep {
         Dependency::After { job, status, .. } => {
-            Ok(CompositeSubscription::leaf(status_subscription(appl, job, *status)))
+            Ok(CompositeSubscription::leaf(status_subscription(appl, job, *status, runners.of(job))))
         }
         Dependency::AnyOf(deps) => {
-            let parts = deps.iter().map(|d| dependency_of(appl, d)).collect::<Result<Vec<_>, _>>()?;
+            let parts =
+                deps.iter().map(|d| dependency_of(appl, d, runners)).collect::<Result<Vec<_>, _>>()?;
             balanced(parts, CompositeOp::Or)
         }
     }
@@ -393,18 +434,23 @@ pub const FINAL: [&str; 2] = ["succeeded", "skipped"];
 
 /// What makes `dep` impossible for good: a final status its condition refuses (for
 /// `<any-of>`, one for each of its parts); `None` if nothing does.
-fn impossible_of(appl: &str, dep: &Dependency) -> Result<Option<CompositeSubscription>, String> {
+fn impossible_of(
+    appl: &str,
+    dep: &Dependency,
+    runners: &Runners<'_>,
+) -> Result<Option<CompositeSubscription>, String> {
     match dep {
         Dependency::After { job, status, .. } => {
             let refused: Vec<&str> =
                 FINAL.iter().copied().filter(|s| !status.statuses().contains(s)).collect();
-            Ok((!refused.is_empty())
-                .then(|| CompositeSubscription::leaf(statuses_subscription(appl, job, &refused))))
+            Ok((!refused.is_empty()).then(|| {
+                CompositeSubscription::leaf(statuses_subscription(appl, job, &refused, runners.of(job)))
+            }))
         }
         Dependency::AnyOf(deps) => {
             let mut parts = Vec::new();
             for dep in deps {
-                match impossible_of(appl, dep)? {
+                match impossible_of(appl, dep, runners)? {
                     Some(part) => parts.push(part),
                     None => return Ok(None),
                 }
@@ -421,14 +467,15 @@ fn impossible_of(appl: &str, dep: &Dependency) -> Result<Option<CompositeSubscri
 /// statuses and publishes the job `skipped` once every other dependency is decided too
 /// ([`crate::progress::Generation::cannot_run`]), so that its successors, and `APPL_END`,
 /// go on. `None` when no final status can refuse them (`ok`, `any`).
-pub fn unless_of(
+fn unless_of(
     appl: &str,
     version: &str,
     deps: &[Dependency],
+    runners: &Runners<'_>,
 ) -> Result<Option<CompositeSubscription>, String> {
     let mut parts = Vec::new();
     for dep in deps {
-        parts.extend(impossible_of(appl, dep)?);
+        parts.extend(impossible_of(appl, dep, runners)?);
     }
     if parts.is_empty() {
         return Ok(None);
@@ -436,25 +483,25 @@ pub fn unless_of(
     let impossible = balanced(parts, CompositeOp::Or)?;
     CompositeSubscription::leaf(trigger_subscription(appl, version))
         .combine(CompositeOp::And, impossible)
-        .and_then(|cs| cs.until(end_subscription(appl)))
+        .and_then(|cs| cs.until(end_subscription(appl, runners.home)))
         .map(Some)
         .map_err(|e| e.to_string())
 }
 
 fn deployment(
-    appl: &str,
-    version: &str,
+    (appl, version): (&str, &str),
     job: &str,
     agent: &str,
     deps: &[Dependency],
+    runners: &Runners<'_>,
 ) -> Result<JobDeployment, TranslateError> {
     let error = |message: String| TranslateError { job: job.to_owned(), message };
     let mut parts = vec![CompositeSubscription::leaf(trigger_subscription(appl, version))];
     for dep in deps {
-        parts.push(dependency_of(appl, dep).map_err(error)?);
+        parts.push(dependency_of(appl, dep, runners).map_err(error)?);
     }
     let dependency = balanced(parts, CompositeOp::And)
-        .and_then(|cs| cs.until(end_subscription(appl)).map_err(|e| e.to_string()))
+        .and_then(|cs| cs.until(end_subscription(appl, runners.home)).map_err(|e| e.to_string()))
         .map_err(error)?;
     Ok(JobDeployment {
         job: job.to_owned(),
@@ -462,8 +509,8 @@ fn deployment(
         dependency,
         advertisement: status_advertisement(appl, job, agent),
         predecessors: deps.iter().flat_map(Dependency::jobs).map(str::to_owned).collect(),
-        after: deps.iter().map(Need::of).collect(),
-        unless: unless_of(appl, version, deps).map_err(error)?,
+        after: deps.iter().map(|d| Need::of(d, runners)).collect(),
+        unless: unless_of(appl, version, deps, runners).map_err(error)?,
         info: None,
         pool: None,
     })
@@ -501,7 +548,21 @@ fn translate_version(app: &Application, version: &str) -> Result<Deployment, Tra
     let home = app.home_agent();
     let has_successor =
         |job: &Job| app.jobs.iter().any(|other| other.predecessors().contains(&job.name.as_str()));
-    let mut jobs = vec![deployment(appl, version, APPL_START, home, &[])?];
+    let runners = Runners {
+        home,
+        jobs: app
+            .jobs
+            .iter()
+            .map(|job| {
+                let agent = match &job.runner {
+                    Runner::Agent(agent) => Some(agent.as_str()),
+                    Runner::Pool(_) => None,
+                };
+                (job.name.as_str(), agent)
+            })
+            .collect(),
+    };
+    let mut jobs = vec![deployment((appl, version), APPL_START, home, &[], &runners)?];
     for job in &app.jobs {
         let deps: Vec<Dependency> =
             if job.after.is_empty() { vec![after(APPL_START)] } else { job.after.clone() };
@@ -510,7 +571,7 @@ fn translate_version(app: &Application, version: &str) -> Result<Deployment, Tra
             Runner::Agent(agent) => agent.as_str(),
             Runner::Pool(_) => home,
         };
-        let mut deployed = deployment(appl, version, &job.name, agent, &deps)?;
+        let mut deployed = deployment((appl, version), &job.name, agent, &deps, &runners)?;
         deployed.info = Some(JobInfo::of(job));
         if let Runner::Pool(pool) = &job.runner {
             deployed.pool = Some(app.pool(pool));
@@ -519,7 +580,7 @@ fn translate_version(app: &Application, version: &str) -> Result<Deployment, Tra
     }
     let ends: Vec<Dependency> =
         app.jobs.iter().filter(|j| !has_successor(j)).map(|j| after(&j.name)).collect();
-    jobs.push(deployment(appl, version, APPL_END, home, &ends)?);
+    jobs.push(deployment((appl, version), APPL_END, home, &ends, &runners)?);
     let mut by_agent: BTreeMap<&str, Vec<JobDeployment>> = BTreeMap::new();
     for job in &jobs {
         by_agent.entry(job.agent.as_str()).or_default().push(job.clone());

@@ -193,8 +193,8 @@ fn size_limits_hold() {
 
 const MONTH_END: &str = include_str!("../../examples/month-end.xml");
 
-fn status_publication(appl: &str, gid: &str, job: &str, status: &str) -> Publication {
-    format!("[class,'job_status'],[appl,'{appl}'],[gid,'{gid}'],[job,'{job}'],[agent,'a'],[status,'{status}'],[exit,0],[attempt,1]")
+fn status_publication(appl: &str, gid: &str, job: &str, agent: &str, status: &str) -> Publication {
+    format!("[class,'job_status'],[appl,'{appl}'],[gid,'{gid}'],[job,'{job}'],[agent,'{agent}'],[status,'{status}'],[exit,0],[attempt,1]")
         .parse()
         .expect("a job_status publication")
 }
@@ -215,12 +215,26 @@ fn holds(dep: &Dependency, done: &HashMap<String, String>) -> bool {
 /// After every publication, checks that each waiting job's subscription is satisfied
 /// exactly when its predecessors are done. Returns the jobs in the order they finished,
 /// with their statuses. A finished generation of another id is in the history from the
-/// start, and must never satisfy anything.
+/// start, and so is every job's success in this generation published by an agent that
+/// does not run it (but for pool jobs): neither must ever satisfy anything.
 fn run_generation(app: &Application, day: &str) -> Vec<(String, String)> {
     let deployment = translate(app).expect("translates");
     let appl = app.name.as_str();
-    let mut history: Vec<Publication> =
-        deployment.jobs.iter().map(|j| status_publication(appl, "old", &j.job, "succeeded")).collect();
+    let runner = |job: &str| {
+        deployment.jobs.iter().find(|j| j.job == job).map(|j| j.agent.clone()).expect("a deployed job")
+    };
+    let mut history: Vec<Publication> = deployment
+        .jobs
+        .iter()
+        .flat_map(|j| {
+            let old = status_publication(appl, "old", &j.job, &j.agent, "succeeded");
+            // A pool job is run by whichever member it is dispatched to: any agent's
+            // statuses of it count.
+            let intruder =
+                j.pool.is_none().then(|| status_publication(appl, "g1", &j.job, "intruder", "succeeded"));
+            std::iter::once(old).chain(intruder)
+        })
+        .collect();
     history.push(
         padres_workflow::control::trigger_publication(appl, &deployment.version, "g1", day)
             .expect("a trigger"),
@@ -259,7 +273,7 @@ fn run_generation(app: &Application, day: &str) -> Vec<(String, String)> {
             Some(real) if !real.schedule.runs_on(date(day), &app.calendar) => "skipped",
             _ => "succeeded",
         };
-        history.push(status_publication(appl, "g1", &job, status));
+        history.push(status_publication(appl, "g1", &job, &runner(&job), status));
         done.insert(job.clone(), status.to_owned());
         order.push((job, status.to_owned()));
     }
