@@ -207,9 +207,12 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
     let mut known: Option<Known> = None;
     for _ in 0..50 {
         let follow = workflow::Follow::start(&operator, "payroll", Some((None, since))).await?;
-        let complete = gids.iter().all(|(gid, _)| {
-            follow.known.generations.get(gid).is_some_and(|(_, g, _)| g.state(APPL_END).word() == "succeeded")
-        });
+        let complete =
+            gids.iter().all(|(gid, _)| {
+                follow.known.generations.get(gid).is_some_and(|(_, g, _)| {
+                    g.planned_state(&follow.known.plan, APPL_END).word() == "succeeded"
+                })
+            });
         known = Some(follow.known);
         if complete {
             break;
@@ -261,7 +264,7 @@ pub(crate) async fn run(dir: PathBuf, brokers: usize, stay: bool) -> Result<Exit
             if job == APPL_START || job == APPL_END {
                 continue;
             }
-            let state = generation.state(job);
+            let state = generation.planned_state(&known.plan, job);
             let runs = app.job(job).is_some_and(|j| j.schedule.runs_on(*date, &app.calendar));
             let expected = if runs { "succeeded" } else { "skipped" };
             let word = state.word().to_owned();

@@ -343,7 +343,7 @@ fn render(known: &Known, gid: &str, date: Option<&str>, generation: &Generation)
         if job == APPL_START || job == APPL_END {
             continue;
         }
-        let state = generation.state(job);
+        let state = generation.planned_state(plan, job);
         let detail = match &state {
             State::Waiting => String::new(),
             State::Running(e) => format!("attempt {}", e.attempt),
@@ -377,7 +377,7 @@ fn generation_json(
         .jobs
         .iter()
         .map(|(job, planned)| {
-            let state = generation.state(job);
+            let state = generation.planned_state(plan, job);
             let event = match &state {
                 State::Waiting => None,
                 State::Running(e) | State::Ended(e) => Some(e),
@@ -455,7 +455,9 @@ pub(crate) async fn history(
         let count = |word: &str| {
             plan.jobs
                 .keys()
-                .filter(|j| *j != APPL_START && *j != APPL_END && generation.state(j).word() == word)
+                .filter(|j| {
+                    *j != APPL_START && *j != APPL_END && generation.planned_state(plan, j).word() == word
+                })
                 .count()
         };
         let outcome = match generation.outcome(plan) {

@@ -1614,6 +1614,18 @@ impl Agent {
                 (text(publication, "version").unwrap_or_default(), text(publication, "date"));
             self.follow_generation(appl, version, gid, date.map(str::to_owned), since_ms);
         } else if text(publication, "status").is_some_and(|s| s != "started") {
+            // Only the home agent ends a generation (another agent may be allowed to
+            // publish the application's statuses under its own name).
+            let home = self.version_of(appl, gid).and_then(|a| a.body.home.as_deref());
+            if let Some(home) = home
+                && text(publication, "agent") != Some(home)
+            {
+                tracing::warn!(
+                    "{appl}/{gid}: an APPL_END status from {}, not the home agent {home}: ignored",
+                    text(publication, "agent").unwrap_or("no agent")
+                );
+                return;
+            }
             self.end_generation(appl, gid);
         }
     }
@@ -1824,7 +1836,8 @@ impl Agent {
     async fn checked(&mut self, sub: &MessageId, complete: bool) {
         let Some(Check { appl, gid, generation, .. }) = self.checks.remove(sub) else { return };
         let _ = self.client.unsubscribe(sub.clone()).await;
-        if matches!(generation.state(APPL_END), State::Ended(_)) {
+        let home = self.version_of(&appl, &gid).and_then(|a| a.body.home.clone());
+        if matches!(generation.state_by(APPL_END, home.as_deref()), State::Ended(_)) {
             self.end_generation(&appl, &gid);
             return;
         }

@@ -175,6 +175,9 @@ pub enum Outcome {
 pub struct Generation {
     /// Each job's latest status.
     latest: HashMap<String, StatusEvent>,
+    /// Each job's latest status from each agent (what a dependency naming the agent that
+    /// runs the job counts).
+    by_agent: HashMap<String, HashMap<String, StatusEvent>>,
     /// Every distinct status seen, in the order first seen.
     pub events: Vec<StatusEvent>,
 }
@@ -197,6 +200,10 @@ impl Generation {
         if newer {
             self.latest.insert(event.job.clone(), event.clone());
         }
+        let by = self.by_agent.entry(event.job.clone()).or_default();
+        if by.get(&event.agent).is_none_or(|seen| event.rank() > seen.rank()) {
+            by.insert(event.agent.clone(), event.clone());
+        }
         self.events.push(event);
         true
     }
@@ -210,13 +217,14 @@ impl Generation {
     /// what a dependency naming the agent that runs the job counts.
     pub fn state_by(&self, job: &str, agent: Option<&str>) -> State {
         let Some(agent) = agent else { return self.state(job) };
-        let mut latest: Option<&StatusEvent> = None;
-        for e in self.events.iter().filter(|e| e.job == job && e.agent == agent) {
-            if latest.is_none_or(|seen| e.rank() > seen.rank()) {
-                latest = Some(e);
-            }
-        }
-        Self::state_from(latest)
+        Self::state_from(self.by_agent.get(job).and_then(|by| by.get(agent)))
+    }
+
+    /// Job `job`'s state as `plan` says who runs it: its agent's statuses (any agent's for
+    /// a pool job, or a job not in the plan).
+    pub fn planned_state(&self, plan: &Plan, job: &str) -> State {
+        let runner = plan.jobs.get(job).filter(|p| p.pool.is_none()).map(|p| p.agent.as_str());
+        self.state_by(job, runner)
     }
 
     fn state_from(latest: Option<&StatusEvent>) -> State {
@@ -229,17 +237,17 @@ impl Generation {
 
     /// The generation's outcome under `plan`.
     pub fn outcome(&self, plan: &Plan) -> Outcome {
-        if let State::Ended(end) = self.state(APPL_END)
+        if let State::Ended(end) = self.planned_state(plan, APPL_END)
             && end.status == "succeeded"
         {
             return Outcome::Succeeded;
         }
         let mut fates: HashMap<&str, Fate> = HashMap::new();
-        let end_possible = match self.state(APPL_END) {
+        let end_possible = match self.planned_state(plan, APPL_END) {
             State::Waiting => self.fate(plan, APPL_END, &mut fates, 0) != Fate::Blocked,
             _ => true,
         };
-        let active = plan.jobs.iter().any(|(job, planned)| match self.state(job) {
+        let active = plan.jobs.iter().any(|(job, planned)| match self.planned_state(plan, job) {
             State::Running(_) => true,
             State::Waiting => self.ready(&planned.after) || self.cannot_run(&planned.after),
             State::Ended(_) => false,
@@ -250,7 +258,9 @@ impl Generation {
         let failed = plan
             .jobs
             .keys()
-            .filter(|job| matches!(self.state(job), State::Ended(e) if e.status == "failed" || e.status == "timeout"))
+            .filter(|job| {
+                matches!(self.planned_state(plan, job), State::Ended(e) if e.status == "failed" || e.status == "timeout")
+            })
             .cloned()
             .collect();
         Outcome::Stuck(failed)
@@ -267,7 +277,7 @@ impl Generation {
     /// for good), so that skipping it releases its successors only after all its
     /// predecessors ended as they will. A job with a predecessor that failed (or has not
     /// ended) waits, as any job after a failure does (see
-    /// [`crate::translate::unless_of`]).
+    /// `unless_of` in `translate.rs`).
     pub fn cannot_run(&self, after: &[Need]) -> bool {
         after.iter().any(|need| self.refused(need))
             && after.iter().all(|need| self.met(need) || self.refused(need))
@@ -405,6 +415,7 @@ mod tests {
         let mut plan = pinned_plan_of(xml);
         for planned in plan.jobs.values_mut() {
             planned.after.iter_mut().for_each(any_agent);
+            "a".clone_into(&mut planned.agent);
         }
         plan
     }
@@ -425,14 +436,35 @@ mod tests {
         // a1's own status releases it, though the same status was seen first from a2.
         assert!(g.record(by("A", "succeeded", "a1")));
         assert!(g.ready(&after_b));
-        // A final status refusing a dependency counts only from its runner too: a2
-        // skipping C (a3's) does not skip D.
+        // C (a3's) skipped by a2 does not count for D either.
         let after_d = plan.jobs["D"].after.clone();
         g.record(by("B", "succeeded", "a2"));
         g.record(StatusEvent { attempt: 0, ..by("C", "skipped", "a2") });
         assert!(!g.ready(&after_d) && !g.cannot_run(&after_d));
         g.record(StatusEvent { attempt: 0, ..by("C", "skipped", "a3") });
         assert!(g.ready(&after_d));
+        // Nor does the generation end on another agent's APPL_END (the home, a1, ends it).
+        g.record(StatusEvent { attempt: 0, ..by("APPL_END", "succeeded", "a2") });
+        assert_eq!(g.outcome(&plan), Outcome::Running);
+        g.record(StatusEvent { attempt: 0, ..by("APPL_END", "succeeded", "a1") });
+        assert_eq!(g.outcome(&plan), Outcome::Succeeded);
+    }
+
+    #[test]
+    fn a_dependency_is_refused_for_good_only_by_the_statuses_of_the_agent_that_runs_the_job() {
+        // H (a2's) runs only if A (a1's) failed: A's success refuses it for good.
+        let plan = pinned_plan_of(HANDLER);
+        let after_h = plan.jobs["H"].after.clone();
+        let by = |job: &str, status: &str, agent: &str| StatusEvent {
+            agent: agent.into(),
+            ..event(job, status, 1)
+        };
+        let mut g = Generation::default();
+        g.record(StatusEvent { attempt: 0, ..by("APPL_START", "succeeded", "a1") });
+        g.record(by("A", "succeeded", "a2"));
+        assert!(!g.cannot_run(&after_h), "a2's word on A does not skip H");
+        g.record(by("A", "succeeded", "a1"));
+        assert!(g.cannot_run(&after_h));
     }
 
     fn event(job: &str, status: &str, attempt: u32) -> StatusEvent {

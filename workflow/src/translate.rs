@@ -127,7 +127,7 @@ pub struct BodyJob {
     /// When it is no longer needed, in command form (`cs …`): the trigger and a
     /// predecessor's final status (`succeeded` or `skipped`, which no rerun or bypass
     /// changes) that its status condition refuses. Only for jobs whose conditions can be
-    /// refused that way (`success`, `failed`): see [`unless_of`].
+    /// refused that way (`success`, `failed`): see `unless_of`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unless: Option<String>,
     /// The pool that runs it, for a pool job: the home agent, which the envelope is for,
@@ -223,6 +223,10 @@ pub struct EnvelopeBody {
     /// trigger, and each job's dependency takes only triggers of its own version.
     #[serde(default)]
     pub version: String,
+    /// The home agent: a generation has ended when its `APPL_END` status comes from it
+    /// (`None` in a body from before it was named: from any agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
 }
 
 const fn one() -> u32 {
@@ -257,7 +261,7 @@ pub struct JobDeployment {
     pub predecessors: Vec<String>,
     /// Its dependencies (for a virtual job, the start or end jobs).
     pub after: Vec<Need>,
-    /// When it can no longer run in a generation ([`unless_of`]); `None` for a job whose
+    /// When it can no longer run in a generation (`unless_of`); `None` for a job whose
     /// dependencies a final status always meets.
     pub unless: Option<CompositeSubscription>,
     /// How it runs; `None` for the virtual jobs.
@@ -286,6 +290,8 @@ pub struct Envelope {
     pub max_generations: u32,
     /// The application's version.
     pub version: String,
+    /// The home agent.
+    pub home: String,
 }
 
 /// A translated application.
@@ -605,6 +611,7 @@ fn translate_version(app: &Application, version: &str) -> Result<Deployment, Tra
             triggers: if agent == home { triggers.clone() } else { Vec::new() },
             max_generations: app.max_generations,
             version: version.to_owned(),
+            home: home.to_owned(),
             jobs,
         })
         .collect();
@@ -637,6 +644,7 @@ impl Envelope {
                     pool: j.pool.clone(),
                 })
                 .collect(),
+            home: Some(self.home.clone()),
             triggers: self.triggers.clone(),
             max_generations: self.max_generations,
             version: self.version.clone(),
