@@ -661,17 +661,7 @@ async fn with_a_federation_ca_only_brokers_it_certified_may_link() {
     let registered = padres_transport::local::certificate_path(b1.addr.port()).expect("a registry");
     assert!(registered.is_file(), "B1 registered what verifies it");
     let mut b1 = b1;
-    let status =
-        Command::new("kill").args(["-TERM", &b1.child.id().to_string()]).status().expect("kill runs");
-    assert!(status.success());
-    let mut exited = None;
-    for _ in 0..200 {
-        exited = b1.child.try_wait().expect("waits");
-        if exited.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let exited = b1.terminate(10).await;
     assert!(exited.is_some_and(|e| e.success()), "B1 exits within 10 s of SIGTERM: {exited:?}");
     assert!(!registered.exists(), "the registration is withdrawn on shutdown");
     let _ = std::fs::remove_dir_all(&fed);
@@ -686,18 +676,7 @@ async fn sigterm_shuts_the_broker_down_cleanly() {
     let subscriber = client(&broker, "sub").await;
     subscriber.send("s [class,eq,'x']").await.expect("subscribed");
 
-    let status =
-        Command::new("kill").args(["-TERM", &broker.child.id().to_string()]).status().expect("kill runs");
-    assert!(status.success());
-    let mut exited = None;
-    for _ in 0..100 {
-        exited = broker.child.try_wait().expect("waits");
-        if exited.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let exited = exited.expect("the broker exits within 5 s of SIGTERM");
+    let exited = broker.terminate(5).await.expect("the broker exits within 5 s of SIGTERM");
     assert!(exited.success(), "{exited:?}");
     assert!(!registered.exists(), "the registration is withdrawn on shutdown");
     // Its clients are told (the connection closes), not left waiting for a timeout.

@@ -104,6 +104,21 @@ impl Broker {
         self.start_again();
     }
 
+    /// Sends the process SIGTERM and waits for it to exit, at most `seconds`; its exit
+    /// status, or `None` if it still runs.
+    pub async fn terminate(&mut self, seconds: u64) -> Option<std::process::ExitStatus> {
+        let status =
+            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
+        assert!(status.success());
+        for _ in 0..seconds * 20 {
+            if let Some(exited) = self.child.try_wait().expect("waits") {
+                return Some(exited);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     /// Kills the process (no clean shutdown); [`Broker::start_again`] brings it back.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

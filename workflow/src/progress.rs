@@ -420,14 +420,15 @@ mod tests {
         plan
     }
 
+    /// `job`'s status (attempt 1) published by `agent`.
+    fn by(job: &str, status: &str, agent: &str) -> StatusEvent {
+        StatusEvent { agent: agent.into(), ..event(job, status, 1) }
+    }
+
     #[test]
     fn a_dependency_counts_only_the_statuses_of_the_agent_that_runs_the_job() {
         let plan = pinned_plan_of(XML);
         let after_b = plan.jobs["B"].after.clone();
-        let by = |job: &str, status: &str, agent: &str| StatusEvent {
-            agent: agent.into(),
-            ..event(job, status, 1)
-        };
         let mut g = Generation::default();
         g.record(StatusEvent { attempt: 0, ..by("APPL_START", "succeeded", "a1") });
         // a2 says A (a1's) succeeded: B, a2's own successor, is not released.
@@ -455,10 +456,6 @@ mod tests {
         // H (a2's) runs only if A (a1's) failed: A's success refuses it for good.
         let plan = pinned_plan_of(HANDLER);
         let after_h = plan.jobs["H"].after.clone();
-        let by = |job: &str, status: &str, agent: &str| StatusEvent {
-            agent: agent.into(),
-            ..event(job, status, 1)
-        };
         let mut g = Generation::default();
         g.record(StatusEvent { attempt: 0, ..by("APPL_START", "succeeded", "a1") });
         g.record(by("A", "succeeded", "a2"));
