@@ -1010,3 +1010,27 @@ async fn a_self_signed_certificate_names_the_hosts_it_is_given() {
     Client::connect(broker.addr, "b1.example", &cert, "c").await.expect("verified as b1.example");
     assert!(Client::connect(broker.addr, "b2.example", &cert, "c").await.is_err(), "not as another host");
 }
+
+/// A pinned certificate (`--ca cert.pem`, `--peer-cert`) vouches for itself alone: a
+/// broker presenting a certificate that the pinned one's key signed, for the same names,
+/// is not trusted.
+#[tokio::test]
+async fn a_pinned_certificate_vouches_for_no_certificate_its_key_signed() {
+    let test = "pinned-dial";
+    let genuine = start_broker("B2", test);
+    let pinned = genuine.dir.join("cert.pem");
+    Client::connect(genuine.addr, "localhost", &pinned, "c").await.expect("the pinned broker is trusted");
+    // B2's certificate and key used as a CA sign a certificate for B3, which another
+    // broker then presents.
+    let minting = data_dir(test, "minting");
+    std::fs::create_dir_all(&minting).expect("a directory");
+    std::fs::copy(&pinned, minting.join("ca.pem")).expect("copied");
+    std::fs::copy(genuine.dir.join("key.pem"), minting.join("ca-key.pem")).expect("copied");
+    padres_broker::net::cert::issue(&minting, "B3", &[], &data_dir(test, "B3"), true).expect("signed");
+    let impostor = start_broker("B3", test);
+    match Client::connect(impostor.addr, "localhost", &pinned, "c").await {
+        Err(error) => assert!(error.to_string().contains("UnknownIssuer"), "{error}"),
+        Ok(_) => panic!("a certificate signed by a pinned one's key is trusted"),
+    }
+    let _ = std::fs::remove_dir_all(&minting);
+}

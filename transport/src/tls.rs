@@ -158,7 +158,9 @@ pub fn client_config(trust: &Trust, identity: Option<&Identity>) -> Result<quinn
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls)?;
     let builder = match trust {
-        Trust::Certificates(paths) => builder.with_root_certificates(roots(paths)?),
+        Trust::Certificates(paths) => {
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(Pinning::new(paths)?))
+        }
         Trust::Insecure => {
             builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
         }
@@ -374,17 +376,18 @@ fn names_in(der: &CertificateDer<'_>) -> Option<(Vec<String>, Option<String>)> {
     Some((names, client))
 }
 
-/// The handshake signature checks of a verifier holding its `CryptoProvider` (`self.0`):
-/// whatever the verifier says of a certificate, the peer must prove it holds its key.
+/// The handshake signature checks of a verifier holding its `CryptoProvider` in field
+/// `$provider`: whatever the verifier says of a certificate, the peer must prove it holds
+/// its key.
 macro_rules! signature_checks {
-    () => {
+    ($provider:tt) => {
         fn verify_tls12_signature(
             &self,
             message: &[u8],
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+            verify_tls12_signature(message, cert, dss, &self.$provider.signature_verification_algorithms)
         }
 
         fn verify_tls13_signature(
@@ -393,13 +396,98 @@ macro_rules! signature_checks {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+            verify_tls13_signature(message, cert, dss, &self.$provider.signature_verification_algorithms)
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
+            self.$provider.signature_verification_algorithms.supported_schemes()
         }
     };
+}
+
+/// Verifies a server as [`Trust::Certificates`] says: a CA certificate among them
+/// (basicConstraints CA) vouches for those it issued (webpki, with the server's name), and
+/// any other is pinned: trusted as itself only, byte for byte, for the names it carries. A
+/// pinned certificate used as a trust anchor would vouch for whatever its key signed, so a
+/// broker whose certificate is pinned could pass for any other.
+#[derive(Debug)]
+struct Pinning {
+    cas: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    pinned: Vec<CertificateDer<'static>>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl Pinning {
+    fn new(paths: &[PathBuf]) -> Result<Self, TlsError> {
+        let mut cas = RootCertStore::empty();
+        let mut pinned = Vec::new();
+        for path in paths {
+            for cert in certificates(path)? {
+                if x509_parser::parse_x509_certificate(&cert).is_ok_and(|(_, c)| c.is_ca()) {
+                    cas.add(cert).map_err(|e| file_error(path)(e.to_string()))?;
+                } else {
+                    pinned.push(cert);
+                }
+            }
+        }
+        let cas = if cas.is_empty() {
+            None
+        } else {
+            Some(
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(cas), provider())
+                    .build()
+                    .map_err(|e| TlsError::Config(e.to_string()))?,
+            )
+        };
+        Ok(Self { cas, pinned, provider: provider() })
+    }
+}
+
+/// Whether `der` is for `server`: a DNS name among its DNS subject alternative names
+/// (ASCII case ignored), an IP address among its IP ones.
+fn names_server(der: &CertificateDer<'_>, server: &ServerName<'_>) -> bool {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return false };
+    let Ok(Some(alt)) = cert.subject_alternative_name() else { return false };
+    alt.value.general_names.iter().any(|name| match (name, server) {
+        (x509_parser::extensions::GeneralName::DNSName(dns), ServerName::DnsName(wanted)) => {
+            dns.eq_ignore_ascii_case(wanted.as_ref())
+        }
+        (x509_parser::extensions::GeneralName::IPAddress(bytes), ServerName::IpAddress(ip)) => {
+            match std::net::IpAddr::from(*ip) {
+                std::net::IpAddr::V4(v4) => *bytes == v4.octets().as_slice(),
+                std::net::IpAddr::V6(v6) => *bytes == v6.octets().as_slice(),
+            }
+        }
+        _ => false,
+    })
+}
+
+impl ServerCertVerifier for Pinning {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError;
+        if self.pinned.iter().any(|pinned| pinned.as_ref() == end_entity.as_ref()) {
+            if current(end_entity).is_err() {
+                return Err(rustls::Error::InvalidCertificate(CertificateError::Expired));
+            }
+            if !names_server(end_entity, server_name) {
+                return Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName));
+            }
+            return Ok(ServerCertVerified::assertion());
+        }
+        match &self.cas {
+            Some(cas) => cas.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now),
+            None => Err(rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)),
+        }
+    }
+
+    signature_checks!(provider);
 }
 
 /// Asks clients for a certificate without requiring one, and accepts any whose key the
@@ -430,7 +518,7 @@ impl ClientCertVerifier for ProofOfKey {
         Ok(ClientCertVerified::assertion())
     }
 
-    signature_checks!();
+    signature_checks!(0);
 }
 
 /// Accepts any server certificate; signatures are still checked, so the handshake itself
@@ -450,5 +538,5 @@ impl ServerCertVerifier for NoVerification {
         Ok(ServerCertVerified::assertion())
     }
 
-    signature_checks!();
+    signature_checks!(0);
 }
