@@ -270,24 +270,25 @@ impl PeerCertificates {
     /// `ca` must hold CA certificates only: a broker's certificate there would let that
     /// broker issue certificates for any broker or client principal.
     pub fn new(ca: Option<&Path>, pinned: &[PathBuf]) -> Result<Self, TlsError> {
-        if let Some(path) = ca {
-            for der in certificates(path)? {
-                let is_ca = x509_parser::parse_x509_certificate(&der).is_ok_and(|(_, cert)| cert.is_ca());
-                if !is_ca {
-                    return Err(file_error(path)(
-                        "holds a certificate that is not a CA's (basicConstraints CA:TRUE): give the \
-                         federation's ca.pem (padres-broker cert ca), not a broker's cert.pem"
-                            .to_owned(),
-                    ));
-                }
-            }
-        }
         let ca = match ca {
-            Some(path) => Some(
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(&[path.to_owned()])?), provider())
-                    .build()
-                    .map_err(|e| TlsError::Config(e.to_string()))?,
-            ),
+            Some(path) => {
+                let mut store = RootCertStore::empty();
+                for der in certificates(path)? {
+                    if !is_ca(&der) {
+                        return Err(file_error(path)(
+                            "holds a certificate that is not a CA's (basicConstraints CA:TRUE): give the \
+                             federation's ca.pem (padres-broker cert ca), not a broker's cert.pem"
+                                .to_owned(),
+                        ));
+                    }
+                    store.add(der).map_err(|e| file_error(path)(e.to_string()))?;
+                }
+                Some(
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider())
+                        .build()
+                        .map_err(|e| TlsError::Config(e.to_string()))?,
+                )
+            }
             None => None,
         };
         let mut each = Vec::new();
@@ -332,6 +333,11 @@ impl PeerCertificates {
         };
         Presented::Trusted { issuer, names, client }
     }
+}
+
+/// Whether `der` is a CA's certificate (basicConstraints CA:TRUE).
+fn is_ca(der: &CertificateDer<'_>) -> bool {
+    x509_parser::parse_x509_certificate(der).is_ok_and(|(_, cert)| cert.is_ca())
 }
 
 /// Whether `der` is within its validity period now.
@@ -423,7 +429,7 @@ impl Pinning {
         let mut pinned = Vec::new();
         for path in paths {
             for cert in certificates(path)? {
-                if x509_parser::parse_x509_certificate(&cert).is_ok_and(|(_, c)| c.is_ca()) {
+                if is_ca(&cert) {
                     cas.add(cert).map_err(|e| file_error(path)(e.to_string()))?;
                 } else {
                     pinned.push(cert);

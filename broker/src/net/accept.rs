@@ -137,10 +137,11 @@ pub(super) async fn connection(
         gate.certificates.as_ref().map_or(Presented::Nothing, |trusted| trusted.check(&connection));
     match role {
         Role::Broker => {
-            let refused = refusal(&presented, &name, limits).or_else(|| {
+            let required = gate.certificates.is_some();
+            let refused = refusal(&presented, &name, required).or_else(|| {
                 // Without a CA or pinned certificates a broker's hello proves nothing: a
                 // client could say it is one and pass every permission by.
-                (!gate.auth.is_open() && !limits.require_broker_cert).then(|| {
+                (!gate.auth.is_open() && !required).then(|| {
                     "this broker restricts its clients ([auth]) and trusts no broker certificates, so a broker \
                      dialling in cannot be told from a client: set federation_ca or accept_brokers, or let this \
                      broker dial its neighbours"
@@ -189,12 +190,12 @@ pub(super) async fn connection(
 
 /// With a federation CA or pinned broker certificates, a broker must present a
 /// certificate one of them vouches for, issued for the name it claims.
-fn refusal(presented: &Presented, name: &Name, limits: Limits) -> Option<String> {
+fn refusal(presented: &Presented, name: &Name, required: bool) -> Option<String> {
     match presented {
         Presented::Trusted { client: Some(_), .. } => {
             Some("a client certificate cannot link as a broker".to_owned())
         }
-        _ if !limits.require_broker_cert => None,
+        _ if !required => None,
         Presented::Nothing => Some(
             "this broker requires brokers dialling in to present a certificate from its federation CA or \
              among its accept_brokers"

@@ -175,7 +175,6 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 struct Limits {
     max_frame: usize,
     max_queued: usize,
-    require_broker_cert: bool,
 }
 
 /// Runs the broker until Ctrl-C or SIGTERM. Prints `listening on quic://ADDR` once bound.
@@ -280,7 +279,6 @@ pub async fn serve_until(
     let limits = Limits {
         max_frame: config.limits.max_frame_bytes,
         max_queued: config.limits.max_queued_bytes_per_client,
-        require_broker_cert: certificates.is_some(),
     };
     let open = Arc::new(AtomicUsize::new(0));
     let dialer = link::Dialer {
