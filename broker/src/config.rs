@@ -52,6 +52,9 @@ pub struct LimitsConfig {
     pub max_connections: usize,
     /// Bytes queued for one slow client before it is disconnected.
     pub max_queued_bytes_per_client: usize,
+    /// Milliseconds an `advertise`, `subscribe` or `unadv` waits to settle before it is
+    /// answered with what has settled (counted in `settle_timeouts`, logged).
+    pub settle_timeout_ms: u64,
 }
 
 impl Default for LimitsConfig {
@@ -61,6 +64,7 @@ impl Default for LimitsConfig {
             max_subscriptions_per_client: 100_000,
             max_connections: 10_000,
             max_queued_bytes_per_client: 64 << 20,
+            settle_timeout_ms: crate::router::DEFAULT_SETTLE_TIMEOUT_MS,
         }
     }
 }
@@ -450,6 +454,7 @@ impl Config {
             ("limits.max_subscriptions_per_client", l.max_subscriptions_per_client),
             ("limits.max_connections", l.max_connections),
             ("limits.max_queued_bytes_per_client", l.max_queued_bytes_per_client),
+            ("limits.settle_timeout_ms", usize::try_from(l.settle_timeout_ms).unwrap_or(usize::MAX)),
             (
                 "composite.max_partial_matches_per_subscription",
                 self.composite.max_partial_matches_per_subscription,
@@ -492,6 +497,7 @@ impl Config {
             history_chunk_bytes: crate::router::history_chunk_bytes(l.max_frame_bytes),
             rejoin_ms: self.link_sessions.window_ms,
             rejoin_max_bytes: self.link_sessions.max_bytes,
+            settle_timeout_ms: self.limits.settle_timeout_ms,
         };
         let history = self.validate_history()?;
         let s = &self.link_sessions;
@@ -709,6 +715,13 @@ impl Config {
         let _ = writeln!(out, "max_connections = {}", self.limits.max_connections);
         let _ = writeln!(out, "# Bytes queued for one slow client before it is disconnected.");
         let _ = writeln!(out, "max_queued_bytes_per_client = {}", self.limits.max_queued_bytes_per_client);
+        let _ = writeln!(
+            out,
+            "# Milliseconds advertise/subscribe/unadv wait to settle (reach every broker they must)"
+        );
+        let _ =
+            writeln!(out, "# before they are answered with what has settled (counted, logged); at least 1.");
+        let _ = writeln!(out, "settle_timeout_ms = {}", self.limits.settle_timeout_ms);
         let s = &self.link_sessions;
         let _ = writeln!(out, "\n[link_sessions]");
         let _ =

@@ -26,6 +26,7 @@
 //! | `padres_client_sessions_resumed_total`, `padres_client_frames_resent_total`, `padres_client_sessions_expired_total` | counter | same names |
 //! | `padres_clients_refused_total`, `padres_permission_denials_total` | counter | same names: clients refused at the hello, requests refused for a missing right ([`crate::auth`]) |
 //! | `padres_neighbour_restarts_total`, `padres_restart_publications_sent_total`, `padres_restart_duplicates_dropped_total` | counter | same names: restarted neighbours re-synchronised (`router/rejoin.rs`) |
+//! | `padres_settle_timeouts_total` | counter | `settle_timeouts`: requests answered at `limits.settle_timeout_ms` before they settled (`router/settle.rs`) |
 //! | `padres_routing_table_entries{table}` | gauge | `advertisements` (`srt`), `subscriptions` (`prt`), `composites` |
 //! | `padres_composite_detectors`, `padres_partial_matches`, `padres_partial_match_bytes`, `padres_partial_match_cap_bytes` | gauge | `detectors`, `partial_matches`, `partial_match_bytes`, `partial_match_bytes_cap` |
 //! | `padres_composite_matches_total`, `padres_partial_matches_evicted_total`, `…_expired_total`, `…_ended_total`, `padres_composite_pairs_dropped_total` | counter | `composite_matches`, `partials_evicted`, `partials_expired`, `partials_ended`, `pairs_dropped` |
@@ -97,7 +98,7 @@ impl Collector for Snapshot {
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         let bytes = Some(Unit::Bytes);
         // (name, help, unit, value); the encoder appends the unit and, for counters, `_total`.
-        let counters: [(&str, &str, Option<Unit>, u64); 30] = [
+        let counters: [(&str, &str, Option<Unit>, u64); 31] = [
             ("client_requests", "Requests received from clients.", None, s.client_requests),
             ("publications_in", "Publications received from clients.", None, s.publications_in),
             (
@@ -139,6 +140,12 @@ impl Collector for Snapshot {
                 "Publications from neighbours passed on already (sent again after a restart), dropped.",
                 None,
                 s.restart_duplicates_dropped,
+            ),
+            (
+                "settle_timeouts",
+                "Requests and forwarded copies answered at their settle deadline, not settled.",
+                None,
+                s.settle_timeouts,
             ),
             ("links_cut", "Neighbour links cut because they did not keep up.", None, s.links_cut),
             (

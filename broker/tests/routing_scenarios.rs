@@ -824,3 +824,32 @@ fn a_route_a_restarted_neighbour_does_not_send_again_is_withdrawn_after_the_dead
     assert!(!prt_has(&sim, 0, "[class,eq,'t']"), "withdrawn at the deadline");
     assert_eq!(sim.replays(0).sent, 1, "what was held went to B2 at the deadline");
 }
+
+/// A neighbour that stays up and never answers holds a request only until its settle
+/// deadline: the client is answered then, and the timeout is counted.
+#[test]
+fn a_request_held_by_a_silent_neighbour_is_answered_at_its_deadline() {
+    use padres_broker::router::{Input, Output, Router};
+    let name = |n: &str| padres_lang::Name::new(n).expect("name");
+    let options = Options { settle_timeout_ms: 2_000, ..Options::default() };
+    let mut router = Router::with_options(name("B1"), options);
+    let mut out = Vec::new();
+    router.handle(0, Input::NeighbourUp(name("B2")), &mut out);
+    out.clear();
+    let message = "a [class,eq,'t']".parse().expect("valid");
+    router.handle(100, Input::Client { client: 1, req: Some(7), message }, &mut out);
+    assert!(out.iter().any(|o| matches!(o, Output::ToBroker { .. })), "the advertisement goes to B2");
+    assert!(!out.iter().any(|o| matches!(o, Output::Reply { .. })), "no reply before B2 answers");
+    assert_eq!(router.poll_timeout(), Some(2_100));
+    out.clear();
+    router.handle_timeout(2_099, &mut out);
+    assert!(out.is_empty(), "nothing before the deadline: {out:?}");
+    router.handle_timeout(2_100, &mut out);
+    assert!(
+        matches!(out.as_slice(), [Output::Reply { client: 1, req: Some(7), result: Ok(Some(_)) }]),
+        "answered at the deadline: {out:?}"
+    );
+    assert_eq!(router.settle_timeouts(), 1);
+    assert_eq!(router.unsettled(), 0);
+    assert_eq!(router.poll_timeout(), None);
+}

@@ -833,6 +833,7 @@ async fn inspect(command: BrokerCommand) -> Result<(), String> {
                 out!("broker links refused {}", stats.links_refused);
                 out!("clients refused (credentials) {}", stats.clients_refused);
                 out!("requests denied (permissions) {}", stats.permission_denials);
+                out!("requests answered before they settled (deadline) {}", stats.settle_timeouts);
                 out!("broker links cut (too slow) {}", stats.links_cut);
                 out!(
                     "link sessions: resumed {}, messages sent on return {}, duplicates dropped {}, expired {}",

@@ -301,6 +301,7 @@ fn any_frame() -> BoxedStrategy<Frame> {
                         neighbour_restarts: n / 157,
                         restart_publications_sent: n / 163,
                         restart_duplicates_dropped: n / 167,
+                        settle_timeouts: n / 173,
                     })),
                 }
             }

@@ -183,6 +183,7 @@ fn samples() -> Vec<Frame> {
                 neighbour_restarts: 41,
                 restart_publications_sent: 42,
                 restart_duplicates_dropped: 43,
+                settle_timeouts: 44,
             })),
         },
         Frame::Report {
@@ -295,7 +296,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ("Query/Routes", "0000000b0902010a140573746f636b"),
     (
         "Report/Stats",
-        "000000440a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324010242320a6a6f625f73746174757325262728292a2b",
+        "000000450a0100024231010203010242320405060708090a0b0c0d0e0f101c1d1112131415161718191a1b1e1f2021222324010242320a6a6f625f73746174757325262728292a2b2c",
     ),
     (
         "Report/Routes",

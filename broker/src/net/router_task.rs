@@ -1061,6 +1061,7 @@ impl RouterTask {
             neighbour_restarts: self.router.replays().restarts,
             restart_publications_sent: self.router.replays().sent,
             restart_duplicates_dropped: self.router.replays().duplicates,
+            settle_timeouts: self.router.settle_timeouts(),
         }
     }
 

@@ -354,7 +354,15 @@ pub struct Options {
     pub rejoin_ms: u64,
     /// Most bytes (estimated) of publications held for one restarted neighbour.
     pub rejoin_max_bytes: usize,
+    /// How long a request or a forwarded copy waits to settle before it is answered with
+    /// what has (ms; `settle.rs`).
+    pub settle_timeout_ms: u64,
 }
+
+/// How long a request waits to settle unless configured otherwise (ms): well past a
+/// round trip across a thousand brokers, short of a link session's window, so a reply
+/// held up by a neighbour that never answers still comes within seconds.
+pub const DEFAULT_SETTLE_TIMEOUT_MS: u64 = 5_000;
 
 impl Options {
     /// Covering off, a tree, no limits but the defaults.
@@ -371,6 +379,7 @@ impl Options {
         history_chunk_bytes: history_chunk_bytes(padres_lang::wire::codec::DEFAULT_MAX_FRAME),
         rejoin_ms: crate::resume::DEFAULT_WINDOW_MS,
         rejoin_max_bytes: crate::resume::DEFAULT_MAX_BYTES,
+        settle_timeout_ms: DEFAULT_SETTLE_TIMEOUT_MS,
     };
 }
 
@@ -542,6 +551,7 @@ pub struct Router {
     /// Neighbours that restarted and are re-synchronising (`rejoin.rs`).
     rejoining: BTreeMap<Name, Rejoin>,
     rejoin_ms: u64,
+    settle_timeout_ms: u64,
     rejoin_max_bytes: usize,
     /// In a tree: per publisher's broker, the stamp counter of the last publication passed
     /// on from a neighbour (one that comes again after a neighbour's restart is dropped).
@@ -636,6 +646,7 @@ impl Router {
             ),
             rejoining: BTreeMap::new(),
             rejoin_ms: options.rejoin_ms,
+            settle_timeout_ms: options.settle_timeout_ms,
             rejoin_max_bytes: options.rejoin_max_bytes,
             passed: foldhash::HashMap::default(),
             replays: Replays::default(),
@@ -737,7 +748,8 @@ impl Router {
                 .collect();
             // Composite subscriptions it placed or moved, too.
             needs.extend(self.placed.drain(..));
-            self.settle.wait(needs, waiter, out);
+            let deadline = now.saturating_add(self.settle_timeout_ms);
+            self.settle.wait(needs, waiter, deadline, out);
         }
         self.start_settled_queries(start, out);
     }
@@ -769,6 +781,7 @@ impl Router {
             self.detection().and_then(Detection::poll_timeout),
             self.histories.poll_timeout(),
             self.rejoining.values().map(|r| r.until).min(),
+            self.settle.poll_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -784,6 +797,7 @@ impl Router {
         self.history_timeouts(now, out);
         self.srt_changed.clear();
         self.rejoin_timeouts(now, out);
+        self.settle.handle_timeout(now, out);
         if !self.srt_changed.is_empty() {
             self.replace_composites(out);
         }
@@ -837,6 +851,11 @@ impl Router {
     /// Requests and forwarded messages waiting to settle.
     pub fn unsettled(&self) -> usize {
         self.settle.waiting()
+    }
+
+    /// Requests and forwarded copies answered at their settle deadline, not settled.
+    pub fn settle_timeouts(&self) -> u64 {
+        self.settle.timeouts()
     }
 
     /// A copy of the routing tables, sorted.
@@ -1520,7 +1539,6 @@ impl Router {
     /// epoch) to every neighbour but `last`.
     fn flood_path(&mut self, id: &MessageId, last: &Hop, out: &mut Vec<Output>) {
         let Some(e) = self.advs.get(id) else { return };
-        let what = Forwarded::Advertisement(id.clone());
         for n in &self.neighbours {
             if *last != Hop::Broker(n.clone()) {
                 let message = BrokerMessage::Advertise {
@@ -1530,7 +1548,6 @@ impl Router {
                     epoch: e.epoch,
                 };
                 out.push(Output::ToBroker { to: n.clone(), message });
-                self.awaited.push((what.clone(), what.clone(), n.clone()));
             }
         }
     }

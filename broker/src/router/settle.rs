@@ -32,7 +32,20 @@
 //! - A copy the shell cannot encode would never be answered; the session refuses an
 //!   advertisement or subscription whose forwarded copy could pass the frame limit
 //!   (`net/session.rs`, `forwardable`), so none should reach the router.
-//! - There is no deadline: a neighbour that stays up and never answers holds the reply.
+//! - Every wait has a deadline ([`Options::settle_timeout_ms`](super::Options)): past it,
+//!   the client (or the neighbour) is answered with what has settled so far, and the
+//!   timeout is counted ([`Settle::timeouts`]) and logged. A neighbour that stays up and
+//!   never answers then costs a late reply, not a lost one.
+//!
+//! Only the first copy of an advertisement a broker takes waits for its own forwarded
+//! copies. In a cyclic overlay a later copy (a shorter path, a new flood after a lost
+//! link) moves the advertisement's tree and is passed on, but is answered at once: the
+//! copies of one advertisement to one neighbour are counted together, so a later copy
+//! waiting for its own forwards joined the waits of the first flood, and around a loop
+//! those waits could hold each other up for ever (at 60 brokers and more, most
+//! advertisements never settled). The first copies form a spanning tree, so their waits
+//! cannot close a circle; the subscriptions a moved tree carries are offered to the new
+//! parent before they leave the old one, so the advertiser never lacks them.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -56,6 +69,8 @@ pub(super) enum Waiter {
 struct Wait {
     waiter: Waiter,
     remaining: usize,
+    /// When it is answered whatever is still outstanding (virtual ms).
+    deadline: u64,
 }
 
 /// What is unsettled at this broker.
@@ -67,6 +82,10 @@ pub(super) struct Settle {
     blocked: HashMap<(Forwarded, Name), Vec<u64>>,
     waits: HashMap<u64, Wait>,
     next: u64,
+    /// `(deadline, wait)` of every wait, soonest first (answered ones are skipped).
+    deadlines: BTreeSet<(u64, u64)>,
+    /// Waits answered at their deadline.
+    timeouts: u64,
 }
 
 impl Settle {
@@ -77,8 +96,15 @@ impl Settle {
         }
     }
 
-    /// `waiter` is answered once every copy in `needs` that is still unanswered is.
-    pub(super) fn wait(&mut self, needs: BTreeSet<(Forwarded, Name)>, waiter: Waiter, out: &mut Vec<Output>) {
+    /// `waiter` is answered once every copy in `needs` that is still unanswered is, or at
+    /// `deadline`, whichever comes first.
+    pub(super) fn wait(
+        &mut self,
+        needs: BTreeSet<(Forwarded, Name)>,
+        waiter: Waiter,
+        deadline: u64,
+        out: &mut Vec<Output>,
+    ) {
         let needs: Vec<(Forwarded, Name)> =
             needs.into_iter().filter(|need| self.outstanding.contains_key(need)).collect();
         if needs.is_empty() {
@@ -87,7 +113,8 @@ impl Settle {
         }
         self.next += 1;
         let wait = self.next;
-        self.waits.insert(wait, Wait { waiter, remaining: needs.len() });
+        self.waits.insert(wait, Wait { waiter, remaining: needs.len(), deadline });
+        self.deadlines.insert((deadline, wait));
         for need in needs {
             self.blocked.entry(need).or_default().push(wait);
         }
@@ -106,7 +133,14 @@ impl Settle {
 
     /// Neighbour `name` is gone: nothing more comes from it, and nobody there waits.
     pub(super) fn neighbour_down(&mut self, name: &Name, out: &mut Vec<Output>) {
-        self.waits.retain(|_, w| !matches!(&w.waiter, Waiter::Broker { to, .. } if to == name));
+        let deadlines = &mut self.deadlines;
+        self.waits.retain(|wait, w| {
+            let gone = matches!(&w.waiter, Waiter::Broker { to, .. } if to == name);
+            if gone {
+                deadlines.remove(&(w.deadline, *wait));
+            }
+            !gone
+        });
         let mut gone: Vec<(Forwarded, Name)> =
             self.outstanding.keys().filter(|(_, to)| to == name).cloned().collect();
         gone.sort();
@@ -121,6 +155,34 @@ impl Settle {
         self.waits.len()
     }
 
+    /// Waits answered at their deadline so far.
+    pub(super) fn timeouts(&self) -> u64 {
+        self.timeouts
+    }
+
+    /// The soonest deadline of a wait.
+    pub(super) fn poll_timeout(&self) -> Option<u64> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    /// Answers every wait whose deadline is `now` or earlier with what has settled.
+    pub(super) fn handle_timeout(&mut self, now: u64, out: &mut Vec<Output>) {
+        while let Some(&(at, wait)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            let Some(w) = self.waits.remove(&wait) else { continue };
+            self.timeouts += 1;
+            tracing::warn!(
+                waiter = ?w.waiter,
+                unanswered = w.remaining,
+                "a request did not settle in time: answered with what has settled"
+            );
+            answer(w.waiter, out);
+        }
+    }
+
     fn release(&mut self, key: &(Forwarded, Name), out: &mut Vec<Output>) {
         for wait in self.blocked.remove(key).unwrap_or_default() {
             let Some(w) = self.waits.get_mut(&wait) else { continue };
@@ -128,6 +190,7 @@ impl Settle {
             if w.remaining == 0
                 && let Some(w) = self.waits.remove(&wait)
             {
+                self.deadlines.remove(&(w.deadline, wait));
                 answer(w.waiter, out);
             }
         }

@@ -33,7 +33,8 @@
 //! overlays that route around a lost link. Version 10 adds client sessions. Version 11
 //! adds what each link carried per message class ([`BrokerStats`]'s `link_traffic`).
 //! Version 12 adds a client's token to [`Frame::Hello`]; a hello of an earlier version no
-//! longer decodes, so such a peer is refused as sending invalid input.
+//! longer decodes, so such a peer is refused as sending invalid input. Version 13 adds
+//! `settle_timeouts` to [`BrokerStats`].
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -59,7 +60,7 @@ pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -609,6 +610,10 @@ pub struct BrokerStats {
     /// restart).
     #[serde(default)]
     pub restart_duplicates_dropped: u64,
+    /// Requests and forwarded copies answered at their settle deadline instead of settled
+    /// (`limits.settle_timeout_ms`).
+    #[serde(default)]
+    pub settle_timeouts: u64,
 }
 
 /// Messages of one class sent to one neighbour, since the broker started.
