@@ -8,18 +8,21 @@
 //! cargo run --release -p padres-bench -- quic                # brokers over QUIC, vs nats-server and mosquitto
 //! cargo run --release -p padres-bench -- quic --quick
 //! cargo run --release -p padres-bench -- history             # the history store (~2 min)
+//! cargo run --release -p padres-bench -- scale               # 100 to 1,000 brokers in the simulator
 //! sudo scripts/netns-federation                             # probe + impair, brokers in namespaces
 //! ```
 
 mod auth;
 mod churn;
 mod composite;
+mod federation;
 mod history;
 mod impair;
 mod peers;
 mod pools;
 mod probe;
 mod quic;
+mod scale;
 mod workflow;
 mod workload;
 
@@ -142,6 +145,72 @@ enum Command {
         /// Only this part: placement, provisioning or dispatch.
         #[arg(long, value_parser = ["placement", "provisioning", "dispatch"])]
         only: Option<String>,
+    },
+    /// Scale: overlays of 100, 300 and 1,000 brokers in the simulator (random, balanced and
+    /// power-law trees, cyclic graphs; covering off, lazy, active; subscribers with and
+    /// without locality): messages per advertisement and subscription until settled,
+    /// routing entries and bytes per broker, link messages per delivered publication
+    /// against the shortest-path tree, router time per publication, settle time, growth
+    /// exponents; composite detection in the network against at the subscriber's broker;
+    /// k% of brokers crashed at once, in trees and cyclic overlays.
+    Scale {
+        /// 100 and 300 brokers only.
+        #[arg(long)]
+        quick: bool,
+        /// Overlay sizes, comma-separated (default 100,300,1000).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        /// Seed for overlays and workloads.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Overlays, comma-separated: random, balanced, power-law, cyclic (default all).
+        #[arg(long, value_delimiter = ',')]
+        shapes: Vec<String>,
+        /// Covering modes, comma-separated: off, lazy, active (default all).
+        #[arg(long, value_delimiter = ',')]
+        covering: Vec<String>,
+        /// Skip the crash table.
+        #[arg(long)]
+        no_failures: bool,
+        /// Skip the composite traffic table.
+        #[arg(long)]
+        no_composite: bool,
+    },
+    /// Real brokers at scale: `padres-broker` processes on loopback (the release binary
+    /// beside this one) as a random tree and as a cyclic graph, with clients spread over
+    /// them: time until linked, resident memory per broker, subscription propagation to
+    /// the farthest broker, delivery latency by hop count at a paced rate, a broker killed
+    /// midway (publications lost, time until stalled pairs resume), and every request that
+    /// took over 10 s.
+    Federation {
+        /// Brokers.
+        #[arg(long, default_value_t = 100)]
+        brokers: usize,
+        /// Clients: one publisher per broker, the rest subscribing.
+        #[arg(long, default_value_t = 1000)]
+        clients: usize,
+        /// Publications per second from each broker's publisher.
+        #[arg(long, default_value_t = 10)]
+        rate: u64,
+        /// Seconds of paced publishing before a broker is killed.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Seconds of paced publishing after the kill (the link sessions with the killed
+        /// broker last 10 s, then cyclic overlays rebuild its trees).
+        #[arg(long, default_value_t = 20)]
+        after: u64,
+        /// Runs of each overlay.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Overlays: tree, cyclic (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "tree,cyclic")]
+        shapes: Vec<String>,
+        /// Subscription propagation trials per run.
+        #[arg(long, default_value_t = 30)]
+        trials: usize,
+        /// Seed of the first run's overlay and placement.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Permissions: routing throughput of one router with 1,000 publishing principals
     /// restricted by 10 advertise rules each, against the same principals unrestricted.
@@ -293,6 +362,50 @@ fn main() {
             tokio::runtime::Runtime::new()
                 .expect("a runtime")
                 .block_on(workflow::transitions(quick, repeat.max(1)));
+        }
+        Command::Scale { quick, sizes, shapes, covering, seed, no_failures, no_composite } => {
+            let sizes = match (sizes.is_empty(), quick) {
+                (false, _) => sizes,
+                (true, true) => vec![100, 300],
+                (true, false) => vec![100, 300, 1000],
+            };
+            let shapes = if shapes.is_empty() {
+                vec!["random".into(), "balanced".into(), "power-law".into(), "cyclic".into()]
+            } else {
+                shapes
+            };
+            let shapes = shapes
+                .iter()
+                .map(|s| scale::Shape::named(s).unwrap_or_else(|| panic!("--shapes: unknown overlay {s}")))
+                .collect();
+            let covering = if covering.is_empty() {
+                vec!["off".into(), "lazy".into(), "active".into()]
+            } else {
+                covering
+            };
+            let coverings = covering
+                .iter()
+                .map(|c| match c.as_str() {
+                    "off" => padres_broker::router::Covering::Off,
+                    "lazy" => padres_broker::router::Covering::Lazy,
+                    "active" => padres_broker::router::Covering::Active,
+                    other => panic!("--covering: unknown mode {other}"),
+                })
+                .collect();
+            let plan = scale::Plan {
+                sizes,
+                shapes,
+                coverings,
+                seed,
+                failures: !no_failures,
+                composite: !no_composite,
+            };
+            scale::scale(&plan);
+        }
+        Command::Federation { brokers, clients, rate, seconds, after, runs, shapes, trials, seed } => {
+            let plan =
+                federation::Plan { brokers, clients, rate, seconds, after, runs, shapes, trials, seed };
+            federation::run(&plan);
         }
         Command::Auth { quick, runs } => {
             print_machine("one router on this thread");
