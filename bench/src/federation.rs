@@ -11,8 +11,9 @@
 //! The brokers are the release binary beside this one (`cargo build --release -p
 //! padres-broker -p padres-bench -p padres-cli`; `PADRES_BROKER=PATH` names another;
 //! `PADRES_KEEP=1` keeps their data and logs),
-//! started with their defaults (link
-//! sessions of 10 s: a killed neighbour is given up 10 s after it went silent).
+//! started with their defaults: a killed neighbour is noticed after QUIC's idle timeout
+//! (10 s), its link sessions last 10 s more, and only then do cyclic overlays rebuild the
+//! trees that went through it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{SocketAddr, UdpSocket};

@@ -195,9 +195,10 @@ enum Command {
         /// Seconds of paced publishing before a broker is killed.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
-        /// Seconds of paced publishing after the kill (the link sessions with the killed
-        /// broker last 10 s, then cyclic overlays rebuild its trees).
-        #[arg(long, default_value_t = 20)]
+        /// Seconds of paced publishing after the kill: its neighbours notice it gone after
+        /// QUIC's idle timeout (10 s), keep its link sessions 10 s more, then cyclic
+        /// overlays rebuild its trees.
+        #[arg(long, default_value_t = 40)]
         after: u64,
         /// Runs of each overlay.
         #[arg(long, default_value_t = 3)]
