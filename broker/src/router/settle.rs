@@ -167,19 +167,30 @@ impl Settle {
 
     /// Answers every wait whose deadline is `now` or earlier with what has settled.
     pub(super) fn handle_timeout(&mut self, now: u64, out: &mut Vec<Output>) {
+        let mut late = 0_u64;
+        let mut first = None;
         while let Some(&(at, wait)) = self.deadlines.first() {
             if at > now {
                 break;
             }
             self.deadlines.pop_first();
             let Some(w) = self.waits.remove(&wait) else { continue };
-            self.timeouts += 1;
-            tracing::warn!(
-                waiter = ?w.waiter,
-                unanswered = w.remaining,
-                "a request did not settle in time: answered with what has settled"
-            );
+            late += 1;
+            if first.is_none() {
+                first = Some((w.waiter.clone(), w.remaining));
+            }
             answer(w.waiter, out);
+        }
+        self.timeouts += late;
+        // One line for all that fell due together: under a storm of late answers, a line
+        // each would add to the load that made them late.
+        if let Some((waiter, unanswered)) = first {
+            tracing::warn!(
+                late,
+                first = ?waiter,
+                unanswered,
+                "requests did not settle in time: answered with what has settled"
+            );
         }
     }
 
