@@ -20,11 +20,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use padres_client::{Client, Connect, Notification};
 use padres_lang::{Publication, Value};
 use tokio::process::{Child, Command};
+
+use crate::probe::wall_us;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -46,11 +48,6 @@ pub(crate) struct Plan {
 
 /// A request that took longer than this is reported.
 const SLOW: Duration = Duration::from_secs(10);
-
-fn wall_us() -> i64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
-}
 
 fn free_ports(n: usize) -> Vec<u16> {
     // Held together until all are chosen, so that none is chosen twice.

@@ -35,7 +35,8 @@ pub(crate) struct Probe {
 /// client's session for 10 s by default (`client_sessions.window_ms`).
 const RECONNECT_WITHIN: Duration = Duration::from_secs(10);
 
-fn wall_us() -> i64 {
+/// Microseconds since the Unix epoch, by the wall clock (publisher and subscriber share it).
+pub(crate) fn wall_us() -> i64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
 }

@@ -100,8 +100,7 @@ pub struct Sim {
     /// router's [`Output::Detect`]s in order as they come out.
     detections: Vec<Option<Detection>>,
     names: Vec<Name>,
-    /// Each broker's index by name (a scan of `names` per message was most of the
-    /// simulator's time at 1,000 brokers).
+    /// Each broker's index by name (a scan of `names` per message grew with the brokers).
     index: HashMap<Name, usize>,
     /// Latency of each directed link that is up.
     links: HashMap<(usize, usize), u64>,
@@ -142,8 +141,8 @@ pub struct Sim {
     /// Per broker, whether a tick is on its way to its delayed detection stage.
     tick_pending: Vec<bool>,
     /// Each broker's next timer (its router's or its detection stage's) as last asked,
-    /// and the same ordered by time: asking a thousand routers at every step was most of
-    /// the simulator's time in large overlays. Updated after every call into a broker;
+    /// and the same ordered by time: asking every router at every step grew with the
+    /// brokers. Updated after every call into a broker;
     /// [`Sim::run`] asks every broker again first, for callers that handle a router
     /// directly.
     timers: Vec<Option<u64>>,
@@ -153,8 +152,6 @@ pub struct Sim {
     unacked: Option<Unacked>,
     /// Brokers crashed for good ([`Sim::crash`]): what reaches them is lost.
     dead: Vec<bool>,
-    /// Messages that reached a crashed broker and were lost.
-    pub lost: u64,
     /// Wall-clock time spent inside the routers' `handle` and `handle_timeout`, and how
     /// many calls: what the routers cost, apart from the simulator's queue.
     router_time: (std::time::Duration, u64),
@@ -206,7 +203,6 @@ impl Sim {
             due: std::collections::BTreeSet::new(),
             unacked: None,
             dead: vec![false; n],
-            lost: 0,
             router_time: (std::time::Duration::ZERO, 0),
         }
     }
@@ -290,7 +286,7 @@ impl Sim {
     }
 
     /// Broker `broker` crashes for good: what is in flight to it and its clients are gone,
-    /// and whatever reaches it from now on is lost ([`Sim::lost`]). Its neighbours do not
+    /// and whatever reaches it from now on is lost. Its neighbours do not
     /// know yet (a link session outlives a silent peer): [`Sim::forget`] tells them.
     pub fn crash(&mut self, broker: usize) {
         self.dead[broker] = true;
@@ -305,13 +301,9 @@ impl Sim {
         let mut peers: Vec<usize> =
             self.links.keys().filter(|(a, _)| *a == broker).map(|(_, b)| *b).collect();
         peers.sort_unstable();
-        let name = self.names[broker].clone();
         for peer in peers {
-            self.links.remove(&(broker, peer));
-            self.links.remove(&(peer, broker));
-            if !self.dead[peer] {
-                self.input(peer, Input::NeighbourDown(name.clone()));
-            }
+            // The crashed end is told too, and ignores it.
+            self.unlink(broker, peer);
         }
     }
 
@@ -561,7 +553,7 @@ impl Sim {
 
     fn input(&mut self, broker: usize, input: Input) {
         if self.dead[broker] {
-            self.lost += 1;
+            // Lost with the crashed broker.
             return;
         }
         let mut out = Vec::new();
