@@ -49,14 +49,14 @@ pub(crate) struct Plan {
 /// A request that took longer than this is reported.
 const SLOW: Duration = Duration::from_secs(10);
 
-fn free_ports(n: usize) -> Vec<u16> {
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
     // Held together until all are chosen, so that none is chosen twice.
     let sockets: Vec<UdpSocket> =
         (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("a free loopback port")).collect();
     sockets.iter().map(|s| s.local_addr().expect("bound").port()).collect()
 }
 
-fn rss_kb(pid: u32) -> u64 {
+pub(crate) fn rss_kb(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -67,20 +67,20 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn pct(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn pct(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+pub(crate) fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);
     v
 }
 
 /// The overlay: links `(later, earlier)`; the later broker dials the earlier.
-fn overlay(n: usize, cyclic: bool, rng: &mut fastrand::Rng) -> Vec<(usize, usize)> {
+pub(crate) fn overlay(n: usize, cyclic: bool, rng: &mut fastrand::Rng) -> Vec<(usize, usize)> {
     let mut links: BTreeSet<(usize, usize)> = (1..n).map(|b| (b, rng.usize(..b))).collect();
     if cyclic {
         let mut extra = 0;
@@ -152,7 +152,7 @@ impl Requests {
     }
 }
 
-async fn connect(addr: SocketAddr, who: &str) -> Client {
+pub(crate) async fn connect(addr: SocketAddr, who: &str) -> Client {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match Connect::new(addr).name(who).reconnect(false).connect().await {
@@ -163,7 +163,7 @@ async fn connect(addr: SocketAddr, who: &str) -> Client {
     }
 }
 
-fn broker_binary() -> PathBuf {
+pub(crate) fn broker_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("PADRES_BROKER") {
         return PathBuf::from(path);
     }
@@ -177,13 +177,22 @@ fn broker_binary() -> PathBuf {
     binary
 }
 
-struct Brokers {
+pub(crate) struct Brokers {
     children: Vec<Option<Child>>,
-    addrs: Vec<SocketAddr>,
+    pub(crate) addrs: Vec<SocketAddr>,
 }
 
 impl Brokers {
-    fn start(binary: &Path, dir: &Path, links: &[(usize, usize)], n: usize, cyclic: bool) -> Self {
+    /// Starts `n` brokers linked as `links`, each keeping the history of `history`'s
+    /// filters.
+    pub(crate) fn start(
+        binary: &Path,
+        dir: &Path,
+        links: &[(usize, usize)],
+        n: usize,
+        cyclic: bool,
+        history: &[&str],
+    ) -> Self {
         let ports = free_ports(n);
         let addrs: Vec<SocketAddr> = ports.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
         let children = (0..n)
@@ -198,6 +207,9 @@ impl Brokers {
                     .arg(dir.join(format!("b{}", b + 1)));
                 if cyclic {
                     command.arg("--cycles");
+                }
+                for filter in history {
+                    command.arg("--history").arg(filter);
                 }
                 for &(later, earlier) in links {
                     if later == b {
@@ -217,11 +229,11 @@ impl Brokers {
         Self { children, addrs }
     }
 
-    fn pid(&self, b: usize) -> Option<u32> {
+    pub(crate) fn pid(&self, b: usize) -> Option<u32> {
         self.children[b].as_ref().and_then(Child::id)
     }
 
-    async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         for child in self.children.iter_mut().flatten() {
             if let Some(pid) = child.id() {
                 // SIGTERM: each withdraws its certificate from the local registry.
@@ -232,6 +244,31 @@ impl Brokers {
             let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
         }
     }
+}
+
+/// One observer client per broker, once every broker has `degree` neighbours up (300 s at
+/// most, from `started`).
+pub(crate) async fn linked(brokers: &Brokers, degree: &[usize], started: Instant) -> Vec<Client> {
+    let n = degree.len();
+    // One observer per broker, asking for its neighbours until every link is up.
+    let mut observers = Vec::new();
+    for b in 0..n {
+        observers.push(connect(brokers.addrs[b], &format!("observer{b}")).await);
+    }
+    loop {
+        let mut up = 0;
+        for (b, o) in observers.iter().enumerate() {
+            if o.stats().await.is_ok_and(|s| s.neighbours.len() >= degree[b]) {
+                up += 1;
+            }
+        }
+        if up == n {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "only {up} of {n} brokers linked after 300 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    observers
 }
 
 /// What one run measured.
@@ -282,26 +319,9 @@ async fn one_run(plan: &Plan, cyclic: bool, seed: u64, root: &Path) -> Run {
     let dir = root.join(format!("{}-{seed}", if cyclic { "cyclic" } else { "tree" }));
     std::fs::create_dir_all(&dir).expect("a work directory");
     let started = Instant::now();
-    let mut brokers = Brokers::start(&broker_binary(), &dir, &links, n, cyclic);
+    let mut brokers = Brokers::start(&broker_binary(), &dir, &links, n, cyclic, &[]);
     let mut run = Run::default();
-    // One observer per broker, asking for its neighbours until every link is up.
-    let mut observers = Vec::new();
-    for b in 0..n {
-        observers.push(connect(brokers.addrs[b], &format!("observer{b}")).await);
-    }
-    loop {
-        let mut up = 0;
-        for (b, o) in observers.iter().enumerate() {
-            if o.stats().await.is_ok_and(|s| s.neighbours.len() >= degree[b]) {
-                up += 1;
-            }
-        }
-        if up == n {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(300), "only {up} of {n} brokers linked after 300 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let observers = linked(&brokers, &degree, started).await;
     run.linked_s = started.elapsed().as_secs_f64();
     run.rss_linked_kb = (0..n).filter_map(|b| brokers.pid(b)).map(|p| rss_kb(p) as f64).collect();
     let requests = Arc::new(Mutex::new(Requests::default()));

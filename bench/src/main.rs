@@ -9,6 +9,7 @@
 //! cargo run --release -p padres-bench -- quic --quick
 //! cargo run --release -p padres-bench -- history             # the history store (~2 min)
 //! cargo run --release -p padres-bench -- scale               # 100 to 1,000 brokers in the simulator
+//! cargo run --release -p padres-bench -- workflow-scale      # 20 brokers, 20 agents, 20 payrolls
 //! sudo scripts/netns-federation                             # probe + impair, brokers in namespaces
 //! ```
 
@@ -24,6 +25,7 @@ mod probe;
 mod quic;
 mod scale;
 mod workflow;
+mod workflow_scale;
 mod workload;
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -209,6 +211,35 @@ enum Command {
         /// Subscription propagation trials per run.
         #[arg(long, default_value_t = 30)]
         trials: usize,
+        /// Seed of the first run's overlay and placement.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Workflows on real processes: `padres-broker` processes (a random tree or a cyclic
+    /// graph, each keeping the workflow classes' history), `padres-agent` processes spread
+    /// over them, applications of the payroll shape deployed at once with `padres workflow
+    /// deploy`, then a Friday, a Wednesday and a Saturday generation of each triggered at
+    /// once; every generation checked with `padres workflow status --json` against the
+    /// calendar, and every job's `started` counted. Exits 1 if any generation was wrong.
+    /// Needs the release binaries: cargo build --release -p padres-broker -p padres-bench
+    /// -p padres-cli -p padres-agent.
+    WorkflowScale {
+        #[arg(long, default_value_t = 20)]
+        brokers: usize,
+        #[arg(long, default_value_t = 20)]
+        agents: usize,
+        /// Applications of the payroll shape.
+        #[arg(long, default_value_t = 20)]
+        apps: usize,
+        /// Generations of each application triggered at once (1 to 3).
+        #[arg(long, default_value_t = 3)]
+        generations: usize,
+        /// Overlays: tree, cyclic (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "tree,cyclic")]
+        shapes: Vec<String>,
+        /// Runs of each overlay.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// Seed of the first run's overlay and placement.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -407,6 +438,10 @@ fn main() {
             let plan =
                 federation::Plan { brokers, clients, rate, seconds, after, runs, shapes, trials, seed };
             federation::run(&plan);
+        }
+        Command::WorkflowScale { brokers, agents, apps, generations, shapes, runs, seed } => {
+            let plan = workflow_scale::Plan { brokers, agents, apps, generations, shapes, runs, seed };
+            workflow_scale::run(&plan);
         }
         Command::Auth { quick, runs } => {
             print_machine("one router on this thread");
