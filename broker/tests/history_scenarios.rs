@@ -616,3 +616,25 @@ fn a_query_this_broker_issued_that_comes_back_from_a_neighbour_is_not_asked_of_i
     assert_eq!(ask(&mut router, "B3"), (true, false), "another broker's query is asked of the store");
     assert_eq!(ask(&mut router, "B1"), (false, true), "its own query coming back is done at once");
 }
+
+/// A historic subscription whose live part a silent neighbour holds is answered at its
+/// settle deadline, and its query goes out then: the stored part and its marker still
+/// come (before, the client waited for the marker for ever).
+#[test]
+fn a_historic_subscription_answered_at_its_settle_deadline_still_reads_the_stores() {
+    let options = padres_broker::router::Options { settle_timeout_ms: 2_000, ..Default::default() };
+    // B1 — B2 — B3: the store and the subscriber (21) at B1, the publisher (23) at B3.
+    let mut sim = chain(options, 3, 2, (21, 23), &[(0, STORE_ERRORS)]);
+    sim.id(23, "a [class,eq,'log'],[level,isPresent,''],[app,isPresent,''],[n,isPresent,0]");
+    assert_eq!(sim.call(23, "p [class,'log'],[level,'error'],[app,'a1'],[n,1]"), Ok(None));
+    assert_eq!(sim.stored.len(), 1);
+    // B2 goes silent: B1's link to it stays up, and nothing comes back from it.
+    sim.crash(1);
+    let req = sim.send(21, &format!("s [class,eq,'log'],[level,eq,'error'],[time,>=,{}]", t(0)));
+    sim.run();
+    let (id, marker) = id_and_marker(&sim, req);
+    assert!(marker.time >= 2_000, "answered at the deadline, marker at {} ms", marker.time);
+    assert_eq!(marker.count, 1);
+    assert_eq!(numbers(&sim, &id, 0), [1], "the stored publication");
+    assert_eq!(sim.unsettled(0), 0);
+}

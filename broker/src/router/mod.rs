@@ -798,6 +798,9 @@ impl Router {
         self.srt_changed.clear();
         self.rejoin_timeouts(now, out);
         self.settle.handle_timeout(now, out);
+        // A historic subscription answered at its deadline reads the stores now, as one
+        // answered when its copies settle does.
+        self.start_settled_queries(start, out);
         if !self.srt_changed.is_empty() {
             self.replace_composites(out);
         }
