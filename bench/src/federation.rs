@@ -183,15 +183,16 @@ pub(crate) struct Brokers {
 }
 
 impl Brokers {
-    /// Starts `n` brokers linked as `links`, each keeping the history of `history`'s
-    /// filters.
+    /// Starts `n` brokers linked as `links`, those in `stores` with `store_args` too (a
+    /// history store's flags).
     pub(crate) fn start(
         binary: &Path,
         dir: &Path,
         links: &[(usize, usize)],
         n: usize,
         cyclic: bool,
-        history: &[&str],
+        store_args: &[&str],
+        stores: &[usize],
     ) -> Self {
         let ports = free_ports(n);
         let addrs: Vec<SocketAddr> = ports.iter().map(|p| SocketAddr::from(([127, 0, 0, 1], *p))).collect();
@@ -208,8 +209,8 @@ impl Brokers {
                 if cyclic {
                     command.arg("--cycles");
                 }
-                for filter in history {
-                    command.arg("--history").arg(filter);
+                if stores.contains(&b) {
+                    command.args(store_args);
                 }
                 for &(later, earlier) in links {
                     if later == b {
@@ -319,7 +320,7 @@ async fn one_run(plan: &Plan, cyclic: bool, seed: u64, root: &Path) -> Run {
     let dir = root.join(format!("{}-{seed}", if cyclic { "cyclic" } else { "tree" }));
     std::fs::create_dir_all(&dir).expect("a work directory");
     let started = Instant::now();
-    let mut brokers = Brokers::start(&broker_binary(), &dir, &links, n, cyclic, &[]);
+    let mut brokers = Brokers::start(&broker_binary(), &dir, &links, n, cyclic, &[], &[]);
     let mut run = Run::default();
     let observers = linked(&brokers, &degree, started).await;
     run.linked_s = started.elapsed().as_secs_f64();

@@ -216,7 +216,7 @@ enum Command {
         seed: u64,
     },
     /// Workflows on real processes: `padres-broker` processes (a random tree or a cyclic
-    /// graph, each keeping the workflow classes' history), `padres-agent` processes spread
+    /// graph, some keeping the workflow classes' history), `padres-agent` processes spread
     /// over them, applications of the payroll shape deployed at once with `padres workflow
     /// deploy`, then a Friday, a Wednesday and a Saturday generation of each triggered at
     /// once; every generation checked with `padres workflow status --json` against the
@@ -231,6 +231,10 @@ enum Command {
         /// Applications of the payroll shape.
         #[arg(long, default_value_t = 20)]
         apps: usize,
+        /// Brokers with a history store of the workflow classes (spread evenly): every
+        /// status and load report goes to each of them.
+        #[arg(long, default_value_t = 4)]
+        stores: usize,
         /// Generations of each application triggered at once (1 to 3).
         #[arg(long, default_value_t = 3)]
         generations: usize,
@@ -439,8 +443,9 @@ fn main() {
                 federation::Plan { brokers, clients, rate, seconds, after, runs, shapes, trials, seed };
             federation::run(&plan);
         }
-        Command::WorkflowScale { brokers, agents, apps, generations, shapes, runs, seed } => {
-            let plan = workflow_scale::Plan { brokers, agents, apps, generations, shapes, runs, seed };
+        Command::WorkflowScale { brokers, agents, apps, stores, generations, shapes, runs, seed } => {
+            let plan =
+                workflow_scale::Plan { brokers, agents, apps, stores, generations, shapes, runs, seed };
             workflow_scale::run(&plan);
         }
         Command::Auth { quick, runs } => {
