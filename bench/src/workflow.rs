@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use padres_broker::sim::Sim;
+use padres_workflow::examples::{MONTH_END, PAYROLL};
 use padres_workflow::{APPL_END, Application, EnvelopeBody, Need, parse_application, translate};
 
 /// Where the dependencies are joined.
@@ -266,9 +267,6 @@ fn traffic_run(xml: &str, mode: Mode, brokers: usize, generations: &[(&str, &str
     );
     Traffic { deploy, run: sim.link_messages() - before, statuses }
 }
-
-const PAYROLL: &str = include_str!("../../examples/payroll.xml");
-const MONTH_END: &str = include_str!("../../examples/month-end.xml");
 
 /// A traffic case: its name, the definition, its generations (gid, date).
 type Case = (&'static str, &'static str, &'static [(&'static str, &'static str)]);

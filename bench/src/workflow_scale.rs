@@ -23,6 +23,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use padres_lang::Value;
+use padres_workflow::examples::{PAYROLL, PAYROLL_SCRIPTS as SCRIPTS};
 use padres_workflow::{APPL_END, APPL_START, Application, parse_application};
 use tokio::process::{Child, Command};
 
@@ -62,13 +63,6 @@ const STORE: [&str; 12] = [
     "appl",
     "--history-index",
     "gid",
-];
-const PAYROLL: &str = include_str!("../../examples/payroll.xml");
-const SCRIPTS: [(&str, &str); 4] = [
-    ("extract.sh", include_str!("../../examples/payroll/extract.sh")),
-    ("calc.sh", include_str!("../../examples/payroll/calc.sh")),
-    ("weekly.sh", include_str!("../../examples/payroll/weekly.sh")),
-    ("post.sh", include_str!("../../examples/payroll/post.sh")),
 ];
 /// A Friday (every job runs), a Wednesday (C is skipped), a Saturday (C and D are).
 const DATES: [&str; 3] = ["2026-11-27", "2026-11-25", "2026-11-28"];

@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use chrono::{Datelike as _, NaiveDate, Weekday};
 use padres_agent::agent::{Options, serve};
+// The application as shipped, and its jobs' commands (put in each agent's work directory).
+use padres_workflow::examples::{PAYROLL, PAYROLL_SCRIPTS as SCRIPTS};
 use padres_workflow::progress::{Outcome, State};
 use padres_workflow::{APPL_END, APPL_START, Need};
 
@@ -31,15 +33,6 @@ use crate::BrokerArgs;
 use crate::workflow::{self, Known};
 use security::Security;
 
-/// The application, as shipped.
-const PAYROLL: &str = include_str!("../../examples/payroll.xml");
-/// Its jobs' commands, put in each agent's work directory.
-const SCRIPTS: [(&str, &str); 4] = [
-    ("extract.sh", include_str!("../../examples/payroll/extract.sh")),
-    ("calc.sh", include_str!("../../examples/payroll/calc.sh")),
-    ("weekly.sh", include_str!("../../examples/payroll/weekly.sh")),
-    ("post.sh", include_str!("../../examples/payroll/post.sh")),
-];
 /// What the brokers keep: what `padres workflow status` and the summary read.
 const KEPT: [&str; 3] = ["[class,eq,'agent_ctl']", "[class,eq,'trigger']", "[class,eq,'job_status']"];
 /// The agents, each on its own broker (by index in the chain, wrapping).

@@ -13,6 +13,7 @@
 //!
 //! - [`control`]: commands to agents (`agent_ctl`) and their replies (`agent_reply`).
 //! - [`progress`]: what became of a generation, from its jobs' statuses.
+//! - [`examples`]: the example applications of `examples/`, compiled in.
 //! - [`place`]: locality advice: at which broker each job's agent would put the least
 //!   traffic on the overlay's links (the Bauer–Dadam cost model).
 //!
@@ -22,6 +23,7 @@
 pub mod calendar;
 pub mod control;
 pub mod duration;
+pub mod examples;
 pub mod model;
 pub mod parse;
 pub mod place;

@@ -12,7 +12,7 @@ use padres_workflow::{
     translate,
 };
 
-const PAYROLL: &str = include_str!("../../examples/payroll.xml");
+use padres_workflow::examples::{MONTH_END, PAYROLL};
 
 fn payroll() -> Application {
     parse_application(PAYROLL).unwrap_or_else(|e| panic!("payroll.xml is valid:\n{e}"))
@@ -190,8 +190,6 @@ fn size_limits_hold() {
     let many = format!("<application name=\"t\">{}</application>", "<x/>".repeat(250_000));
     assert!(error(&many).contains("XML nodes"), "{}", error(&many));
 }
-
-const MONTH_END: &str = include_str!("../../examples/month-end.xml");
 
 fn status_publication(appl: &str, gid: &str, job: &str, agent: &str, status: &str) -> Publication {
     format!("[class,'job_status'],[appl,'{appl}'],[gid,'{gid}'],[job,'{job}'],[agent,'{agent}'],[status,'{status}'],[exit,0],[attempt,1]")
