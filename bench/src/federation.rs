@@ -163,18 +163,23 @@ pub(crate) async fn connect(addr: SocketAddr, who: &str) -> Client {
     }
 }
 
-pub(crate) fn broker_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("PADRES_BROKER") {
+/// The release binary `name` beside this one, or the one the environment variable `var`
+/// names.
+pub(crate) fn sibling(name: &str, var: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
         return PathBuf::from(path);
     }
-    let exe = std::env::current_exe().expect("this binary's path");
-    let binary = exe.with_file_name("padres-broker");
+    let binary = std::env::current_exe().expect("this binary's path").with_file_name(name);
     assert!(
         binary.exists(),
-        "{} is missing: cargo build --release -p padres-broker -p padres-bench -p padres-cli",
+        "{} is missing: cargo build --release -p padres-broker -p padres-bench -p padres-cli -p padres-agent",
         binary.display()
     );
     binary
+}
+
+pub(crate) fn broker_binary() -> PathBuf {
+    sibling("padres-broker", "PADRES_BROKER")
 }
 
 pub(crate) struct Brokers {

@@ -7,7 +7,8 @@
 //! its jobs on agents at different brokers, deployed at once with `padres workflow
 //! deploy`; then a Friday, a Wednesday and a Saturday generation of every application
 //! triggered at once with `padres workflow trigger`. A monitor subscribed to `job_status`
-//! before the first trigger times each generation (trigger sent → `APPL_END` seen) and
+//! before the first trigger times each generation (its `padres workflow trigger` process
+//! started → `APPL_END` seen) and
 //! counts every job's `started`; at the end `padres workflow status --json` of every
 //! application is checked: every generation succeeded, every job ran or was skipped as its
 //! calendar says for that day, and no job started twice.
@@ -18,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ use padres_workflow::examples::{PAYROLL, PAYROLL_SCRIPTS as SCRIPTS};
 use padres_workflow::{APPL_END, APPL_START, Application, parse_application};
 use tokio::process::{Child, Command};
 
-use crate::federation::{Brokers, broker_binary, connect, linked, overlay, pct, rss_kb, sorted};
+use crate::federation::{Brokers, broker_binary, connect, linked, overlay, pct, rss_kb, sibling, sorted};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -68,20 +69,6 @@ const STORE: [&str; 12] = [
 const DATES: [&str; 3] = ["2026-11-27", "2026-11-25", "2026-11-28"];
 /// How long every generation may take, from the triggers.
 const GENERATIONS_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// A binary beside this one, or the one `var` names.
-fn sibling(name: &str, var: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(var) {
-        return PathBuf::from(path);
-    }
-    let binary = std::env::current_exe().expect("this binary's path").with_file_name(name);
-    assert!(
-        binary.exists(),
-        "{} is missing: cargo build --release -p padres-broker -p padres-bench -p padres-cli -p padres-agent",
-        binary.display()
-    );
-    binary
-}
 
 /// Application `k`: payroll, named `payroll-K`, with its three agents' parts on agents a
 /// third of the fleet apart (so, on different brokers), no cron trigger, and room for
@@ -357,24 +344,26 @@ async fn one_run(plan: &Plan, cyclic: bool, seed: u64, root: &Path) -> Run {
     // Every generation, as `padres workflow status` shows it.
     for (app, own) in apps.iter().zip(&gids) {
         let at = brokers.addrs[rng.usize(..n)];
-        let mut last = Err(String::new());
         // History stores write in the background: the last statuses may be a moment away
-        // (when every generation was seen to end).
+        // (when every generation was seen to end). The last reading counts.
         let tries = if ended.len() == triggered.len() { 20 } else { 1 };
+        let (mut correct, mut problems) = (0, Vec::new());
         for _ in 0..tries {
-            last = padres(&cli, at, &["workflow", "status", &app.name, "--json"]).await;
-            if let Ok(json) = &last {
-                let mut scratch = Vec::new();
-                if check(app, own, json, &starts, &mut scratch) == own.len() {
-                    break;
+            problems.clear();
+            correct = match padres(&cli, at, &["workflow", "status", &app.name, "--json"]).await {
+                Ok(json) => check(app, own, &json, &starts, &mut problems),
+                Err(e) => {
+                    problems.push(e);
+                    0
                 }
+            };
+            if correct == own.len() {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        match last {
-            Ok(json) => run.correct += check(app, own, &json, &starts, &mut run.problems),
-            Err(e) => run.problems.push(e),
-        }
+        run.correct += correct;
+        run.problems.extend(problems);
     }
     drop(observers);
     drop(monitor);
