@@ -498,6 +498,7 @@ impl Config {
             rejoin_ms: self.link_sessions.window_ms,
             rejoin_max_bytes: self.link_sessions.max_bytes,
             settle_timeout_ms: self.limits.settle_timeout_ms,
+            tree_batch_bytes: crate::router::tree_batch_bytes(l.max_frame_bytes),
         };
         let history = self.validate_history()?;
         let s = &self.link_sessions;

@@ -748,6 +748,7 @@ fn kind(message: &BrokerMessage) -> &'static str {
         BrokerMessage::TreeUnsubscribe { .. } => "TreeUnsubscribe",
         BrokerMessage::TreePublish { .. } => "TreePublish",
         BrokerMessage::Settled { .. } => "Settled",
+        BrokerMessage::TreesSettled { .. } => "TreesSettled",
         BrokerMessage::CompositeSubscribe { .. } => "CompositeSubscribe",
         BrokerMessage::CompositeUnsubscribe { .. } => "CompositeUnsubscribe",
         BrokerMessage::CompositeMatch { .. } => "CompositeMatch",

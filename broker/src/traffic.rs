@@ -103,6 +103,7 @@ pub fn message_label(message: &BrokerMessage) -> &str {
         | BrokerMessage::TreeSubscribe { .. }
         | BrokerMessage::TreeUnsubscribe { .. }
         | BrokerMessage::Settled { .. }
+        | BrokerMessage::TreesSettled { .. }
         | BrokerMessage::TreeRepair { .. } => "(subscribe)",
         BrokerMessage::CompositeSubscribe { .. } | BrokerMessage::CompositeUnsubscribe { .. } => {
             "(composite)"

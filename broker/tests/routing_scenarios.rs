@@ -357,6 +357,51 @@ fn a_ring_with_cycles_on_delivers_each_publication_once_in_every_covering_mode()
     );
 }
 
+/// Link messages of each kind sent since `before` (a copy of `sim.kinds`).
+fn kinds_since(
+    sim: &Sim,
+    before: &std::collections::BTreeMap<&'static str, u64>,
+) -> Vec<(&'static str, u64)> {
+    sim.kinds
+        .iter()
+        .map(|(k, n)| (*k, n - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+#[test]
+fn a_subscription_on_many_trees_takes_one_message_per_link() {
+    // B1 – B2 – B3 – B4 – B1; ten advertisements at B3, all reaching B1 the same way, and
+    // one subscription at B1 overlapping all of them.
+    for covering in [Covering::Off, Covering::Lazy, Covering::Active] {
+        let mut sim = Sim::with_options(4, Options { cycles: true, covering, ..Options::default() });
+        for (a, b, ms) in [(0, 1, 1), (1, 2, 1), (2, 3, 5), (3, 0, 5)] {
+            sim.link(a, b, ms);
+        }
+        sim.attach(P, 2);
+        sim.attach(S, 0);
+        sim.run();
+        for n in 0..10 {
+            sim.id(P, &format!("a [class,eq,'stock'],[n,=,{n}]"));
+        }
+        let before = sim.kinds.clone();
+        let s = sim.id(S, "s [class,eq,'stock']");
+        // B1 → B2 → B3 and the answers back: one message each way per link, not ten.
+        assert_eq!(kinds_since(&sim, &before), [("TreeSubscribe", 2), ("TreesSettled", 2)], "{covering:?}");
+        for n in 0..10 {
+            let before = sim.deliveries.len();
+            assert_eq!(sim.call(P, &format!("p [class,'stock'],[n,{n}]")), Ok(None));
+            assert_eq!(sim.delivered_since(before).len(), 1, "{covering:?}: publication {n} once");
+        }
+        let before = sim.kinds.clone();
+        assert_eq!(sim.call(S, &format!("unsub {s}")), Ok(None));
+        assert_eq!(kinds_since(&sim, &before), [("TreeUnsubscribe", 2)], "{covering:?}");
+        for b in 0..4 {
+            assert!(sim.routes(b).tree_prt.is_empty(), "{covering:?} B{}: {:?}", b + 1, sim.routes(b));
+        }
+    }
+}
+
 fn receivers(sim: &mut Sim, client: u64, text: &str) -> Vec<u64> {
     let before = sim.deliveries.len();
     assert_eq!(sim.call(client, text), Ok(None), "{text}");

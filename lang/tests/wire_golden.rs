@@ -66,6 +66,7 @@ fn broker_variant(m: &BrokerMessage) -> &'static str {
         BrokerMessage::HistoryAnswer { .. } => "HistoryAnswer",
         BrokerMessage::HistoryDone { .. } => "HistoryDone",
         BrokerMessage::TreeRepair { .. } => "TreeRepair",
+        BrokerMessage::TreesSettled { .. } => "TreesSettled",
     }
 }
 
@@ -223,8 +224,8 @@ fn samples() -> Vec<Frame> {
         BrokerMessage::Subscribe { id: id(2), sub: sub() },
         BrokerMessage::Unsubscribe { id: id(2) },
         BrokerMessage::Publish { publication: publication(), stamp: stamp() },
-        BrokerMessage::TreeSubscribe { id: id(2), tree: id(1), sub: sub() },
-        BrokerMessage::TreeUnsubscribe { id: id(2), tree: id(1) },
+        BrokerMessage::TreeSubscribe { id: id(2), trees: vec![id(1), id(4)], sub: sub() },
+        BrokerMessage::TreeUnsubscribe { id: id(2), trees: vec![id(1)] },
         BrokerMessage::TreePublish { tree: id(1), publication: publication(), stamp: stamp() },
         BrokerMessage::Settled { what: Forwarded::Advertisement(id(1)) },
         BrokerMessage::Settled { what: Forwarded::Subscription(id(2)) },
@@ -252,6 +253,7 @@ fn samples() -> Vec<Frame> {
         },
         BrokerMessage::HistoryDone { query: id(2), missing: vec![name("B3")] },
         BrokerMessage::TreeRepair { tree: id(1), epoch: 2 },
+        BrokerMessage::TreesSettled { id: id(2), trees: vec![id(1), id(4)] },
     ];
     frames.extend(
         broker.into_iter().enumerate().map(|(n, message)| Frame::Broker { seq: n as u64 + 1, message }),
@@ -323,9 +325,9 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     (
         "Broker/TreeSubscribe",
-        "0000002c07060502423102024231010205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
+        "00000031070605024231020202423101024231040205636c6173730000020573746f636b0570726963650d0001000000000000f83f",
     ),
-    ("Broker/TreeUnsubscribe", "0000000b0707060242310202423101"),
+    ("Broker/TreeUnsubscribe", "0000000c070706024231020102423101"),
     (
         "Broker/TreePublish",
         "00000033070807024231010305636c617373020573746f636b0570726963650002026f6b0301010200fffd005e56eea10100000242312a",
@@ -359,6 +361,7 @@ const GOLDEN: &[(&str, &str)] = &[
     ),
     ("Broker/HistoryDone", "0000000b0715100242310201024233"),
     ("Broker/TreeRepair", "000000080716110242310102"),
+    ("Broker/TreesSettled", "0000001007171202423102020242310102423104"),
     (
         "CompositeNotification",
         "000000460b0242310302000305636c617373020573746f636b0570726963650002026f6b0301010200ff010305636c617373020573746f636b0570726963650002026f6b0301010200ff",
@@ -398,8 +401,8 @@ fn every_frame_encodes_to_its_golden_bytes() {
 #[test]
 fn the_samples_cover_every_variant() {
     let labels: std::collections::BTreeSet<String> = samples().iter().map(frame_variant).collect();
-    // 18 frame shapes (Request counted per message kind: 6) and 22 broker messages
+    // 18 frame shapes (Request counted per message kind: 6) and 23 broker messages
     // (Settled counted per forwarded kind: 5).
-    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 1 + 1 + 1 + 22;
+    let expected = 2 + 1 + 6 + 1 + 1 + 1 + 1 + 1 + 3 + 3 + 1 + 1 + 1 + 1 + 23;
     assert_eq!(labels.len(), expected, "{labels:#?}");
 }

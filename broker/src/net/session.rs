@@ -25,7 +25,8 @@ use crate::router::ClientId;
 
 /// Room a forwarded copy needs beyond the client's request: two federation-wide ids (a
 /// subscription's and its tree's), each a name of at most [`Name::MAX_LEN`] bytes and a
-/// sequence number, with their length prefixes.
+/// sequence number, with their length prefixes; and, in a cyclic overlay, the room for
+/// the other trees' ids a copy carries ([`crate::router::tree_batch_bytes`]).
 const FORWARDING_OVERHEAD: usize = 2 * (Name::MAX_LEN + 2 * 10);
 
 /// True unless `message` is an advertisement or subscription whose forwarded copy could
@@ -38,7 +39,7 @@ pub(super) fn forwardable(message: &Message, max_frame: usize) -> bool {
     let mut bytes = Vec::new();
     let frame = Frame::Request { req: u64::MAX, message: message.clone() };
     wire::encode(&frame, MAX_FRAME_CEILING, &mut bytes).is_ok()
-        && bytes.len() + FORWARDING_OVERHEAD <= max_frame
+        && bytes.len() + FORWARDING_OVERHEAD + crate::router::tree_batch_bytes(max_frame) <= max_frame
 }
 
 /// A client's connection after its hello: its stream, and who it is.

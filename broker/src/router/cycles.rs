@@ -21,6 +21,11 @@
 //! offered again when that one leaves. Advertisements are not covered here: each defines
 //! a tree of its own, and a publication can only travel on its own advertisement's tree.
 //!
+//! The decisions above are made tree by tree, a copy each; [`coalesce`] then sends the
+//! copies of one subscription to one neighbour in one message, so that a subscription
+//! overlapping many advertisements costs a message per link it takes, not per tree.
+//! Each copy is still answered and withdrawn on its own tree.
+//!
 //! Owner withdrawals are remembered (late copies of a withdrawn advertisement still
 //! circling are dropped); the memory is not pruned yet.
 
@@ -351,7 +356,8 @@ impl Cycles {
             e.sent_to = Some(to.clone());
         }
         awaited.push((tree_key(id, tree), tree_key(id, tree), to.clone()));
-        let message = BrokerMessage::TreeSubscribe { id: id.clone(), tree: tree.clone(), sub: sub.clone() };
+        let message =
+            BrokerMessage::TreeSubscribe { id: id.clone(), trees: vec![tree.clone()], sub: sub.clone() };
         out.push(Output::ToBroker { to: to.clone(), message });
         if ctx.covering.withdraws() {
             let mut covered: Vec<MessageId> = t
@@ -366,7 +372,7 @@ impl Cycles {
                     e.sent_to = None;
                     e.held = Some(to.clone());
                 }
-                let message = BrokerMessage::TreeUnsubscribe { id: other, tree: tree.clone() };
+                let message = BrokerMessage::TreeUnsubscribe { id: other, trees: vec![tree.clone()] };
                 out.push(Output::ToBroker { to: to.clone(), message });
             }
         }
@@ -399,7 +405,7 @@ impl Cycles {
             }
         }
         if ctx.neighbours.contains(old) {
-            let message = BrokerMessage::TreeUnsubscribe { id: id.clone(), tree: tree.clone() };
+            let message = BrokerMessage::TreeUnsubscribe { id: id.clone(), trees: vec![tree.clone()] };
             out.push(Output::ToBroker { to: old.clone(), message });
         }
     }
@@ -450,5 +456,223 @@ impl Cycles {
             .collect();
         out.sort();
         out
+    }
+}
+
+/// Estimated encoded bytes of tree ids `trees` (each a name, its length and a number).
+fn ids_bytes(trees: &[MessageId]) -> usize {
+    trees.iter().map(|t| t.origin.as_str().len() + 12).sum()
+}
+
+/// The tree messages [`coalesce`] joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Joined {
+    Subscribe,
+    Unsubscribe,
+    Settled,
+}
+
+/// What [`coalesce`] sees of `message`: its kind, subscription and trees.
+fn joinable(message: &mut BrokerMessage) -> Option<(Joined, &MessageId, &mut Vec<MessageId>)> {
+    match message {
+        BrokerMessage::TreeSubscribe { id, trees, .. } => Some((Joined::Subscribe, id, trees)),
+        BrokerMessage::TreeUnsubscribe { id, trees } => Some((Joined::Unsubscribe, id, trees)),
+        BrokerMessage::TreesSettled { id, trees } => Some((Joined::Settled, id, trees)),
+        _ => None,
+    }
+}
+
+/// Joins the tree messages of one subscription to one neighbour among `out[start..]`, of
+/// one kind, into one message: [`BrokerMessage::TreeSubscribe`]s where the first of them
+/// is; withdrawals ([`BrokerMessage::TreeUnsubscribe`]) and answers
+/// ([`BrokerMessage::TreesSettled`]) where the last is; with at most `max_bytes` of tree ids
+/// in each. A message only moves past tree messages of other subscriptions to the same
+/// neighbour: so a subscription arrives no later, and is withdrawn or answered no sooner,
+/// than it was decided, and different kinds for one subscription keep their order.
+pub(super) fn coalesce(out: &mut Vec<Output>, start: usize, max_bytes: usize) {
+    let tree_messages = out[start..]
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::ToBroker {
+                    message: BrokerMessage::TreeSubscribe { .. }
+                        | BrokerMessage::TreeUnsubscribe { .. }
+                        | BrokerMessage::TreesSettled { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    if tree_messages < 2 {
+        return;
+    }
+    let mut slots: Vec<Option<Output>> = out.drain(start..).map(Some).collect();
+    let n = slots.len();
+    join(&mut slots, (0..n).collect(), &[Joined::Subscribe], max_bytes);
+    join(&mut slots, (0..n).rev().collect(), &[Joined::Unsubscribe, Joined::Settled], max_bytes);
+    out.extend(slots.into_iter().flatten());
+}
+
+/// One pass of [`coalesce`] in `order`, joining messages of the kinds `kinds`.
+fn join(slots: &mut [Option<Output>], order: Vec<usize>, kinds: &[Joined], max_bytes: usize) {
+    // Per neighbour, per kind and subscription: the message others join, and its ids' bytes.
+    type Open = HashMap<(Joined, MessageId), (usize, usize)>;
+    let mut open: HashMap<Name, Open> = HashMap::new();
+    for i in order {
+        let Some(Output::ToBroker { to, message }) = &mut slots[i] else { continue };
+        let Some((kind, id, trees)) = joinable(message) else {
+            // Nothing moves past another message to this neighbour.
+            open.remove(to);
+            continue;
+        };
+        let joined = open.entry(to.clone()).or_default();
+        if !kinds.contains(&kind) {
+            // Nor past another kind of tree message for the same subscription.
+            joined.retain(|(_, other), _| other != id);
+            continue;
+        }
+        let bytes = ids_bytes(trees);
+        let key = (kind, id.clone());
+        match joined.get_mut(&key) {
+            Some((j, total)) if *total + bytes <= max_bytes => {
+                *total += bytes;
+                let more = std::mem::take(trees);
+                let j = *j;
+                slots[i] = None;
+                if let Some(Output::ToBroker { message, .. }) = &mut slots[j]
+                    && let Some((_, _, trees)) = joinable(message)
+                {
+                    trees.extend(more);
+                }
+            }
+            _ => {
+                joined.insert(key, (i, bytes));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(seq: u64) -> MessageId {
+        MessageId::new(Name::new("B1").expect("name"), seq)
+    }
+
+    fn to(name: &str) -> Name {
+        Name::new(name).expect("name")
+    }
+
+    fn sub(who: u64, tree: u64, neighbour: &str) -> Output {
+        let sub = Arc::new("[class,eq,'a']".parse().expect("subscription"));
+        let message = BrokerMessage::TreeSubscribe { id: id(who), trees: vec![id(tree)], sub };
+        Output::ToBroker { to: to(neighbour), message }
+    }
+
+    fn unsub(who: u64, tree: u64, neighbour: &str) -> Output {
+        let message = BrokerMessage::TreeUnsubscribe { id: id(who), trees: vec![id(tree)] };
+        Output::ToBroker { to: to(neighbour), message }
+    }
+
+    /// `(kind, neighbour, subscription, trees)` of each message, in order.
+    fn shape(out: &[Output]) -> Vec<(&'static str, String, u64, Vec<u64>)> {
+        out.iter()
+            .map(|o| match o {
+                Output::ToBroker { to, message: BrokerMessage::TreeSubscribe { id, trees, .. } } => {
+                    ("sub", to.to_string(), id.seq, trees.iter().map(|t| t.seq).collect())
+                }
+                Output::ToBroker { to, message: BrokerMessage::TreeUnsubscribe { id, trees } } => {
+                    ("unsub", to.to_string(), id.seq, trees.iter().map(|t| t.seq).collect())
+                }
+                Output::ToBroker { to, .. } => ("other", to.to_string(), 0, Vec::new()),
+                _ => ("local", String::new(), 0, Vec::new()),
+            })
+            .collect()
+    }
+
+    fn coalesced(mut out: Vec<Output>, max_bytes: usize) -> Vec<(&'static str, String, u64, Vec<u64>)> {
+        coalesce(&mut out, 0, max_bytes);
+        shape(&out)
+    }
+
+    #[test]
+    fn copies_of_one_subscription_to_one_neighbour_join_where_the_first_was() {
+        let out =
+            vec![sub(1, 10, "B2"), sub(2, 10, "B2"), sub(1, 11, "B2"), sub(1, 12, "B3"), sub(1, 13, "B2")];
+        assert_eq!(
+            coalesced(out, 1 << 10),
+            [
+                ("sub", "B2".into(), 1, vec![10, 11, 13]),
+                ("sub", "B2".into(), 2, vec![10]),
+                ("sub", "B3".into(), 1, vec![12]),
+            ]
+        );
+    }
+
+    #[test]
+    fn withdrawals_join_where_the_last_was_so_a_cover_arrives_first() {
+        // Active covering: the cover goes, then what it covers is withdrawn.
+        let out = vec![unsub(2, 10, "B2"), sub(1, 10, "B2"), unsub(2, 11, "B2")];
+        assert_eq!(
+            coalesced(out, 1 << 10),
+            [("sub", "B2".into(), 1, vec![10]), ("unsub", "B2".into(), 2, vec![11, 10])]
+        );
+    }
+
+    #[test]
+    fn nothing_moves_past_the_other_kind_for_the_same_subscription_or_another_message() {
+        let settled = Output::ToBroker {
+            to: to("B2"),
+            message: BrokerMessage::Settled { what: Forwarded::Advertisement(id(9)) },
+        };
+        let out = vec![sub(1, 10, "B2"), unsub(1, 11, "B2"), sub(1, 11, "B2"), settled, sub(1, 12, "B2")];
+        assert_eq!(
+            coalesced(out, 1 << 10),
+            [
+                ("sub", "B2".into(), 1, vec![10]),
+                ("unsub", "B2".into(), 1, vec![11]),
+                ("sub", "B2".into(), 1, vec![11]),
+                ("other", "B2".into(), 0, vec![]),
+                ("sub", "B2".into(), 1, vec![12]),
+            ]
+        );
+    }
+
+    #[test]
+    fn answers_join_where_the_last_was() {
+        let settled = |who: u64, tree: u64, neighbour: &str| Output::ToBroker {
+            to: to(neighbour),
+            message: BrokerMessage::TreesSettled { id: id(who), trees: vec![id(tree)] },
+        };
+        let out = vec![settled(1, 10, "B2"), sub(2, 10, "B2"), settled(1, 11, "B3"), settled(1, 12, "B2")];
+        let mut joined = out;
+        coalesce(&mut joined, 0, 1 << 10);
+        let answers: Vec<(String, Vec<u64>)> = joined
+            .iter()
+            .filter_map(|o| match o {
+                Output::ToBroker { to, message: BrokerMessage::TreesSettled { trees, .. } } => {
+                    Some((to.to_string(), trees.iter().map(|t| t.seq).collect()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers, [("B3".into(), vec![11]), ("B2".into(), vec![12, 10])]);
+        assert_eq!(joined.len(), 3);
+    }
+
+    #[test]
+    fn a_message_carries_at_most_the_bytes_of_ids_allowed() {
+        // "B1" ids count 14 bytes each: two fit in 30.
+        let out = (10..15).map(|t| sub(1, t, "B2")).collect();
+        assert_eq!(
+            coalesced(out, 30),
+            [
+                ("sub", "B2".into(), 1, vec![10, 11]),
+                ("sub", "B2".into(), 1, vec![12, 13]),
+                ("sub", "B2".into(), 1, vec![14]),
+            ]
+        );
     }
 }

@@ -357,6 +357,17 @@ pub struct Options {
     /// How long a request or a forwarded copy waits to settle before it is answered with
     /// what has (ms; `settle.rs`).
     pub settle_timeout_ms: u64,
+    /// Most bytes (estimated) of tree ids in one message carrying a subscription on several
+    /// trees ([`tree_batch_bytes`]).
+    pub tree_batch_bytes: usize,
+}
+
+/// Room for tree ids in one [`BrokerMessage::TreeSubscribe`] under frame limit
+/// `max_frame`: a quarter of it, at most 16 KiB (over a thousand trees of brokers with
+/// short names). A client's subscription must leave this room (`net/session.rs`).
+pub const fn tree_batch_bytes(max_frame: usize) -> usize {
+    let quarter = max_frame / 4;
+    if quarter < 16 << 10 { quarter } else { 16 << 10 }
 }
 
 /// How long a request waits to settle unless configured otherwise (ms): well past a
@@ -380,6 +391,7 @@ impl Options {
         rejoin_ms: crate::resume::DEFAULT_WINDOW_MS,
         rejoin_max_bytes: crate::resume::DEFAULT_MAX_BYTES,
         settle_timeout_ms: DEFAULT_SETTLE_TIMEOUT_MS,
+        tree_batch_bytes: tree_batch_bytes(padres_lang::wire::codec::DEFAULT_MAX_FRAME),
     };
 }
 
@@ -525,8 +537,9 @@ pub struct Router {
     /// While the current input is handled: every copy offered to a neighbour (sent now,
     /// sent earlier, or held back behind a cover), with the copy its settling waits for.
     awaited: Vec<Awaited>,
-    /// The forwarded copies the current input waits on before it is answered.
-    settling: Option<(Copies, Waiter)>,
+    /// The forwarded copies the current input waits on before it is answered, by who
+    /// waits (one, or one per tree of a `TreeSubscribe`).
+    settling: Vec<(Copies, Waiter)>,
     /// Composite subscriptions and the detectors.
     composites: Composites,
     detect_at_subscriber: bool,
@@ -552,6 +565,8 @@ pub struct Router {
     rejoining: BTreeMap<Name, Rejoin>,
     rejoin_ms: u64,
     settle_timeout_ms: u64,
+    /// [`Options::tree_batch_bytes`].
+    tree_batch_bytes: usize,
     rejoin_max_bytes: usize,
     /// In a tree: per publisher's broker, the stamp counter of the last publication passed
     /// on from a neighbour (one that comes again after a neighbour's restart is dropped).
@@ -628,7 +643,7 @@ impl Router {
             matched: Vec::new(),
             settle: Settle::default(),
             awaited: Vec::new(),
-            settling: None,
+            settling: Vec::new(),
             composites: Composites::new(options.detector_bounds, options.offload_detection),
             detect_at_subscriber: options.detect_at_subscriber,
             detector_bounds: options.detector_bounds,
@@ -647,6 +662,7 @@ impl Router {
             rejoining: BTreeMap::new(),
             rejoin_ms: options.rejoin_ms,
             settle_timeout_ms: options.settle_timeout_ms,
+            tree_batch_bytes: options.tree_batch_bytes,
             rejoin_max_bytes: options.rejoin_max_bytes,
             passed: foldhash::HashMap::default(),
             replays: Replays::default(),
@@ -737,21 +753,22 @@ impl Router {
                 }
             }
         }
-        if let Some((copies, waiter)) = self.settling.take() {
+        for (copies, waiter) in std::mem::take(&mut self.settling) {
             // The input is answered once its own forwarded copies, and the covers' copies
             // standing in for those it held back, have settled.
             let mut needs: BTreeSet<(Forwarded, Name)> = self
                 .awaited
-                .drain(..)
+                .iter()
                 .filter(|(copy, _, _)| copies.include(copy))
-                .map(|(_, waits_for, to)| (waits_for, to))
+                .map(|(_, waits_for, to)| (waits_for.clone(), to.clone()))
                 .collect();
             // Composite subscriptions it placed or moved, too.
-            needs.extend(self.placed.drain(..));
+            needs.extend(self.placed.iter().cloned());
             let deadline = now.saturating_add(self.settle_timeout_ms);
             self.settle.wait(needs, waiter, deadline, out);
         }
         self.start_settled_queries(start, out);
+        cycles::coalesce(out, start, self.tree_batch_bytes);
     }
 
     /// Historic subscriptions answered (settled) during this input send their queries.
@@ -809,6 +826,7 @@ impl Router {
                 self.settle.sent(to, message);
             }
         }
+        cycles::coalesce(out, start, self.tree_batch_bytes);
     }
 
     fn detection_timeout(&mut self, now: u64) {
@@ -993,7 +1011,7 @@ impl Router {
                 self.install_adv(id.clone(), Arc::new(adv), Hop::Client(client), (0, 0), out);
                 self.clients.entry(client).or_default().advs.insert(id.clone(), required.into());
                 let copies = Copies::One(Forwarded::Advertisement(id.clone()));
-                self.settling = Some((copies, Waiter::Client { client, req, id }));
+                self.settling.push((copies, Waiter::Client { client, req, id }));
                 return;
             }
             Message::Subscribe(_)
@@ -1042,7 +1060,7 @@ impl Router {
                     Overlay::Acyclic => Copies::One(Forwarded::Subscription(id.clone())),
                     Overlay::Cyclic(_) => Copies::OnEveryTree(id.clone()),
                 };
-                self.settling = Some((copies, Waiter::Client { client, req, id }));
+                self.settling.push((copies, Waiter::Client { client, req, id }));
                 return;
             }
             Message::CompositeSubscribe(cs) => {
@@ -1056,7 +1074,7 @@ impl Router {
                 }
                 self.composite_subscribe(Hop::Client(client), id.clone(), Arc::new(cs), out);
                 self.hold_composite_for_history(client, &id);
-                self.settling = Some((Copies::Nothing, Waiter::Client { client, req, id }));
+                self.settling.push((Copies::Nothing, Waiter::Client { client, req, id }));
                 return;
             }
             Message::Publish(publication) => {
@@ -1100,7 +1118,7 @@ impl Router {
                     // Answered once the withdrawal has settled everywhere, with the
                     // patterns it moved (a publication published next is detected).
                     let copies = Copies::One(Forwarded::Unadvertisement(id));
-                    self.settling = Some((copies, Waiter::Done { client, req }));
+                    self.settling.push((copies, Waiter::Done { client, req }));
                     return;
                 } else {
                     Err((ErrorCode::UnknownId, format!("no advertisement {id} of this client")))
@@ -1187,9 +1205,8 @@ impl Router {
             // A message racing a link that is already down; its state would be dropped.
             return;
         }
-        if let Some(what) = settle::forwarded(&message) {
-            let waiter = Waiter::Broker { to: from.clone(), what: what.clone() };
-            self.settling = Some((Copies::One(what), waiter));
+        for (what, waiter) in settle::waiters_for(&from, &message) {
+            self.settling.push((Copies::One(what), waiter));
         }
         let hop = Hop::Broker(from.clone());
         let rejoining = self.rejoining.contains_key(&from);
@@ -1222,22 +1239,32 @@ impl Router {
                     self.remove_adv(&id, lost, out);
                 }
             }
-            BrokerMessage::TreeSubscribe { id, tree, sub } => {
+            BrokerMessage::TreeSubscribe { id, trees, sub } => {
                 if let Overlay::Cyclic(cycles) = &mut self.overlay {
                     let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
-                    cycles.add(ctx, &tree, &id, &sub, hop, out, &mut self.awaited);
+                    for tree in &trees {
+                        cycles.add(ctx, tree, &id, &sub, hop.clone(), out, &mut self.awaited);
+                    }
                 }
             }
-            BrokerMessage::TreeUnsubscribe { id, tree } => {
+            BrokerMessage::TreeUnsubscribe { id, trees } => {
                 if let Overlay::Cyclic(cycles) = &mut self.overlay {
                     let ctx = Ctx { covering: self.covering, neighbours: &self.neighbours };
-                    cycles.leave(ctx, &tree, &id, &hop, out);
+                    for tree in &trees {
+                        cycles.leave(ctx, tree, &id, &hop, out);
+                    }
                 }
             }
             BrokerMessage::TreePublish { tree, publication, stamp } => {
                 self.route_on_tree(&tree, publication, stamp, &hop, out);
             }
             BrokerMessage::Settled { what } => self.settle.settled(&from, what, out),
+            BrokerMessage::TreesSettled { id, trees } => {
+                for tree in trees {
+                    let what = Forwarded::TreeSubscription { id: id.clone(), tree };
+                    self.settle.settled(&from, what, out);
+                }
+            }
             message @ (BrokerMessage::HistoryAdvertise { .. }
             | BrokerMessage::HistoryUnadvertise { .. }
             | BrokerMessage::HistoryQuery { .. }

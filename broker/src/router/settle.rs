@@ -4,7 +4,8 @@
 //! Every [`BrokerMessage::Advertise`], [`BrokerMessage::Unadvertise`],
 //! [`BrokerMessage::Subscribe`], [`BrokerMessage::TreeSubscribe`] and
 //! [`BrokerMessage::CompositeSubscribe`] a broker sends is answered by its neighbour with a
-//! [`BrokerMessage::Settled`] naming it, once the neighbour's own forwarded copies of it have
+//! [`BrokerMessage::Settled`] naming it (a [`BrokerMessage::TreesSettled`] naming every
+//! tree a `TreeSubscribe` carried), once the neighbour's own forwarded copies of it have
 //! settled, and at once if it forwarded none. A copy held back by covering waits for the
 //! cover's copy at that neighbour to settle. The broker that took the client's request
 //! replies when its own copies have settled. Links are FIFO, so what a broker sends back
@@ -18,8 +19,15 @@
 //!   advertisement, and the composite patterns it moved are in place where they went, so
 //!   a pattern completed by publications published next is detected.
 //!
-//! The cost: one small message per forwarded copy, and a reply that takes a round trip to
-//! the farthest broker concerned.
+//! The cost: one small message per forwarded message, and a reply that takes a round trip
+//! to the farthest broker concerned.
+//!
+//! A `TreeSubscribe` carrying several trees is answered tree by tree, as each settles (the
+//! answers that come at once share one message): a tree's answer waits only for copies on
+//! that tree, nearer its root, as if each had come alone. Waiting for the whole message
+//! instead would tie the trees together, and with covering (a copy held back waits for its
+//! cover's copy, which travels with the cover's other trees) such ties could close a
+//! circle.
 //!
 //! Limits, as built:
 //!
@@ -63,6 +71,19 @@ pub(super) enum Waiter {
     Done { client: ClientId, req: Option<u64> },
     /// The neighbour that sent it, answered with [`BrokerMessage::Settled`].
     Broker { to: Name, what: Forwarded },
+    /// The neighbour that sent subscription `id` on `tree`, answered with
+    /// [`BrokerMessage::TreesSettled`] (joined with the other trees answered at once).
+    Tree { to: Name, id: MessageId, tree: MessageId },
+}
+
+impl Waiter {
+    /// The neighbour waiting, if it is one.
+    fn neighbour(&self) -> Option<&Name> {
+        match self {
+            Self::Broker { to, .. } | Self::Tree { to, .. } => Some(to),
+            Self::Client { .. } | Self::Done { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -89,9 +110,9 @@ pub(super) struct Settle {
 }
 
 impl Settle {
-    /// Counts a copy sent, if `message` is one that is answered.
+    /// Counts the copies `message` carries, if it is one that is answered.
     pub(super) fn sent(&mut self, to: &Name, message: &BrokerMessage) {
-        if let Some(what) = forwarded(message) {
+        for what in forwarded(message) {
             *self.outstanding.entry((what, to.clone())).or_default() += 1;
         }
     }
@@ -135,7 +156,7 @@ impl Settle {
     pub(super) fn neighbour_down(&mut self, name: &Name, out: &mut Vec<Output>) {
         let deadlines = &mut self.deadlines;
         self.waits.retain(|wait, w| {
-            let gone = matches!(&w.waiter, Waiter::Broker { to, .. } if to == name);
+            let gone = w.waiter.neighbour() == Some(name);
             if gone {
                 deadlines.remove(&(w.deadline, *wait));
             }
@@ -208,18 +229,41 @@ impl Settle {
     }
 }
 
-/// Which answered message `message` is, if it is one.
-pub(super) fn forwarded(message: &BrokerMessage) -> Option<Forwarded> {
-    match message {
-        BrokerMessage::Advertise { id, .. } => Some(Forwarded::Advertisement(id.clone())),
-        BrokerMessage::Subscribe { id, .. } => Some(Forwarded::Subscription(id.clone())),
-        BrokerMessage::TreeSubscribe { id, tree, .. } => {
-            Some(Forwarded::TreeSubscription { id: id.clone(), tree: tree.clone() })
+/// The answered copies `message` carries: one, several trees' of one subscription, or
+/// none.
+pub(super) fn forwarded(message: &BrokerMessage) -> Vec<Forwarded> {
+    let one = match message {
+        BrokerMessage::Advertise { id, .. } => Forwarded::Advertisement(id.clone()),
+        BrokerMessage::Subscribe { id, .. } => Forwarded::Subscription(id.clone()),
+        BrokerMessage::TreeSubscribe { id, trees, .. } => {
+            return trees
+                .iter()
+                .map(|tree| Forwarded::TreeSubscription { id: id.clone(), tree: tree.clone() })
+                .collect();
         }
-        BrokerMessage::CompositeSubscribe { id, .. } => Some(Forwarded::Composite(id.clone())),
-        BrokerMessage::Unadvertise { id, .. } => Some(Forwarded::Unadvertisement(id.clone())),
-        _ => None,
-    }
+        BrokerMessage::CompositeSubscribe { id, .. } => Forwarded::Composite(id.clone()),
+        BrokerMessage::Unadvertise { id, .. } => Forwarded::Unadvertisement(id.clone()),
+        _ => return Vec::new(),
+    };
+    vec![one]
+}
+
+/// Who waits for each copy an answered `message` from neighbour `from` carries: one
+/// waiter per copy, so a subscription's copies on several trees are answered tree by tree
+/// (those that settle together in one message, by [`super::cycles::coalesce`]).
+pub(super) fn waiters_for(from: &Name, message: &BrokerMessage) -> Vec<(Forwarded, Waiter)> {
+    forwarded(message)
+        .into_iter()
+        .map(|what| {
+            let waiter = match &what {
+                Forwarded::TreeSubscription { id, tree } => {
+                    Waiter::Tree { to: from.clone(), id: id.clone(), tree: tree.clone() }
+                }
+                _ => Waiter::Broker { to: from.clone(), what: what.clone() },
+            };
+            (what, waiter)
+        })
+        .collect()
 }
 
 fn answer(waiter: Waiter, out: &mut Vec<Output>) {
@@ -228,6 +272,10 @@ fn answer(waiter: Waiter, out: &mut Vec<Output>) {
         Waiter::Done { client, req } => out.push(Output::Reply { client, req, result: Ok(None) }),
         Waiter::Broker { to, what } => {
             out.push(Output::ToBroker { to, message: BrokerMessage::Settled { what } });
+        }
+        Waiter::Tree { to, id, tree } => {
+            let message = BrokerMessage::TreesSettled { id, trees: vec![tree] };
+            out.push(Output::ToBroker { to, message });
         }
     }
 }

@@ -34,7 +34,9 @@
 //! adds what each link carried per message class ([`BrokerStats`]'s `link_traffic`).
 //! Version 12 adds a client's token to [`Frame::Hello`]; a hello of an earlier version no
 //! longer decodes, so such a peer is refused as sending invalid input. Version 13 adds
-//! `settle_timeouts` to [`BrokerStats`].
+//! `settle_timeouts` to [`BrokerStats`]. Version 14 carries a subscription on several
+//! trees in one [`BrokerMessage::TreeSubscribe`] (and [`BrokerMessage::TreeUnsubscribe`]),
+//! answered with one [`BrokerMessage::TreesSettled`].
 
 pub(crate) mod bounded;
 pub mod codec;
@@ -60,7 +62,7 @@ pub use codec::{DecodeError, EncodeError, FrameReader, decode, encode};
 pub const MAX_ROUTES_FILTER_BYTES: usize = 256;
 
 /// The version of this wire protocol; peers with another version are refused.
-pub const PROTOCOL_VERSION: u32 = 13;
+pub const PROTOCOL_VERSION: u32 = 14;
 
 /// What a peer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,21 +187,25 @@ pub enum BrokerMessage {
         /// Its stamp, given by its publisher's broker.
         stamp: Stamp,
     },
-    /// With cycles: a subscription routed along advertisement `tree`'s spanning tree.
+    /// With cycles: a subscription routed along the spanning trees of advertisements
+    /// `trees`, each a copy of its own (answered and withdrawn tree by tree), sent in one
+    /// message where they take the same link (since version 14).
     TreeSubscribe {
         /// Its federation-wide id.
         id: MessageId,
-        /// The advertisement whose tree carries it.
-        tree: MessageId,
+        /// The advertisements whose trees carry it.
+        #[serde(deserialize_with = "bounded::vec")]
+        trees: Vec<MessageId>,
         /// The subscription.
         sub: Arc<Subscription>,
     },
-    /// With cycles: a subscription withdrawn from one tree.
+    /// With cycles: a subscription withdrawn from trees `trees`.
     TreeUnsubscribe {
         /// Its id.
         id: MessageId,
-        /// The tree.
-        tree: MessageId,
+        /// The trees.
+        #[serde(deserialize_with = "bounded::vec")]
+        trees: Vec<MessageId>,
     },
     /// With cycles: a publication travelling on advertisement `tree`'s spanning tree.
     TreePublish {
@@ -291,6 +297,16 @@ pub enum BrokerMessage {
         /// The epoch of the path that was lost.
         epoch: u32,
     },
+    /// The answer to a [`BrokerMessage::TreeSubscribe`]: its copies on every tree it
+    /// names have settled ([`BrokerMessage::Settled`] for each
+    /// [`Forwarded::TreeSubscription`], in one message).
+    TreesSettled {
+        /// The subscription.
+        id: MessageId,
+        /// The trees.
+        #[serde(deserialize_with = "bounded::vec")]
+        trees: Vec<MessageId>,
+    },
 }
 
 /// A forwarded message that is answered with [`BrokerMessage::Settled`].
@@ -300,7 +316,8 @@ pub enum Forwarded {
     Advertisement(MessageId),
     /// [`BrokerMessage::Subscribe`] of this id.
     Subscription(MessageId),
-    /// [`BrokerMessage::TreeSubscribe`] of this id on this tree.
+    /// [`BrokerMessage::TreeSubscribe`] of this id on this tree (since version 14 answered
+    /// with [`BrokerMessage::TreesSettled`], with the other trees of its message).
     TreeSubscription {
         /// The subscription.
         id: MessageId,
