@@ -107,6 +107,8 @@ pub(super) struct Settle {
     deadlines: BTreeSet<(u64, u64)>,
     /// Waits answered at their deadline.
     timeouts: u64,
+    /// The waits answering a neighbour's copy of an advertisement, by advertisement.
+    adv_waits: HashMap<MessageId, Vec<u64>>,
 }
 
 impl Settle {
@@ -134,10 +136,50 @@ impl Settle {
         }
         self.next += 1;
         let wait = self.next;
+        if let Waiter::Broker { what: Forwarded::Advertisement(adv), .. } = &waiter {
+            self.adv_waits.entry(adv.clone()).or_default().push(wait);
+        }
         self.waits.insert(wait, Wait { waiter, remaining: needs.len(), deadline });
         self.deadlines.insert((deadline, wait));
         for need in needs {
             self.blocked.entry(need).or_default().push(wait);
+        }
+    }
+
+    /// `copy`, a subscription sent on advertisement `tree`'s tree to `to`, holds up the
+    /// answer to a neighbour's copy of that advertisement still waiting here, unless that
+    /// neighbour is `to` (the link keeps the two in order).
+    ///
+    /// The answer says that the subscriptions the advertisement pulled have reached its
+    /// broker, because they were sent back before it over the same links. When the tree
+    /// has moved here to a shorter path since that copy came (a second copy came over
+    /// another link), what it pulls goes the new way, and only the copy's own answer
+    /// keeps the old: without this wait the answer could overtake them.
+    pub(super) fn tree_copy_sent(&mut self, tree: &MessageId, copy: Forwarded, to: &Name) {
+        let key = (copy, to.clone());
+        if !self.outstanding.contains_key(&key) {
+            return;
+        }
+        let Some(waits) = self.adv_waits.get(tree) else { return };
+        for &wait in waits {
+            let Some(w) = self.waits.get_mut(&wait) else { continue };
+            if w.waiter.neighbour() == Some(to) {
+                continue;
+            }
+            w.remaining += 1;
+            self.blocked.entry(key.clone()).or_default().push(wait);
+        }
+    }
+
+    /// Forgets wait `wait`, answered or dropped, from the index of advertisement waits.
+    fn finished(adv_waits: &mut HashMap<MessageId, Vec<u64>>, wait: u64, waiter: &Waiter) {
+        if let Waiter::Broker { what: Forwarded::Advertisement(adv), .. } = waiter
+            && let Some(waits) = adv_waits.get_mut(adv)
+        {
+            waits.retain(|w| *w != wait);
+            if waits.is_empty() {
+                adv_waits.remove(adv);
+            }
         }
     }
 
@@ -154,11 +196,12 @@ impl Settle {
 
     /// Neighbour `name` is gone: nothing more comes from it, and nobody there waits.
     pub(super) fn neighbour_down(&mut self, name: &Name, out: &mut Vec<Output>) {
-        let deadlines = &mut self.deadlines;
+        let (deadlines, adv_waits) = (&mut self.deadlines, &mut self.adv_waits);
         self.waits.retain(|wait, w| {
             let gone = w.waiter.neighbour() == Some(name);
             if gone {
                 deadlines.remove(&(w.deadline, *wait));
+                Self::finished(adv_waits, *wait, &w.waiter);
             }
             !gone
         });
@@ -196,6 +239,7 @@ impl Settle {
             }
             self.deadlines.pop_first();
             let Some(w) = self.waits.remove(&wait) else { continue };
+            Self::finished(&mut self.adv_waits, wait, &w.waiter);
             late += 1;
             if first.is_none() {
                 first = Some((w.waiter.clone(), w.remaining));
@@ -223,6 +267,7 @@ impl Settle {
                 && let Some(w) = self.waits.remove(&wait)
             {
                 self.deadlines.remove(&(w.deadline, wait));
+                Self::finished(&mut self.adv_waits, wait, &w.waiter);
                 answer(w.waiter, out);
             }
         }
