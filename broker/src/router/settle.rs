@@ -179,6 +179,11 @@ impl Settle {
             waits.retain(|w| *w != wait);
             if waits.is_empty() {
                 adv_waits.remove(adv);
+                // Every broker's advertisements come at once when a federation starts;
+                // the room they took is not kept for ever after.
+                if adv_waits.is_empty() {
+                    adv_waits.shrink_to_fit();
+                }
             }
         }
     }
