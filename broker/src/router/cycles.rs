@@ -472,6 +472,16 @@ enum Joined {
     Settled,
 }
 
+/// Which of the messages [`coalesce`] joins `message` is, if any.
+fn tree_kind(message: &BrokerMessage) -> Option<Joined> {
+    match message {
+        BrokerMessage::TreeSubscribe { .. } => Some(Joined::Subscribe),
+        BrokerMessage::TreeUnsubscribe { .. } => Some(Joined::Unsubscribe),
+        BrokerMessage::TreesSettled { .. } => Some(Joined::Settled),
+        _ => None,
+    }
+}
+
 /// What [`coalesce`] sees of `message`: its kind, subscription and trees.
 fn joinable(message: &mut BrokerMessage) -> Option<(Joined, &MessageId, &mut Vec<MessageId>)> {
     match message {
@@ -492,30 +502,25 @@ fn joinable(message: &mut BrokerMessage) -> Option<(Joined, &MessageId, &mut Vec
 pub(super) fn coalesce(out: &mut Vec<Output>, start: usize, max_bytes: usize) {
     let tree_messages = out[start..]
         .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::ToBroker {
-                    message: BrokerMessage::TreeSubscribe { .. }
-                        | BrokerMessage::TreeUnsubscribe { .. }
-                        | BrokerMessage::TreesSettled { .. },
-                    ..
-                }
-            )
-        })
+        .filter(|o| matches!(o, Output::ToBroker { message, .. } if tree_kind(message).is_some()))
         .count();
     if tree_messages < 2 {
         return;
     }
     let mut slots: Vec<Option<Output>> = out.drain(start..).map(Some).collect();
     let n = slots.len();
-    join(&mut slots, (0..n).collect(), &[Joined::Subscribe], max_bytes);
-    join(&mut slots, (0..n).rev().collect(), &[Joined::Unsubscribe, Joined::Settled], max_bytes);
+    join(&mut slots, 0..n, &[Joined::Subscribe], max_bytes);
+    join(&mut slots, (0..n).rev(), &[Joined::Unsubscribe, Joined::Settled], max_bytes);
     out.extend(slots.into_iter().flatten());
 }
 
 /// One pass of [`coalesce`] in `order`, joining messages of the kinds `kinds`.
-fn join(slots: &mut [Option<Output>], order: Vec<usize>, kinds: &[Joined], max_bytes: usize) {
+fn join(
+    slots: &mut [Option<Output>],
+    order: impl Iterator<Item = usize>,
+    kinds: &[Joined],
+    max_bytes: usize,
+) {
     // Per neighbour, per kind and subscription: the message others join, and its ids' bytes.
     type Open = HashMap<(Joined, MessageId), (usize, usize)>;
     let mut open: HashMap<Name, Open> = HashMap::new();
@@ -586,6 +591,9 @@ mod tests {
                 Output::ToBroker { to, message: BrokerMessage::TreeUnsubscribe { id, trees } } => {
                     ("unsub", to.to_string(), id.seq, trees.iter().map(|t| t.seq).collect())
                 }
+                Output::ToBroker { to, message: BrokerMessage::TreesSettled { id, trees } } => {
+                    ("settled", to.to_string(), id.seq, trees.iter().map(|t| t.seq).collect())
+                }
                 Output::ToBroker { to, .. } => ("other", to.to_string(), 0, Vec::new()),
                 _ => ("local", String::new(), 0, Vec::new()),
             })
@@ -647,19 +655,14 @@ mod tests {
             message: BrokerMessage::TreesSettled { id: id(who), trees: vec![id(tree)] },
         };
         let out = vec![settled(1, 10, "B2"), sub(2, 10, "B2"), settled(1, 11, "B3"), settled(1, 12, "B2")];
-        let mut joined = out;
-        coalesce(&mut joined, 0, 1 << 10);
-        let answers: Vec<(String, Vec<u64>)> = joined
-            .iter()
-            .filter_map(|o| match o {
-                Output::ToBroker { to, message: BrokerMessage::TreesSettled { trees, .. } } => {
-                    Some((to.to_string(), trees.iter().map(|t| t.seq).collect()))
-                }
-                _ => None,
-            })
-            .collect();
-        assert_eq!(answers, [("B3".into(), vec![11]), ("B2".into(), vec![12, 10])]);
-        assert_eq!(joined.len(), 3);
+        assert_eq!(
+            coalesced(out, 1 << 10),
+            [
+                ("sub", "B2".into(), 2, vec![10]),
+                ("settled", "B3".into(), 1, vec![11]),
+                ("settled", "B2".into(), 1, vec![12, 10]),
+            ]
+        );
     }
 
     #[test]

@@ -751,7 +751,6 @@ impl Router {
                     let what = Forwarded::Unadvertisement(id.clone());
                     self.awaited.push((what.clone(), what, to.clone()));
                 }
-                self.tree_copies_sent(to, message);
             }
         }
         for (copies, waiter) in std::mem::take(&mut self.settling) {
@@ -825,21 +824,9 @@ impl Router {
         for output in &out[start..] {
             if let Output::ToBroker { to, message } = output {
                 self.settle.sent(to, message);
-                self.tree_copies_sent(to, message);
             }
         }
         cycles::coalesce(out, start, self.tree_batch_bytes);
-    }
-
-    /// A subscription sent up a tree holds up the answer to that tree's advertisement
-    /// where it still waits ([`Settle::tree_copy_sent`]).
-    fn tree_copies_sent(&mut self, to: &Name, message: &BrokerMessage) {
-        if let BrokerMessage::TreeSubscribe { id, trees, .. } = message {
-            for tree in trees {
-                let copy = Forwarded::TreeSubscription { id: id.clone(), tree: tree.clone() };
-                self.settle.tree_copy_sent(tree, copy, to);
-            }
-        }
     }
 
     fn detection_timeout(&mut self, now: u64) {

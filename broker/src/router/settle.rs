@@ -112,10 +112,16 @@ pub(super) struct Settle {
 }
 
 impl Settle {
-    /// Counts the copies `message` carries, if it is one that is answered.
+    /// Counts the copies `message` carries, if it is one that is answered; a subscription
+    /// sent up a tree may hold up an advertisement's answer ([`Self::tree_copy_sent`]).
     pub(super) fn sent(&mut self, to: &Name, message: &BrokerMessage) {
         for what in forwarded(message) {
-            *self.outstanding.entry((what, to.clone())).or_default() += 1;
+            let key = (what, to.clone());
+            *self.outstanding.entry(key.clone()).or_default() += 1;
+            if let (Forwarded::TreeSubscription { tree, .. }, _) = &key {
+                let tree = tree.clone();
+                self.tree_copy_sent(&tree, key);
+            }
         }
     }
 
@@ -146,24 +152,20 @@ impl Settle {
         }
     }
 
-    /// `copy`, a subscription sent on advertisement `tree`'s tree to `to`, holds up the
-    /// answer to a neighbour's copy of that advertisement still waiting here, unless that
-    /// neighbour is `to` (the link keeps the two in order).
+    /// `(copy, to)`, a subscription just sent on advertisement `tree`'s tree to `to`, holds
+    /// up the answer to a neighbour's copy of that advertisement still waiting here, unless
+    /// that neighbour is `to` (the link keeps the two in order).
     ///
     /// The answer says that the subscriptions the advertisement pulled have reached its
     /// broker, because they were sent back before it over the same links. When the tree
     /// has moved here to a shorter path since that copy came (a second copy came over
     /// another link), what it pulls goes the new way, and only the copy's own answer
     /// keeps the old: without this wait the answer could overtake them.
-    pub(super) fn tree_copy_sent(&mut self, tree: &MessageId, copy: Forwarded, to: &Name) {
-        let key = (copy, to.clone());
-        if !self.outstanding.contains_key(&key) {
-            return;
-        }
+    fn tree_copy_sent(&mut self, tree: &MessageId, key: (Forwarded, Name)) {
         let Some(waits) = self.adv_waits.get(tree) else { return };
         for &wait in waits {
             let Some(w) = self.waits.get_mut(&wait) else { continue };
-            if w.waiter.neighbour() == Some(to) {
+            if w.waiter.neighbour() == Some(&key.1) {
                 continue;
             }
             w.remaining += 1;
