@@ -28,9 +28,18 @@
 //!
 //! Owner withdrawals are remembered (late copies of a withdrawn advertisement still
 //! circling are dropped); the memory is not pruned yet.
+//!
+//! Memory: a broker holds an entry per subscription per tree through it, so entries are
+//! kept small. The hops an entry came from (nearly always one) sit inline ([`Hops`]), and
+//! the entries of one subscription on many trees share one decoded copy of it
+//! ([`Shared`]), however many messages brought it. On a hub of 100 real brokers
+//! (`BENCHMARKS.md`, "Where a hub's memory goes"), a set per entry and a copy per message
+//! took about 11 of its 30 MB of heap.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use padres_lang::wire::{BrokerMessage, Forwarded};
 use padres_lang::{MessageId, Name, Publication, Stamp, Subscription, covers};
@@ -44,11 +53,86 @@ use crate::matching::{Scratch, SubscriptionIndex};
 #[derive(Debug)]
 struct TreeSub {
     sub: Arc<Subscription>,
-    from: BTreeSet<Hop>,
+    from: Hops,
     /// The neighbour it was sent to.
     sent_to: Option<Name>,
     /// The neighbour it is held back from, covered by an entry sent there.
     held: Option<Name>,
+}
+
+/// The hops a tree entry came from, in order, without duplicates. Nearly always one, held
+/// inline: a set's heap node (about 230 bytes) per entry was the largest part of a
+/// hub's tables.
+#[derive(Debug)]
+struct Hops(SmallVec<[Hop; 1]>);
+
+impl Hops {
+    fn one(hop: Hop) -> Self {
+        Self(SmallVec::from_buf([hop]))
+    }
+
+    fn insert(&mut self, hop: Hop) {
+        if let Err(at) = self.0.binary_search(&hop) {
+            self.0.insert(at, hop);
+        }
+    }
+
+    /// Removes `hop`; false if it was not there.
+    fn remove(&mut self, hop: &Hop) -> bool {
+        let Ok(at) = self.0.binary_search(hop) else { return false };
+        self.0.remove(at);
+        // Back inline once one is left.
+        self.0.shrink_to_fit();
+        true
+    }
+
+    fn contains(&self, hop: &Hop) -> bool {
+        self.0.binary_search(hop).is_ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Hop> {
+        self.0.iter()
+    }
+}
+
+/// One decoded copy of each subscription on the trees, shared by its entries. Each
+/// `TreeSubscribe` brings its own copy, and one subscription comes in many messages (from
+/// each neighbour, tree batch by tree batch); kept per entry, those copies outnumbered the
+/// subscriptions many times over.
+#[derive(Debug, Default)]
+struct Shared(HashMap<MessageId, (Arc<Subscription>, usize)>);
+
+impl Shared {
+    /// The copy of `id` for a new entry: the one held if it says the same as `sub`.
+    fn take(&mut self, id: &MessageId, sub: &Arc<Subscription>) -> Arc<Subscription> {
+        match self.0.get_mut(id) {
+            Some((kept, entries)) if kept == sub => {
+                *entries += 1;
+                kept.clone()
+            }
+            Some(_) => sub.clone(),
+            None => {
+                self.0.insert(id.clone(), (sub.clone(), 1));
+                sub.clone()
+            }
+        }
+    }
+
+    /// An entry holding `sub` as `id` is gone.
+    fn release(&mut self, id: &MessageId, sub: &Arc<Subscription>) {
+        if let Some((kept, entries)) = self.0.get_mut(id)
+            && Arc::ptr_eq(kept, sub)
+        {
+            *entries -= 1;
+            if *entries == 0 {
+                self.0.remove(id);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -82,6 +166,7 @@ pub(super) struct Cycles {
     withdrawn: HashSet<MessageId>,
     /// Per tree, the highest epoch a repair was asked for or passed on by this broker.
     repairs: HashMap<MessageId, u32>,
+    shared: Shared,
 }
 
 /// Where a publication goes next: brokers, and clients with their matching
@@ -139,7 +224,11 @@ impl Cycles {
 
     /// Forgets a tree whose advertisement is gone (every broker forgets it too).
     pub(super) fn drop_tree(&mut self, tree: &MessageId) {
-        self.trees.remove(tree);
+        if let Some(t) = self.trees.remove(tree) {
+            for (id, e) in &t.subs {
+                self.shared.release(id, &e.sub);
+            }
+        }
         self.repairs.remove(tree);
     }
 
@@ -194,9 +283,9 @@ impl Cycles {
         if let Some(e) = t.subs.get_mut(id) {
             e.from.insert(from);
         } else {
+            let sub = self.shared.take(id, sub);
             t.index.insert(id.clone(), sub.clone());
-            let entry = TreeSub { sub: sub.clone(), from: BTreeSet::from([from]), sent_to: None, held: None };
-            t.subs.insert(id.clone(), entry);
+            t.subs.insert(id.clone(), TreeSub { sub, from: Hops::one(from), sent_to: None, held: None });
         }
         Self::reconcile(ctx, tree, t, id, out, awaited);
     }
@@ -216,7 +305,7 @@ impl Cycles {
             return;
         }
         if e.from.is_empty() {
-            Self::remove_entry(ctx, tree, t, id, out);
+            Self::remove_entry(ctx, tree, t, id, &mut self.shared, out);
         } else {
             Self::reconcile(ctx, tree, t, id, out, &mut Vec::new());
         }
@@ -230,7 +319,7 @@ impl Cycles {
         let trees: Vec<MessageId> = trees.into_iter().cloned().collect();
         for tree in trees {
             if let Some(t) = self.trees.get_mut(&tree) {
-                Self::remove_entry(ctx, &tree, t, id, out);
+                Self::remove_entry(ctx, &tree, t, id, &mut self.shared, out);
             }
         }
     }
@@ -410,9 +499,17 @@ impl Cycles {
         }
     }
 
-    fn remove_entry(ctx: Ctx<'_>, tree: &MessageId, t: &mut Tree, id: &MessageId, out: &mut Vec<Output>) {
+    fn remove_entry(
+        ctx: Ctx<'_>,
+        tree: &MessageId,
+        t: &mut Tree,
+        id: &MessageId,
+        shared: &mut Shared,
+        out: &mut Vec<Output>,
+    ) {
         t.index.remove(id);
         let Some(e) = t.subs.remove(id) else { return };
+        shared.release(id, &e.sub);
         if let Some(old) = e.sent_to {
             Self::withdraw(ctx, tree, t, id, &old, out);
         }
@@ -432,7 +529,7 @@ impl Cycles {
         t.index.matches_into(publication, scratch, &mut matched);
         for id in matched {
             if let Some(e) = t.subs.get(&id) {
-                for from in &e.from {
+                for from in e.from.iter() {
                     next.add(&id, from, last);
                 }
             }
@@ -677,5 +774,59 @@ mod tests {
                 ("sub", "B2".into(), 1, vec![14]),
             ]
         );
+    }
+
+    /// Trees `10..10+n` rooted at neighbour B9, with subscription 1 (a copy of its own per
+    /// tree, as from separate messages) filed on each from B2 and from a client.
+    fn filed_on_trees(n: u64) -> (Cycles, BTreeSet<Name>) {
+        let neighbours: BTreeSet<Name> = ["B2", "B9"].into_iter().map(to).collect();
+        let ctx = Ctx { covering: Covering::Off, neighbours: &neighbours };
+        let mut cycles = Cycles::default();
+        let mut out = Vec::new();
+        for tree in 10..10 + n {
+            cycles.plant(id(tree), Hop::Broker(to("B9")));
+            let copy: Arc<Subscription> = Arc::new("[class,eq,'a']".parse().expect("subscription"));
+            for from in [Hop::Broker(to("B2")), Hop::Client(7)] {
+                cycles.add(ctx, &id(tree), &id(1), &copy, from, &mut out, &mut Vec::new());
+            }
+        }
+        (cycles, neighbours)
+    }
+
+    #[test]
+    fn a_subscription_on_many_trees_is_held_once_and_let_go_with_its_last_entry() {
+        let (mut cycles, neighbours) = filed_on_trees(3);
+        let ctx = Ctx { covering: Covering::Off, neighbours: &neighbours };
+        let first = cycles.trees[&id(10)].subs[&id(1)].sub.clone();
+        for tree in 11..13 {
+            let e = &cycles.trees[&id(tree)].subs[&id(1)];
+            assert!(Arc::ptr_eq(&e.sub, &first), "tree {tree} keeps a copy of its own");
+            assert_eq!(e.from.iter().cloned().collect::<Vec<_>>(), [Hop::Client(7), Hop::Broker(to("B2"))]);
+        }
+        let mut out = Vec::new();
+        // One hop leaving keeps the entry; both leaving removes it.
+        cycles.leave(ctx, &id(10), &id(1), &Hop::Client(7), &mut out);
+        assert!(cycles.trees[&id(10)].subs[&id(1)].from.contains(&Hop::Broker(to("B2"))));
+        cycles.leave(ctx, &id(10), &id(1), &Hop::Broker(to("B2")), &mut out);
+        assert!(!cycles.trees[&id(10)].subs.contains_key(&id(1)));
+        assert_eq!(cycles.shared.0[&id(1)].1, 2, "two trees still hold it");
+        cycles.drop_tree(&id(11));
+        cycles.remove_everywhere(ctx, &id(1), &mut out);
+        assert!(cycles.shared.0.is_empty(), "kept after its last entry went: {:?}", cycles.shared);
+        drop(cycles);
+        assert_eq!(Arc::strong_count(&first), 1, "a copy outlived the trees");
+    }
+
+    #[test]
+    fn another_subscription_under_a_known_id_is_kept_as_it_came() {
+        let (mut cycles, neighbours) = filed_on_trees(1);
+        let ctx = Ctx { covering: Covering::Off, neighbours: &neighbours };
+        let other: Arc<Subscription> = Arc::new("[class,eq,'b']".parse().expect("subscription"));
+        cycles.plant(id(20), Hop::Broker(to("B9")));
+        cycles.add(ctx, &id(20), &id(1), &other, Hop::Broker(to("B2")), &mut Vec::new(), &mut Vec::new());
+        assert!(Arc::ptr_eq(&cycles.trees[&id(20)].subs[&id(1)].sub, &other));
+        // Its entry going does not let go of the shared one.
+        cycles.drop_tree(&id(20));
+        assert_eq!(cycles.shared.0[&id(1)].1, 1);
     }
 }
