@@ -45,7 +45,9 @@
 //! application's time zone, with the run missed while it was down made up once), and on
 //! each publication matching one of its event triggers. It holds a trigger back while the
 //! application's `max-generations` generations run (started here, their `APPL_END` not
-//! yet run), and publishes it when one ends.
+//! yet run), and publishes it when one ends. Those decisions are `agent/starts.rs`'s, a sans-IO
+//! state machine tested in virtual time; the loop hands it the wall-clock time and wakes
+//! it at its next cron occurrence.
 //!
 //! Statuses and triggers wait in the journal's outbox until the broker has taken them: an
 //! agent stopped while its broker was away sends them when it starts again (before
@@ -104,7 +106,9 @@ use crate::pool::{MemberState, Members, Meter};
 use crate::trigger::{CronTrigger, now};
 
 mod pools;
+mod starts;
 use pools::Dispatch;
+use starts::{Starts, Step};
 
 /// How an agent runs.
 #[derive(Clone, Debug)]
@@ -212,8 +216,6 @@ struct Application {
     advertisements: Vec<MessageId>,
     /// Its event triggers' subscriptions (home agent).
     events: Vec<MessageId>,
-    /// Its cron triggers' tasks (home agent).
-    crons: Vec<tokio::task::AbortHandle>,
     /// The subscriptions following its generations: their triggers and ends.
     follows: Vec<MessageId>,
     /// Its jobs' `unless` subscriptions (when a job can no longer run).
@@ -273,8 +275,6 @@ const CHECK_LONGEST: Duration = Duration::from_secs(60);
 /// What the agent's own tasks ask of its loop.
 #[derive(Debug)]
 enum Internal {
-    /// A cron trigger fired: start generation `gid` of `appl` on `date`.
-    Fire { appl: String, gid: String, date: String },
     /// The broker refused generation `gid`'s trigger: it never started.
     Refused { appl: String, gid: String },
 }
@@ -346,13 +346,11 @@ struct Agent {
     running: Arc<Mutex<HashSet<(String, String, String)>>>,
     slots: Arc<Semaphore>,
     outgoing: Outbox,
-    internal: mpsc::UnboundedSender<Internal>,
     /// Event trigger subscriptions, to their application.
     event_subs: HashMap<MessageId, String>,
-    /// Generations in flight per application this agent is home to (triggered, APPL_END
-    /// not run yet), and triggers held back by the application's `max-generations`.
-    in_flight: HashMap<String, HashSet<String>>,
-    held: HashMap<String, VecDeque<(String, String)>>,
+    /// Generation starts of the applications this agent is home to: manual, cron and
+    /// event triggers, held to `max-generations`.
+    starts: Starts,
     /// The subscriptions following generations, to their application.
     follows: HashMap<MessageId, String>,
     /// The generations followed, by application and gid.
@@ -415,8 +413,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let outgoing =
         Outbox { agent: options.name.clone(), journal: journal.clone(), queue, refused: internal.clone() };
 
-    let publisher =
-        tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal.clone(), to_publish));
+    let publisher = tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal, to_publish));
     let mut agent = Agent {
         slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
         options,
@@ -426,10 +423,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         applications: HashMap::new(),
         running: Arc::default(),
         outgoing,
-        internal,
         event_subs: HashMap::new(),
-        in_flight: HashMap::new(),
-        held: HashMap::new(),
+        starts: Starts::default(),
         follows: HashMap::new(),
         followed: HashMap::new(),
         checks: HashMap::new(),
@@ -490,6 +485,12 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 agent.check_due().await;
                 continue;
             }
+            () = until(agent.starts.poll_timeout()) => {
+                let mut steps = Vec::new();
+                agent.starts.handle_timeout(now(), &mut steps);
+                agent.carry_out(steps);
+                continue;
+            }
             _ = load_ticks.tick() => {
                 if agent.pool_tick(notifications.is_empty()) {
                     tracing::info!("drained: every job it had has ended; leaving");
@@ -499,7 +500,6 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
             }
             Some(internal) = from_tasks.recv() => {
                 match internal {
-                    Internal::Fire { appl, gid, date } => agent.start_generation(&appl, gid, date),
                     Internal::Refused { appl, gid } => {
                         // It never started: not followed (nor caught up in), and its gid free.
                         if let Some(followed) = agent.followed.get_mut(&appl) {
@@ -967,7 +967,6 @@ impl Agent {
             subscriptions: HashMap::new(),
             advertisements: Vec::new(),
             events: Vec::new(),
-            crons: Vec::new(),
             follows: Vec::new(),
             unless: Vec::new(),
             replaced: None,
@@ -980,6 +979,8 @@ impl Agent {
         }
         let mut jobs = Vec::new();
         let mut unless_subs = Vec::new();
+        // Generations the cron triggers start (a run missed while down), once deployed.
+        let mut steps = Vec::new();
         for (job, schedule) in body.jobs.into_iter().zip(schedules) {
             let issued = async {
                 // The agent's own advertisement of what it publishes, under its name, not
@@ -1080,10 +1081,18 @@ impl Agent {
                     return Err(format!("journal: {e}"));
                 }
             };
-            self.in_flight.entry(body.appl.clone()).or_default().extend(started);
-            for (pattern, trigger) in crons {
-                application.crons.push(self.spawn_cron(&body.appl, &pattern, trigger));
-            }
+            self.starts.home(&body.appl, body.max_generations, started);
+            let crons = crons
+                .into_iter()
+                .map(|(pattern, trigger)| {
+                    let last = self.journal().cron_last(&body.appl, &pattern).unwrap_or_else(|e| {
+                        tracing::warn!("{}: cron trigger '{pattern}': journal: {e}", body.appl);
+                        None
+                    });
+                    (pattern, trigger, last)
+                })
+                .collect();
+            self.starts.set_crons(&body.appl, crons, now(), &mut steps);
         }
         self.jobs.extend(jobs);
         self.unless.extend(unless_subs);
@@ -1092,13 +1101,11 @@ impl Agent {
         }
         tracing::info!("deployed {} ({} jobs here)", body.appl, application.subscriptions.len());
         self.applications.insert(body.appl, application);
+        self.carry_out(steps);
         Ok(())
     }
 
     async fn withdraw(&self, application: &Application) {
-        for cron in &application.crons {
-            cron.abort();
-        }
         withdraw_all(&self.client, application.all_subscriptions(), application.advertisements.clone()).await;
     }
 
@@ -1114,9 +1121,7 @@ impl Agent {
             return self.undeploy_current(appl, false).await;
         }
         // Its cron and event triggers stop: new generations start on the new version.
-        for cron in application.crons.drain(..) {
-            cron.abort();
-        }
+        self.starts.stop_crons(appl);
         for sub in application.events.drain(..) {
             self.event_subs.remove(&sub);
             let _ = self.client.unsubscribe(sub).await;
@@ -1139,15 +1144,16 @@ impl Agent {
         let Some(application) = self.applications.remove(appl) else { return };
         self.forget_application(&application);
         if !abandon {
+            self.starts.stop_crons(appl);
             return self.withdraw(&application).await;
         }
         self.forget_dispatches(appl, None);
         self.followed.remove(appl);
         // Generations in flight are abandoned with the subscriptions that followed them:
         // their triggers were taken, so no new subscription sees them.
-        self.held.remove(appl);
+        let in_flight = self.starts.abandon(appl);
         if application.home {
-            for gid in self.in_flight.remove(appl).unwrap_or_default() {
+            for gid in in_flight {
                 if let Err(e) = self.journal().forget(appl, &gid) {
                     tracing::warn!("{appl}/{gid}: forgetting the abandoned generation: {e}");
                 }
@@ -1244,99 +1250,48 @@ impl Agent {
     }
 
     /// Starts generation `gid` of `appl` (this agent is its home): its trigger published,
-    /// or held back while `max-generations` run.
+    /// or held back while `max-generations` run ([`Starts`]).
     fn start_generation(&mut self, appl: &str, gid: String, date: String) {
-        let Some(application) = self.applications.get(appl) else { return };
-        let most = usize::try_from(application.body.max_generations.max(1)).unwrap_or(usize::MAX);
-        let in_flight = self.in_flight.entry(appl.to_owned()).or_default();
-        if in_flight.contains(&gid) {
-            return;
-        }
-        if in_flight.len() >= most {
-            tracing::info!(
-                "{appl}/{gid}: held back, {} generations running (max-generations {most})",
-                in_flight.len()
-            );
-            self.held.entry(appl.to_owned()).or_default().push_back((gid, date));
-            return;
-        }
-        in_flight.insert(gid.clone());
-        let version = application.body.version.clone();
-        // Its own trigger does not come back to it: followed from here.
-        self.follow_generation(appl, &version, &gid, Some(date.clone()), now().timestamp_millis());
-        let _ = self.outgoing.send(Outgoing::Trigger(appl.to_owned(), version, gid, date));
+        let mut steps = Vec::new();
+        self.starts.start(appl, gid, date, &mut steps);
+        self.carry_out(steps);
     }
 
     /// Generation `gid` of `appl`, started here, ended (its `APPL_END` ran) or never
-    /// started (its trigger was refused): a held trigger goes.
+    /// started (its trigger was refused): a held trigger may go.
     fn generation_ended(&mut self, appl: &str, gid: &str) {
-        if !self.in_flight.get_mut(appl).is_some_and(|in_flight| in_flight.remove(gid)) {
-            return;
-        }
-        // The first held trigger that is not a repeat of one in flight takes the place.
-        let held = self.held.get(appl).map_or(0, VecDeque::len);
-        for _ in 0..held {
-            let Some((gid, date)) = self.held.get_mut(appl).and_then(VecDeque::pop_front) else { break };
-            let repeat = self.in_flight.get(appl).is_some_and(|f| f.contains(&gid));
-            if !repeat {
-                self.start_generation(appl, gid, date);
-                break;
-            }
-        }
+        let mut steps = Vec::new();
+        self.starts.ended(appl, gid, &mut steps);
+        self.carry_out(steps);
     }
 
-    /// Runs cron trigger `trigger` (`pattern`) of `appl` until aborted: the run missed while
-    /// the agent was down made up (see [`crate::trigger`]), then each occurrence.
-    fn spawn_cron(&self, appl: &str, pattern: &str, trigger: CronTrigger) -> tokio::task::AbortHandle {
-        let (journal, internal) = (self.journal.clone(), self.internal.clone());
-        let (appl, pattern) = (appl.to_owned(), pattern.to_owned());
-        let task = async move {
-            let with_journal = |f: &mut dyn FnMut(&Journal) -> rusqlite::Result<()>| {
-                if let Err(e) = f(&journal.lock().unwrap_or_else(PoisonError::into_inner)) {
-                    tracing::warn!("cron trigger journal: {e}");
+    /// Carries out what [`Starts`] decided.
+    fn carry_out(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            match step {
+                Step::Start { appl, gid, date } => {
+                    let Some(application) = self.applications.get(&appl) else {
+                        tracing::warn!("{appl}/{gid}: not started, the application is not deployed here");
+                        continue;
+                    };
+                    let version = application.body.version.clone();
+                    // Its own trigger does not come back to it: followed from here.
+                    self.follow_generation(
+                        &appl,
+                        &version,
+                        &gid,
+                        Some(date.clone()),
+                        now().timestamp_millis(),
+                    );
+                    let _ = self.outgoing.send(Outgoing::Trigger(appl, version, gid, date));
                 }
-            };
-            let fire = |at: chrono::DateTime<chrono::Utc>| {
-                let (gid, date) = trigger.generation(at);
-                with_journal(&mut |j| j.cron_fired(&appl, &pattern, at.timestamp_millis()));
-                tracing::info!("{appl}/{gid}: cron trigger '{pattern}' fired");
-                let _ = internal.send(Internal::Fire { appl: appl.clone(), gid, date });
-            };
-            let mut last = None;
-            with_journal(&mut |j| {
-                last = j.cron_last(&appl, &pattern)?;
-                Ok(())
-            });
-            let mut after = now();
-            match last.and_then(chrono::DateTime::from_timestamp_millis) {
-                Some(last) => {
-                    if let Some((missed, skipped)) = trigger.missed(last, after) {
-                        if skipped > 0 {
-                            tracing::warn!(
-                                "{appl}: cron trigger '{pattern}': {skipped} runs missed while down are skipped, the latest made up"
-                            );
-                        }
-                        fire(missed);
+                Step::CronFired { appl, pattern, at_ms } => {
+                    if let Err(e) = self.journal().cron_fired(&appl, &pattern, at_ms) {
+                        tracing::warn!("cron trigger journal: {e}");
                     }
                 }
-                None => with_journal(&mut |j| j.cron_fired(&appl, &pattern, after.timestamp_millis())),
             }
-            while let Some(next) = trigger.next_after(after) {
-                let wait = (next - now()).to_std().unwrap_or_default();
-                tokio::time::sleep(wait).await;
-                // A machine suspended (or a clock set forward) may wake after several
-                // occurrences: the latest fires, once, as after a restart.
-                let (latest, skipped) = trigger.missed(after, now()).unwrap_or((next, 0));
-                if skipped > 0 {
-                    tracing::warn!(
-                        "{appl}: cron trigger '{pattern}': {skipped} runs passed while asleep are skipped"
-                    );
-                }
-                fire(latest);
-                after = latest;
-            }
-        };
-        tokio::spawn(task).abort_handle()
+        }
     }
 
     /// An operator's bypass: the job is published `succeeded` without running.
@@ -1908,6 +1863,15 @@ impl Agent {
 
 /// Withdraws `subs` and `advs` (what an application made); a failure (the connection is
 /// gone, with what it made) is no matter.
+/// Resolves at wall-clock time `at` (a cron occurrence), never without one. Made again
+/// on each turn of the loop, so a clock set meanwhile is read at the next turn.
+async fn until(at: Option<chrono::DateTime<chrono::Utc>>) {
+    match at {
+        Some(at) => tokio::time::sleep((at - now()).to_std().unwrap_or_default()).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn withdraw_all(client: &Client, subs: Vec<MessageId>, advs: Vec<MessageId>) {
     for sub in subs {
         let _ = client.unsubscribe(sub).await;
