@@ -219,7 +219,14 @@ impl Cycles {
     /// A new advertisement's tree, rooted toward `root`.
     pub(super) fn plant(&mut self, tree: MessageId, root: Hop) {
         let index = SubscriptionIndex::new();
-        self.trees.insert(tree, Tree { root, index, subs: HashMap::new(), last_seq: None });
+        // (A tree is planted once per advertisement; one planted again lets go of its
+        // entries as a dropped one does.)
+        if let Some(old) = self.trees.insert(tree, Tree { root, index, subs: HashMap::new(), last_seq: None })
+        {
+            for (id, e) in &old.subs {
+                self.shared.release(id, &e.sub);
+            }
+        }
     }
 
     /// Forgets a tree whose advertisement is gone (every broker forgets it too).
