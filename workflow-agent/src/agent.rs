@@ -351,6 +351,8 @@ struct Agent {
     /// Generation starts of the applications this agent is home to: manual, cron and
     /// event triggers, held to `max-generations`.
     starts: Starts,
+    /// What `starts` decided during a deploy, for the loop to carry out next.
+    later: Vec<Step>,
     /// The subscriptions following generations, to their application.
     follows: HashMap<MessageId, String>,
     /// The generations followed, by application and gid.
@@ -425,6 +427,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         outgoing,
         event_subs: HashMap::new(),
         starts: Starts::default(),
+        later: Vec::new(),
         follows: HashMap::new(),
         followed: HashMap::new(),
         checks: HashMap::new(),
@@ -479,6 +482,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     // A notification taken while gathering a batch of matches, handled next.
     let mut deferred = None;
     loop {
+        let later = std::mem::take(&mut agent.later);
+        agent.carry_out(later);
         let notification = tokio::select! {
             notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.recv().await } } => notification,
             _ = ticks.tick() => {
@@ -1101,7 +1106,9 @@ impl Agent {
         }
         tracing::info!("deployed {} ({} jobs here)", body.appl, application.subscriptions.len());
         self.applications.insert(body.appl, application);
-        self.carry_out(steps);
+        // Carried out by the loop once this deploy is answered and kept, and at start
+        // after what the outbox kept from before.
+        self.later.extend(steps);
         Ok(())
     }
 
@@ -1271,7 +1278,10 @@ impl Agent {
             match step {
                 Step::Start { appl, gid, date } => {
                     let Some(application) = self.applications.get(&appl) else {
+                        // (No version is current: a new one failed to deploy after the
+                        // old one was replaced.) It does not hold a place in flight.
                         tracing::warn!("{appl}/{gid}: not started, the application is not deployed here");
+                        self.starts.not_started(&appl, &gid);
                         continue;
                     };
                     let version = application.body.version.clone();
@@ -1861,8 +1871,6 @@ impl Agent {
     }
 }
 
-/// Withdraws `subs` and `advs` (what an application made); a failure (the connection is
-/// gone, with what it made) is no matter.
 /// Resolves at wall-clock time `at` (a cron occurrence), never without one. Made again
 /// on each turn of the loop, so a clock set meanwhile is read at the next turn.
 async fn until(at: Option<chrono::DateTime<chrono::Utc>>) {
@@ -1872,6 +1880,8 @@ async fn until(at: Option<chrono::DateTime<chrono::Utc>>) {
     }
 }
 
+/// Withdraws `subs` and `advs` (what an application made); a failure (the connection is
+/// gone, with what it made) is no matter.
 async fn withdraw_all(client: &Client, subs: Vec<MessageId>, advs: Vec<MessageId>) {
     for sub in subs {
         let _ = client.unsubscribe(sub).await;

@@ -178,6 +178,14 @@ impl Starts {
         }
     }
 
+    /// Generation `gid` of `appl`, handed out to start, could not be (the application has
+    /// no current version here): it holds no place in flight, and nothing waiting takes one.
+    pub(crate) fn not_started(&mut self, appl: &str, gid: &str) {
+        if let Some(home) = self.homes.get_mut(appl) {
+            home.in_flight.remove(gid);
+        }
+    }
+
     /// Generations of `appl` in flight.
     #[cfg(test)]
     fn in_flight(&self, appl: &str) -> Vec<String> {
@@ -376,5 +384,20 @@ mod tests {
         assert_eq!(starts.abandon("nightly"), ["g1"], "g2 only waited");
         starts.ended("nightly", "g1", &mut out);
         assert!(out.is_empty(), "nothing of it starts after it was withdrawn");
+    }
+
+    #[test]
+    fn a_start_that_could_not_be_made_holds_no_place() {
+        let mut starts = Starts::default();
+        starts.home("a", 1, ["g1".to_owned()]);
+        let mut out = Vec::new();
+        starts.start("a", "g2".to_owned(), "2026-11-29".to_owned(), &mut out);
+        starts.ended("a", "g1", &mut out);
+        assert_eq!(started(&out), ["g2"]);
+        // The agent had no current version to publish it with.
+        starts.not_started("a", "g2");
+        assert!(starts.in_flight("a").is_empty());
+        starts.start("a", "g3".to_owned(), "2026-11-29".to_owned(), &mut out);
+        assert_eq!(started(&out), ["g2", "g3"], "the place is free again");
     }
 }
