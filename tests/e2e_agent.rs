@@ -8,6 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use padres_agent::agent::{Options, serve};
+use padres_agent::journal::Store as _;
 use padres_client::{Client, Notification};
 use padres_lang::Publication;
 use padres_tests::broker::{client, start_broker};

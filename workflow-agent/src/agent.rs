@@ -101,7 +101,7 @@ use padres_workflow::{
 };
 
 use crate::job::{DEFAULT_OUTPUT_CAP, Run};
-use crate::journal::{Claim, Journal};
+use crate::journal::{Claim, Journal, Store as _};
 use crate::pool::{MemberState, Members, Meter};
 use crate::trigger::{CronTrigger, now};
 
@@ -184,7 +184,7 @@ pub enum AgentError {
     Broker(#[from] ClientError),
     /// The journal cannot be read or written.
     #[error("journal: {0}")]
-    Journal(#[from] rusqlite::Error),
+    Journal(#[from] crate::journal::JournalError),
     /// The work directory cannot be created.
     #[error("work directory {0}: {1}")]
     WorkDir(PathBuf, std::io::Error),

@@ -20,10 +20,27 @@
 //! and a mark of its end stays ([`Journal::end_generation`]) for [`ENDED_KEPT_MS`]: a job
 //! of an ended generation is not run, however late a notification for it comes
 //! ([`Claim::GenerationEnded`]), and its generation id is not used again meanwhile.
+//!
+//! What the journal keeps and answers is the [`Store`] trait. [`Journal`] keeps it in the
+//! SQLite file; [`MemoryJournal`] keeps it in memory, for tests and for agents simulated
+//! in virtual time (a simulated crash keeps it, and [`MemoryJournal::restart`] is the agent
+//! starting again). The tests below run each rule on both.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
+
+/// The journal could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The SQLite file refused.
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// What a journal call gives back.
+pub type Result<T> = std::result::Result<T, JournalError>;
 
 /// The file in the agent's work directory.
 pub const FILE: &str = "journal.sqlite";
@@ -95,12 +112,188 @@ pub struct Journal {
     db: Connection,
 }
 
+/// What the journal keeps, whatever keeps it (see the module docs): [`Journal`], the
+/// agent's SQLite file, or [`MemoryJournal`], for tests and simulations. Both answer alike;
+/// the tests below run on each.
+pub trait Store: std::fmt::Debug + Send {
+    /// Claims `job` of generation `gid` of `appl` for running, or says what became of it
+    /// if it was claimed before (see [`Claim`]).
+    ///
+    /// # Errors
+    /// The journal cannot be read or written: the job must not run.
+    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim>;
+
+    /// Claims each of `jobs` (appl, gid, job) as [`Journal::claim`] does, in one
+    /// transaction: one wait for the disk for all of them.
+    ///
+    /// # Errors
+    /// The journal cannot be read or written: none of them must run.
+    fn claim_many(&mut self, jobs: &[(String, String, String)]) -> Result<Vec<Claim>>;
+
+    /// Attempt `attempt` of a claimed job starts.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn attempt(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<()>;
+
+    /// A claimed job ended with `status` (`exit`, at attempt `attempt`); also for a job
+    /// ended without running (`skipped`) or reported after an interruption.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn end(&mut self, appl: &str, gid: &str, job: &str, status: &str, exit: i64, attempt: u32) -> Result<()>;
+
+    /// The jobs claimed and never ended: those running when the agent last stopped.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn interrupted(&self) -> Result<Vec<Entry>>;
+
+    /// Generation `gid` of `appl` has ended (at `at_ms`, epoch milliseconds): its jobs and
+    /// date are forgotten, and its end is marked (see the module docs). True if it was not
+    /// marked before.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn end_generation(&mut self, appl: &str, gid: &str, at_ms: i64) -> Result<bool>;
+
+    /// Whether generation `gid` of `appl` has ended (its end marked here).
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn generation_ended(&self, appl: &str, gid: &str) -> Result<bool>;
+
+    /// Forgets generation `gid` of `appl` (abandoned): its jobs and its date.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn forget(&mut self, appl: &str, gid: &str) -> Result<usize>;
+
+    /// Records generation `gid`'s run day, for an operator's rerun of one of its jobs.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn generation(&mut self, appl: &str, gid: &str, date: &str) -> Result<()>;
+
+    /// Generation `gid`'s run day, if the agent has run a job of it and it has not ended.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn generation_date(&self, appl: &str, gid: &str) -> Result<Option<String>>;
+
+    /// Claims again, for an operator's rerun, job `job` of generation `gid`, which failed
+    /// or timed out: returns its last attempt. Anything else is left as it is and returned
+    /// as the reason it cannot be rerun.
+    ///
+    /// # Errors
+    /// The journal cannot be read or written.
+    fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> Result<std::result::Result<u32, Claim>>;
+
+    /// What the journal says of a job of a generation, without claiming it.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn look(&self, appl: &str, gid: &str, job: &str) -> Result<Claim>;
+
+    /// Takes pool job `job` of generation `gid`, dispatched here to run from attempt
+    /// `attempt`: [`Claim::New`] if it is to run (not taken before, or taken and ended
+    /// `failed` or `timeout` before this dispatch: an operator's rerun); else what became
+    /// of it ([`Claim::Ended`] with a final status, which no dispatch changes, or
+    /// [`Claim::Unfinished`]: it runs here now). The commit waits for the disk, as a
+    /// claim's does.
+    ///
+    /// # Errors
+    /// The journal cannot be read or written: the job must not run.
+    fn take_assignment(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<Claim>;
+
+    /// Whether job `job` of generation `gid` ran here as a pool member's (dispatched by
+    /// another agent).
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn is_assigned(&self, appl: &str, gid: &str, job: &str) -> Result<bool>;
+
+    /// Keeps (or replaces) where pool job `d.job` of generation `d.gid` is dispatched.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn keep_dispatch(&mut self, d: &Dispatched) -> Result<()>;
+
+    /// Pool job `job` of generation `gid` is no longer dispatched (it ended).
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn drop_dispatch(&mut self, appl: &str, gid: &str, job: &str) -> Result<()>;
+
+    /// Every pool job dispatched from here and not ended (of generations not ended).
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn dispatches(&self) -> Result<Vec<Dispatched>>;
+
+    /// Keeps application `appl`'s deployment here (its envelope body, as JSON, deployed at
+    /// `at_ms`), so that the agent deploys it again when it restarts.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn keep_deployment(&mut self, appl: &str, body: &str, at_ms: i64) -> Result<()>;
+
+    /// Drops application `appl`'s deployment.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn drop_deployment(&mut self, appl: &str) -> Result<()>;
+
+    /// Keeps a publication (text syntax) until the broker has taken it; returns its number.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn outbox_push(&mut self, publication: &str) -> Result<i64>;
+
+    /// The broker has taken publication `seq`.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn outbox_done(&mut self, seq: i64) -> Result<()>;
+
+    /// The publications not yet taken by the broker, oldest first.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn outbox_pending(&self) -> Result<Vec<(i64, String)>>;
+
+    /// The last occurrence (epoch milliseconds) cron trigger `pattern` of `appl` fired for.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn cron_last(&self, appl: &str, pattern: &str) -> Result<Option<i64>>;
+
+    /// Cron trigger `pattern` of `appl` fired for the occurrence at `at_ms`.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn cron_fired(&mut self, appl: &str, pattern: &str, at_ms: i64) -> Result<()>;
+
+    /// The generations of `appl` this agent started (`APPL_START` ran) that have not
+    /// ended here (`APPL_END` forgets them): those in flight, for the home agent.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn generations_started(&self, appl: &str) -> Result<Vec<String>>;
+
+    /// Every deployment kept, as (appl, body, deployed at), by application.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn deployments(&self) -> Result<Vec<(String, String, i64)>>;
+}
+
 impl Journal {
     /// Opens (or creates) the journal in `work_dir`.
     ///
     /// # Errors
     /// The file cannot be opened or is not a journal.
-    pub fn open(work_dir: &Path) -> rusqlite::Result<Self> {
+    pub fn open(work_dir: &Path) -> Result<Self> {
         let db = Connection::open(work_dir.join(FILE))?;
         db.execute_batch(
             "PRAGMA journal_mode = WAL;
@@ -153,30 +346,6 @@ impl Journal {
         Ok(Self { db })
     }
 
-    /// Claims `job` of generation `gid` of `appl` for running, or says what became of it
-    /// if it was claimed before (see [`Claim`]).
-    ///
-    /// # Errors
-    /// The journal cannot be read or written: the job must not run.
-    pub fn claim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
-        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
-        // One job in, one claim out.
-        self.claim_many(std::slice::from_ref(&key))?.pop().ok_or(rusqlite::Error::QueryReturnedNoRows)
-    }
-
-    /// Claims each of `jobs` (appl, gid, job) as [`Journal::claim`] does, in one
-    /// transaction: one wait for the disk for all of them.
-    ///
-    /// # Errors
-    /// The journal cannot be read or written: none of them must run.
-    pub fn claim_many(&mut self, jobs: &[(String, String, String)]) -> rusqlite::Result<Vec<Claim>> {
-        // This commit waits for the disk (and with it every commit before it).
-        self.db.pragma_update(None, "synchronous", "FULL")?;
-        let claims = self.claim_in_transaction(jobs);
-        self.db.pragma_update(None, "synchronous", "NORMAL")?;
-        claims
-    }
-
     fn claim_in_transaction(&mut self, jobs: &[(String, String, String)]) -> rusqlite::Result<Vec<Claim>> {
         let tx = self.db.transaction()?;
         let mut claims = Vec::with_capacity(jobs.len());
@@ -195,145 +364,12 @@ impl Journal {
         Ok(claims)
     }
 
-    /// Attempt `attempt` of a claimed job starts.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn attempt(&self, appl: &str, gid: &str, job: &str, attempt: u32) -> rusqlite::Result<()> {
-        self.db.execute(
-            "UPDATE runs SET attempt = ?4 WHERE appl = ?1 AND gid = ?2 AND job = ?3",
-            params![appl, gid, job, attempt],
-        )?;
-        Ok(())
-    }
-
-    /// A claimed job ended with `status` (`exit`, at attempt `attempt`); also for a job
-    /// ended without running (`skipped`) or reported after an interruption.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn end(
-        &self,
-        appl: &str,
-        gid: &str,
-        job: &str,
-        status: &str,
-        exit: i64,
-        attempt: u32,
-    ) -> rusqlite::Result<()> {
-        // Nothing is kept of a generation that has ended (a job that outlived its
-        // generation's end leaves no row behind).
-        self.db.execute(
-            "INSERT INTO runs (appl, gid, job, attempt, status, exit)
-             SELECT ?1, ?2, ?3, ?6, ?4, ?5 WHERE NOT EXISTS (SELECT 1 FROM ended WHERE appl = ?1 AND gid = ?2)
-             ON CONFLICT (appl, gid, job) DO UPDATE SET status = ?4, exit = ?5, attempt = ?6",
-            params![appl, gid, job, status, exit, attempt],
-        )?;
-        Ok(())
-    }
-
-    /// The jobs claimed and never ended: those running when the agent last stopped.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn interrupted(&self) -> rusqlite::Result<Vec<Entry>> {
-        // A pool job dispatched from here runs elsewhere: it is not interrupted.
-        let mut query = self.db.prepare(
-            "SELECT appl, gid, job, attempt FROM runs WHERE status IS NULL
-             AND NOT EXISTS (SELECT 1 FROM ended WHERE ended.appl = runs.appl AND ended.gid = runs.gid)
-             AND NOT EXISTS (SELECT 1 FROM dispatches d WHERE d.appl = runs.appl AND d.gid = runs.gid
-                             AND d.job = runs.job)
-             ORDER BY appl, gid, job",
-        )?;
-        let rows = query.query_map([], |row| {
-            Ok(Entry { appl: row.get(0)?, gid: row.get(1)?, job: row.get(2)?, attempt: row.get(3)? })
-        })?;
-        rows.collect()
-    }
-
-    /// Generation `gid` of `appl` has ended (at `at_ms`, epoch milliseconds): its jobs and
-    /// date are forgotten, and its end is marked (see the module docs). True if it was not
-    /// marked before.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn end_generation(&mut self, appl: &str, gid: &str, at_ms: i64) -> rusqlite::Result<bool> {
-        let tx = self.db.transaction()?;
-        let new = tx.execute(
-            "INSERT OR IGNORE INTO ended (appl, gid, at_ms) VALUES (?1, ?2, ?3)",
-            params![appl, gid, at_ms],
-        )? > 0;
-        forget_rows(&tx, appl, gid)?;
-        // Marks past their time go as new ones come.
-        if new {
-            tx.execute("DELETE FROM ended WHERE at_ms < ?1", params![at_ms - ENDED_KEPT_MS])?;
-        }
-        tx.commit()?;
-        Ok(new)
-    }
-
-    /// Whether generation `gid` of `appl` has ended (its end marked here).
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn generation_ended(&self, appl: &str, gid: &str) -> rusqlite::Result<bool> {
-        has_ended(&self.db, appl, gid)
-    }
-
-    /// Forgets generation `gid` of `appl` (abandoned): its jobs and its date.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn forget(&self, appl: &str, gid: &str) -> rusqlite::Result<usize> {
-        forget_rows(&self.db, appl, gid)
-    }
-
-    /// Records generation `gid`'s run day, for an operator's rerun of one of its jobs.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn generation(&self, appl: &str, gid: &str, date: &str) -> rusqlite::Result<()> {
-        self.db.execute(
-            "INSERT OR IGNORE INTO generations (appl, gid, date) VALUES (?1, ?2, ?3)",
-            params![appl, gid, date],
-        )?;
-        Ok(())
-    }
-
-    /// Generation `gid`'s run day, if the agent has run a job of it and it has not ended.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn generation_date(&self, appl: &str, gid: &str) -> rusqlite::Result<Option<String>> {
-        self.db
-            .query_row(
-                "SELECT date FROM generations WHERE appl = ?1 AND gid = ?2",
-                params![appl, gid],
-                |row| row.get(0),
-            )
-            .optional()
-    }
-
-    /// Claims again, for an operator's rerun, job `job` of generation `gid`, which failed
-    /// or timed out: returns its last attempt. Anything else is left as it is and returned
-    /// as the reason it cannot be rerun.
-    ///
-    /// # Errors
-    /// The journal cannot be read or written.
-    pub fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Result<u32, Claim>> {
-        // Like a claim, this commit waits for the disk: the job runs again after it.
-        self.db.pragma_update(None, "synchronous", "FULL")?;
-        let answer = self.reclaim_in_transaction(appl, gid, job);
-        self.db.pragma_update(None, "synchronous", "NORMAL")?;
-        answer
-    }
-
     fn reclaim_in_transaction(
         &mut self,
         appl: &str,
         gid: &str,
         job: &str,
-    ) -> rusqlite::Result<Result<u32, Claim>> {
+    ) -> rusqlite::Result<std::result::Result<u32, Claim>> {
         let tx = self.db.transaction()?;
         if has_ended(&tx, appl, gid)? {
             return Ok(Err(Claim::GenerationEnded));
@@ -356,34 +392,116 @@ impl Journal {
         tx.commit()?;
         Ok(answer)
     }
+}
 
-    /// What the journal says of a job of a generation, without claiming it.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn look(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<Claim> {
+impl Store for Journal {
+    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        // One job in, one claim out.
+        self.claim_many(std::slice::from_ref(&key))?.pop().ok_or(rusqlite::Error::QueryReturnedNoRows.into())
+    }
+
+    fn claim_many(&mut self, jobs: &[(String, String, String)]) -> Result<Vec<Claim>> {
+        // This commit waits for the disk (and with it every commit before it).
+        self.db.pragma_update(None, "synchronous", "FULL")?;
+        let claims = self.claim_in_transaction(jobs);
+        self.db.pragma_update(None, "synchronous", "NORMAL")?;
+        Ok(claims?)
+    }
+
+    fn attempt(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<()> {
+        self.db.execute(
+            "UPDATE runs SET attempt = ?4 WHERE appl = ?1 AND gid = ?2 AND job = ?3",
+            params![appl, gid, job, attempt],
+        )?;
+        Ok(())
+    }
+
+    fn end(&mut self, appl: &str, gid: &str, job: &str, status: &str, exit: i64, attempt: u32) -> Result<()> {
+        // Nothing is kept of a generation that has ended (a job that outlived its
+        // generation's end leaves no row behind).
+        self.db.execute(
+            "INSERT INTO runs (appl, gid, job, attempt, status, exit)
+             SELECT ?1, ?2, ?3, ?6, ?4, ?5 WHERE NOT EXISTS (SELECT 1 FROM ended WHERE appl = ?1 AND gid = ?2)
+             ON CONFLICT (appl, gid, job) DO UPDATE SET status = ?4, exit = ?5, attempt = ?6",
+            params![appl, gid, job, status, exit, attempt],
+        )?;
+        Ok(())
+    }
+
+    fn interrupted(&self) -> Result<Vec<Entry>> {
+        // A pool job dispatched from here runs elsewhere: it is not interrupted.
+        let mut query = self.db.prepare(
+            "SELECT appl, gid, job, attempt FROM runs WHERE status IS NULL
+             AND NOT EXISTS (SELECT 1 FROM ended WHERE ended.appl = runs.appl AND ended.gid = runs.gid)
+             AND NOT EXISTS (SELECT 1 FROM dispatches d WHERE d.appl = runs.appl AND d.gid = runs.gid
+                             AND d.job = runs.job)
+             ORDER BY appl, gid, job",
+        )?;
+        let rows = query.query_map([], |row| {
+            Ok(Entry { appl: row.get(0)?, gid: row.get(1)?, job: row.get(2)?, attempt: row.get(3)? })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn end_generation(&mut self, appl: &str, gid: &str, at_ms: i64) -> Result<bool> {
+        let tx = self.db.transaction()?;
+        let new = tx.execute(
+            "INSERT OR IGNORE INTO ended (appl, gid, at_ms) VALUES (?1, ?2, ?3)",
+            params![appl, gid, at_ms],
+        )? > 0;
+        forget_rows(&tx, appl, gid)?;
+        // Marks past their time go as new ones come.
+        if new {
+            tx.execute("DELETE FROM ended WHERE at_ms < ?1", params![at_ms - ENDED_KEPT_MS])?;
+        }
+        tx.commit()?;
+        Ok(new)
+    }
+
+    fn generation_ended(&self, appl: &str, gid: &str) -> Result<bool> {
+        Ok(has_ended(&self.db, appl, gid)?)
+    }
+
+    fn forget(&mut self, appl: &str, gid: &str) -> Result<usize> {
+        Ok(forget_rows(&self.db, appl, gid)?)
+    }
+
+    fn generation(&mut self, appl: &str, gid: &str, date: &str) -> Result<()> {
+        self.db.execute(
+            "INSERT OR IGNORE INTO generations (appl, gid, date) VALUES (?1, ?2, ?3)",
+            params![appl, gid, date],
+        )?;
+        Ok(())
+    }
+
+    fn generation_date(&self, appl: &str, gid: &str) -> Result<Option<String>> {
+        Ok(self
+            .db
+            .query_row(
+                "SELECT date FROM generations WHERE appl = ?1 AND gid = ?2",
+                params![appl, gid],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> Result<std::result::Result<u32, Claim>> {
+        // Like a claim, this commit waits for the disk: the job runs again after it.
+        self.db.pragma_update(None, "synchronous", "FULL")?;
+        let answer = self.reclaim_in_transaction(appl, gid, job);
+        self.db.pragma_update(None, "synchronous", "NORMAL")?;
+        Ok(answer?)
+    }
+
+    fn look(&self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
         if has_ended(&self.db, appl, gid)? {
             return Ok(Claim::GenerationEnded);
         }
         Ok(run_row(&self.db, appl, gid, job)?.map_or(Claim::New, claim_of))
     }
 
-    /// Takes pool job `job` of generation `gid`, dispatched here to run from attempt
-    /// `attempt`: [`Claim::New`] if it is to run (not taken before, or taken and ended
-    /// `failed` or `timeout` before this dispatch: an operator's rerun); else what became
-    /// of it ([`Claim::Ended`] with a final status, which no dispatch changes, or
-    /// [`Claim::Unfinished`]: it runs here now). The commit waits for the disk, as a
-    /// claim's does.
-    ///
-    /// # Errors
-    /// The journal cannot be read or written: the job must not run.
-    pub fn take_assignment(
-        &mut self,
-        appl: &str,
-        gid: &str,
-        job: &str,
-        attempt: u32,
-    ) -> rusqlite::Result<Claim> {
+    fn take_assignment(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<Claim> {
         self.db.pragma_update(None, "synchronous", "FULL")?;
         let taken = (|| {
             let tx = self.db.transaction()?;
@@ -420,27 +538,19 @@ impl Journal {
         taken
     }
 
-    /// Whether job `job` of generation `gid` ran here as a pool member's (dispatched by
-    /// another agent).
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn is_assigned(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<bool> {
-        self.db
+    fn is_assigned(&self, appl: &str, gid: &str, job: &str) -> Result<bool> {
+        Ok(self
+            .db
             .query_row(
                 "SELECT 1 FROM assigned WHERE appl = ?1 AND gid = ?2 AND job = ?3",
                 params![appl, gid, job],
                 |_| Ok(()),
             )
             .optional()
-            .map(|found| found.is_some())
+            .map(|found| found.is_some())?)
     }
 
-    /// Keeps (or replaces) where pool job `d.job` of generation `d.gid` is dispatched.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn keep_dispatch(&self, d: &Dispatched) -> rusqlite::Result<()> {
+    fn keep_dispatch(&mut self, d: &Dispatched) -> Result<()> {
         self.db.execute(
             "INSERT OR REPLACE INTO dispatches (appl, gid, job, agent, incarnation, attempt, n, date)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -449,11 +559,7 @@ impl Journal {
         Ok(())
     }
 
-    /// Pool job `job` of generation `gid` is no longer dispatched (it ended).
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn drop_dispatch(&self, appl: &str, gid: &str, job: &str) -> rusqlite::Result<()> {
+    fn drop_dispatch(&mut self, appl: &str, gid: &str, job: &str) -> Result<()> {
         self.db.execute(
             "DELETE FROM dispatches WHERE appl = ?1 AND gid = ?2 AND job = ?3",
             params![appl, gid, job],
@@ -461,11 +567,7 @@ impl Journal {
         Ok(())
     }
 
-    /// Every pool job dispatched from here and not ended (of generations not ended).
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn dispatches(&self) -> rusqlite::Result<Vec<Dispatched>> {
+    fn dispatches(&self) -> Result<Vec<Dispatched>> {
         let mut query = self.db.prepare(
             "SELECT appl, gid, job, agent, incarnation, attempt, n, date FROM dispatches
              ORDER BY appl, gid, job",
@@ -482,15 +584,10 @@ impl Journal {
                 date: row.get(7)?,
             })
         })?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Keeps application `appl`'s deployment here (its envelope body, as JSON, deployed at
-    /// `at_ms`), so that the agent deploys it again when it restarts.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn keep_deployment(&self, appl: &str, body: &str, at_ms: i64) -> rusqlite::Result<()> {
+    fn keep_deployment(&mut self, appl: &str, body: &str, at_ms: i64) -> Result<()> {
         self.db.execute(
             "INSERT INTO deployments (appl, body, at_ms) VALUES (?1, ?2, ?3)
              ON CONFLICT (appl) DO UPDATE SET body = ?2, at_ms = ?3",
@@ -499,62 +596,39 @@ impl Journal {
         Ok(())
     }
 
-    /// Drops application `appl`'s deployment.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn drop_deployment(&self, appl: &str) -> rusqlite::Result<()> {
+    fn drop_deployment(&mut self, appl: &str) -> Result<()> {
         self.db.execute("DELETE FROM deployments WHERE appl = ?1", params![appl])?;
         Ok(())
     }
 
-    /// Keeps a publication (text syntax) until the broker has taken it; returns its number.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn outbox_push(&self, publication: &str) -> rusqlite::Result<i64> {
+    fn outbox_push(&mut self, publication: &str) -> Result<i64> {
         self.db.execute("INSERT INTO outbox (publication) VALUES (?1)", params![publication])?;
         Ok(self.db.last_insert_rowid())
     }
 
-    /// The broker has taken publication `seq`.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn outbox_done(&self, seq: i64) -> rusqlite::Result<()> {
+    fn outbox_done(&mut self, seq: i64) -> Result<()> {
         self.db.execute("DELETE FROM outbox WHERE seq = ?1", params![seq])?;
         Ok(())
     }
 
-    /// The publications not yet taken by the broker, oldest first.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn outbox_pending(&self) -> rusqlite::Result<Vec<(i64, String)>> {
+    fn outbox_pending(&self) -> Result<Vec<(i64, String)>> {
         let mut query = self.db.prepare("SELECT seq, publication FROM outbox ORDER BY seq")?;
         let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The last occurrence (epoch milliseconds) cron trigger `pattern` of `appl` fired for.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn cron_last(&self, appl: &str, pattern: &str) -> rusqlite::Result<Option<i64>> {
-        self.db
+    fn cron_last(&self, appl: &str, pattern: &str) -> Result<Option<i64>> {
+        Ok(self
+            .db
             .query_row(
                 "SELECT at_ms FROM cron_fired WHERE appl = ?1 AND pattern = ?2",
                 params![appl, pattern],
                 |row| row.get(0),
             )
-            .optional()
+            .optional()?)
     }
 
-    /// Cron trigger `pattern` of `appl` fired for the occurrence at `at_ms`.
-    ///
-    /// # Errors
-    /// The journal cannot be written.
-    pub fn cron_fired(&self, appl: &str, pattern: &str, at_ms: i64) -> rusqlite::Result<()> {
+    fn cron_fired(&mut self, appl: &str, pattern: &str, at_ms: i64) -> Result<()> {
         self.db.execute(
             "INSERT INTO cron_fired (appl, pattern, at_ms) VALUES (?1, ?2, ?3)
              ON CONFLICT (appl, pattern) DO UPDATE SET at_ms = ?3",
@@ -563,26 +637,282 @@ impl Journal {
         Ok(())
     }
 
-    /// The generations of `appl` this agent started (`APPL_START` ran) that have not
-    /// ended here (`APPL_END` forgets them): those in flight, for the home agent.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn generations_started(&self, appl: &str) -> rusqlite::Result<Vec<String>> {
+    fn generations_started(&self, appl: &str) -> Result<Vec<String>> {
         let mut query =
             self.db.prepare("SELECT gid FROM runs WHERE appl = ?1 AND job = 'APPL_START' ORDER BY gid")?;
         let rows = query.query_map(params![appl], |row| row.get(0))?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Every deployment kept, as (appl, body, deployed at), by application.
-    ///
-    /// # Errors
-    /// The journal cannot be read.
-    pub fn deployments(&self) -> rusqlite::Result<Vec<(String, String, i64)>> {
+    fn deployments(&self) -> Result<Vec<(String, String, i64)>> {
         let mut query = self.db.prepare("SELECT appl, body, at_ms FROM deployments ORDER BY appl")?;
         let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}
+
+/// A job of a generation: (appl, gid, job).
+type JobKey = (String, String, String);
+
+/// The journal in memory: the same answers as [`Journal`]'s file, for tests and for agents
+/// simulated in virtual time. [`MemoryJournal::restart`] is the agent starting again with
+/// it (what [`Journal::open`] does to the file), and its clock is the wall clock unless set
+/// ([`MemoryJournal::set_now`]).
+#[derive(Clone, Debug, Default)]
+pub struct MemoryJournal {
+    /// Each claimed job: its last attempt, and its status and exit once ended.
+    runs: BTreeMap<JobKey, RunRow>,
+    generations: BTreeMap<(String, String), String>,
+    deployments: BTreeMap<String, (String, i64)>,
+    ended: BTreeMap<(String, String), i64>,
+    outbox: BTreeMap<i64, String>,
+    last_seq: i64,
+    cron_fired: BTreeMap<(String, String), i64>,
+    dispatches: BTreeMap<JobKey, Dispatched>,
+    assigned: BTreeMap<JobKey, i64>,
+    now_ms: Option<i64>,
+}
+
+impl MemoryJournal {
+    /// From now on its clock reads `now_ms` (epoch milliseconds).
+    pub fn set_now(&mut self, now_ms: i64) {
+        self.now_ms = Some(now_ms);
+    }
+
+    fn now(&self) -> i64 {
+        self.now_ms.unwrap_or_else(|| crate::trigger::now().timestamp_millis())
+    }
+
+    /// The agent starts again with this journal: marks of ends and pool members' runs past
+    /// [`ENDED_KEPT_MS`] go, as when the file is opened.
+    pub fn restart(&mut self) {
+        let oldest = self.now() - ENDED_KEPT_MS;
+        self.ended.retain(|_, at| *at >= oldest);
+        let old: Vec<JobKey> =
+            self.assigned.iter().filter(|(_, at)| **at < oldest).map(|(k, _)| k.clone()).collect();
+        for key in old {
+            self.runs.remove(&key);
+            self.assigned.remove(&key);
+        }
+    }
+
+    fn has_ended(&self, appl: &str, gid: &str) -> bool {
+        self.ended.contains_key(&(appl.to_owned(), gid.to_owned()))
+    }
+
+    fn run(&self, appl: &str, gid: &str, job: &str) -> Option<&RunRow> {
+        self.runs.get(&key(appl, gid, job))
+    }
+
+    fn forget_rows(&mut self, appl: &str, gid: &str) -> usize {
+        let of = |k: &JobKey| k.0 == appl && k.1 == gid;
+        self.generations.remove(&(appl.to_owned(), gid.to_owned()));
+        self.dispatches.retain(|k, _| !of(k));
+        self.assigned.retain(|k, _| !of(k));
+        let before = self.runs.len();
+        self.runs.retain(|k, _| !of(k));
+        before - self.runs.len()
+    }
+}
+
+fn key(appl: &str, gid: &str, job: &str) -> JobKey {
+    (appl.to_owned(), gid.to_owned(), job.to_owned())
+}
+
+impl Store for MemoryJournal {
+    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
+        let mut claims = self.claim_many(&[key(appl, gid, job)])?;
+        Ok(claims.remove(0))
+    }
+
+    fn claim_many(&mut self, jobs: &[(String, String, String)]) -> Result<Vec<Claim>> {
+        let mut claims = Vec::with_capacity(jobs.len());
+        for (appl, gid, job) in jobs {
+            if self.has_ended(appl, gid) {
+                claims.push(Claim::GenerationEnded);
+                continue;
+            }
+            claims.push(match self.run(appl, gid, job) {
+                Some(row) => claim_of(row.clone()),
+                None => {
+                    self.runs.insert(key(appl, gid, job), (0, None, None));
+                    Claim::New
+                }
+            });
+        }
+        Ok(claims)
+    }
+
+    fn attempt(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<()> {
+        if let Some(row) = self.runs.get_mut(&key(appl, gid, job)) {
+            row.0 = attempt;
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, appl: &str, gid: &str, job: &str, status: &str, exit: i64, attempt: u32) -> Result<()> {
+        if !self.has_ended(appl, gid) {
+            self.runs.insert(key(appl, gid, job), (attempt, Some(status.to_owned()), Some(exit)));
+        }
+        Ok(())
+    }
+
+    fn interrupted(&self) -> Result<Vec<Entry>> {
+        Ok(self
+            .runs
+            .iter()
+            .filter(|((appl, gid, _), (_, status, _))| status.is_none() && !self.has_ended(appl, gid))
+            .filter(|(k, _)| !self.dispatches.contains_key(*k))
+            .map(|((appl, gid, job), (attempt, _, _))| Entry {
+                appl: appl.clone(),
+                gid: gid.clone(),
+                job: job.clone(),
+                attempt: *attempt,
+            })
+            .collect())
+    }
+
+    fn end_generation(&mut self, appl: &str, gid: &str, at_ms: i64) -> Result<bool> {
+        let new = !self.has_ended(appl, gid);
+        if new {
+            self.ended.insert((appl.to_owned(), gid.to_owned()), at_ms);
+        }
+        self.forget_rows(appl, gid);
+        if new {
+            self.ended.retain(|_, at| *at >= at_ms - ENDED_KEPT_MS);
+        }
+        Ok(new)
+    }
+
+    fn generation_ended(&self, appl: &str, gid: &str) -> Result<bool> {
+        Ok(self.has_ended(appl, gid))
+    }
+
+    fn forget(&mut self, appl: &str, gid: &str) -> Result<usize> {
+        Ok(self.forget_rows(appl, gid))
+    }
+
+    fn generation(&mut self, appl: &str, gid: &str, date: &str) -> Result<()> {
+        self.generations.entry((appl.to_owned(), gid.to_owned())).or_insert_with(|| date.to_owned());
+        Ok(())
+    }
+
+    fn generation_date(&self, appl: &str, gid: &str) -> Result<Option<String>> {
+        Ok(self.generations.get(&(appl.to_owned(), gid.to_owned())).cloned())
+    }
+
+    fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> Result<std::result::Result<u32, Claim>> {
+        if self.has_ended(appl, gid) {
+            return Ok(Err(Claim::GenerationEnded));
+        }
+        let Some(row) = self.runs.get_mut(&key(appl, gid, job)) else { return Ok(Err(Claim::New)) };
+        Ok(match row {
+            (attempt, status @ Some(_), exit) if matches!(status.as_deref(), Some("failed" | "timeout")) => {
+                *status = None;
+                *exit = None;
+                Ok(*attempt)
+            }
+            row => Err(claim_of(row.clone())),
+        })
+    }
+
+    fn look(&self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
+        if self.has_ended(appl, gid) {
+            return Ok(Claim::GenerationEnded);
+        }
+        Ok(self.run(appl, gid, job).cloned().map_or(Claim::New, claim_of))
+    }
+
+    fn take_assignment(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<Claim> {
+        if self.has_ended(appl, gid) {
+            return Ok(Claim::GenerationEnded);
+        }
+        let now = self.now();
+        let claim = match self.runs.get_mut(&key(appl, gid, job)) {
+            None => {
+                self.runs.insert(key(appl, gid, job), (0, None, None));
+                Claim::New
+            }
+            Some((last, status @ Some(_), exit))
+                if (*last < attempt && matches!(status.as_deref(), Some("failed" | "timeout")))
+                    || status.as_deref() == Some("abandoned") =>
+            {
+                *status = None;
+                *exit = None;
+                Claim::New
+            }
+            Some(row) => claim_of(row.clone()),
+        };
+        if claim == Claim::New {
+            self.assigned.insert(key(appl, gid, job), now);
+        }
+        Ok(claim)
+    }
+
+    fn is_assigned(&self, appl: &str, gid: &str, job: &str) -> Result<bool> {
+        Ok(self.assigned.contains_key(&key(appl, gid, job)))
+    }
+
+    fn keep_dispatch(&mut self, d: &Dispatched) -> Result<()> {
+        self.dispatches.insert(key(&d.appl, &d.gid, &d.job), d.clone());
+        Ok(())
+    }
+
+    fn drop_dispatch(&mut self, appl: &str, gid: &str, job: &str) -> Result<()> {
+        self.dispatches.remove(&key(appl, gid, job));
+        Ok(())
+    }
+
+    fn dispatches(&self) -> Result<Vec<Dispatched>> {
+        Ok(self.dispatches.values().cloned().collect())
+    }
+
+    fn keep_deployment(&mut self, appl: &str, body: &str, at_ms: i64) -> Result<()> {
+        self.deployments.insert(appl.to_owned(), (body.to_owned(), at_ms));
+        Ok(())
+    }
+
+    fn drop_deployment(&mut self, appl: &str) -> Result<()> {
+        self.deployments.remove(appl);
+        Ok(())
+    }
+
+    fn outbox_push(&mut self, publication: &str) -> Result<i64> {
+        // Numbers are never used twice, as SQLite's AUTOINCREMENT does.
+        self.last_seq += 1;
+        self.outbox.insert(self.last_seq, publication.to_owned());
+        Ok(self.last_seq)
+    }
+
+    fn outbox_done(&mut self, seq: i64) -> Result<()> {
+        self.outbox.remove(&seq);
+        Ok(())
+    }
+
+    fn outbox_pending(&self) -> Result<Vec<(i64, String)>> {
+        Ok(self.outbox.iter().map(|(seq, p)| (*seq, p.clone())).collect())
+    }
+
+    fn cron_last(&self, appl: &str, pattern: &str) -> Result<Option<i64>> {
+        Ok(self.cron_fired.get(&(appl.to_owned(), pattern.to_owned())).copied())
+    }
+
+    fn cron_fired(&mut self, appl: &str, pattern: &str, at_ms: i64) -> Result<()> {
+        self.cron_fired.insert((appl.to_owned(), pattern.to_owned()), at_ms);
+        Ok(())
+    }
+
+    fn generations_started(&self, appl: &str) -> Result<Vec<String>> {
+        Ok(self
+            .runs
+            .keys()
+            .filter(|(a, _, job)| a == appl && job == "APPL_START")
+            .map(|(_, gid, _)| gid.clone())
+            .collect())
+    }
+
+    fn deployments(&self) -> Result<Vec<(String, String, i64)>> {
+        Ok(self.deployments.iter().map(|(appl, (body, at))| (appl.clone(), body.clone(), *at)).collect())
     }
 }
 
@@ -639,10 +969,8 @@ mod tests {
         dir
     }
 
-    #[test]
-    fn a_job_is_claimed_once_per_generation_across_reopenings() {
-        let work = dir("once");
-        let mut journal = Journal::open(&work).expect("open");
+    fn a_job_is_claimed_once_per_generation_across_reopenings<J: Subject>() {
+        let mut journal = J::fresh("once");
         assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::New);
         // Notified again (a repeated match) while it runs: not run twice.
         assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::Unfinished { attempt: 0 });
@@ -653,9 +981,8 @@ mod tests {
         journal.attempt("payroll", "g1", "A", 2).expect("attempt");
         journal.end("payroll", "g1", "A", "succeeded", 0, 2).expect("end");
         journal.attempt("payroll", "g1", "B", 1).expect("attempt");
-        drop(journal);
         // The agent restarts: A ended, B was running, g2's A never started an attempt.
-        let mut journal = Journal::open(&work).expect("reopen");
+        let mut journal = journal.reopened();
         let ended = Claim::Ended { status: "succeeded".to_owned(), exit: 0, attempt: 2 };
         assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), ended);
         let interrupted: Vec<(String, u32)> = journal
@@ -677,10 +1004,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn only_a_failed_job_is_reclaimed_and_deployments_survive_reopening() {
-        let work = dir("reclaim");
-        let mut journal = Journal::open(&work).expect("open");
+    fn only_a_failed_job_is_reclaimed_and_deployments_survive_reopening<J: Subject>() {
+        let mut journal = J::fresh("reclaim");
         journal.generation("payroll", "g1", "2026-11-27").expect("generation");
         assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::New);
         journal.end("payroll", "g1", "A", "failed", 3, 2).expect("end");
@@ -698,18 +1023,15 @@ mod tests {
         journal.keep_deployment("payroll", "{\"v\":2}", 7).expect("keep");
         journal.keep_deployment("other", "{}", 9).expect("keep");
         journal.drop_deployment("other").expect("drop");
-        drop(journal);
-        let journal = Journal::open(&work).expect("reopen");
+        let mut journal = journal.reopened();
         assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{\"v\":2}".to_owned(), 7)]);
         assert_eq!(journal.generation_date("payroll", "g1").expect("date").as_deref(), Some("2026-11-27"));
         journal.forget("payroll", "g1").expect("forget");
         assert_eq!(journal.generation_date("payroll", "g1").expect("date"), None);
     }
 
-    #[test]
-    fn an_ended_generation_runs_nothing_more_and_its_end_is_kept_for_a_while() {
-        let work = dir("ended");
-        let mut journal = Journal::open(&work).expect("open");
+    fn an_ended_generation_runs_nothing_more_and_its_end_is_kept_for_a_while<J: Subject>() {
+        let mut journal = J::fresh("ended");
         assert_eq!(journal.claim("payroll", "g1", "A").expect("claim"), Claim::New);
         journal.end("payroll", "g1", "A", "succeeded", 0, 1).expect("end");
         journal.generation("payroll", "g1", "2026-11-27").expect("generation");
@@ -730,8 +1052,7 @@ mod tests {
         assert_eq!(journal.claim("other", "g1", "A").expect("claim"), Claim::New);
         // An end older than the time marks are kept for is dropped when the journal opens.
         journal.end_generation("payroll", "g0", now - ENDED_KEPT_MS - 1).expect("ended");
-        drop(journal);
-        let journal = Journal::open(&work).expect("reopen");
+        let journal = journal.reopened();
         assert!(journal.generation_ended("payroll", "g1").expect("read"));
         assert!(!journal.generation_ended("payroll", "g0").expect("read"));
     }
@@ -750,10 +1071,8 @@ mod tests {
         assert_eq!(journal.deployments().expect("list"), [("payroll".to_owned(), "{}".to_owned(), 0)]);
     }
 
-    #[test]
-    fn jobs_claimed_together_are_claimed_once_each() {
-        let work = dir("many");
-        let mut journal = Journal::open(&work).expect("open");
+    fn jobs_claimed_together_are_claimed_once_each<J: Subject>() {
+        let mut journal = J::fresh("many");
         journal.end("payroll", "g1", "A", "succeeded", 0, 1).expect("end");
         journal.end_generation("payroll", "g0", 1).expect("ended");
         let key = |gid: &str, job: &str| ("payroll".to_owned(), gid.to_owned(), job.to_owned());
@@ -769,15 +1088,12 @@ mod tests {
                 Claim::GenerationEnded,
             ]
         );
-        drop(journal);
-        let mut journal = Journal::open(&work).expect("reopen");
+        let mut journal = journal.reopened();
         assert_eq!(journal.claim("payroll", "g1", "B").expect("claim"), Claim::Unfinished { attempt: 0 });
     }
 
-    #[test]
-    fn a_skipped_job_is_ended_without_a_claim() {
-        let work = dir("skipped");
-        let mut journal = Journal::open(&work).expect("open");
+    fn a_skipped_job_is_ended_without_a_claim<J: Subject>() {
+        let mut journal = J::fresh("skipped");
         journal.end("payroll", "g1", "C", "skipped", 0, 0).expect("end");
         let ended = Claim::Ended { status: "skipped".to_owned(), exit: 0, attempt: 0 };
         assert_eq!(journal.claim("payroll", "g1", "C").expect("claim"), ended);
@@ -792,10 +1108,8 @@ mod tests {
         assert!(Journal::open(&work).is_err());
     }
 
-    #[test]
-    fn a_dispatch_is_taken_once_and_a_rerun_after_a_failure_again() {
-        let work = dir("assigned");
-        let mut journal = Journal::open(&work).expect("open");
+    fn a_dispatch_is_taken_once_and_a_rerun_after_a_failure_again<J: Subject>() {
+        let mut journal = J::fresh("assigned");
         assert_eq!(journal.take_assignment("p", "g1", "A", 1).expect("take"), Claim::New);
         // The same dispatch delivered again (live and from history) while it runs.
         assert_eq!(
@@ -825,10 +1139,8 @@ mod tests {
         assert_eq!(journal.take_assignment("p", "g1", "B", 1).expect("take"), Claim::GenerationEnded);
     }
 
-    #[test]
-    fn a_pool_job_dispatched_from_here_is_not_interrupted_and_its_dispatch_survives_a_restart() {
-        let work = dir("dispatches");
-        let mut journal = Journal::open(&work).expect("open");
+    fn a_pool_job_dispatched_from_here_is_not_interrupted_and_its_dispatch_survives_a_restart<J: Subject>() {
+        let mut journal = J::fresh("dispatches");
         assert_eq!(journal.claim("p", "g1", "A").expect("claim"), Claim::New);
         let d = Dispatched {
             appl: "p".into(),
@@ -841,8 +1153,7 @@ mod tests {
             date: "2026-11-18".into(),
         };
         journal.keep_dispatch(&d).expect("kept");
-        drop(journal);
-        let mut journal = Journal::open(&work).expect("reopen");
+        let mut journal = journal.reopened();
         assert!(journal.interrupted().expect("list").is_empty(), "it runs elsewhere");
         assert_eq!(journal.dispatches().expect("list"), std::slice::from_ref(&d));
         // Dispatched again, to another member.
@@ -854,4 +1165,55 @@ mod tests {
         journal.end_generation("p", "g1", 1).expect("ended");
         assert!(journal.dispatches().expect("list").is_empty());
     }
+
+    /// A journal the tests run on, and the agent restarting with it.
+    trait Subject: Store + Sized {
+        fn fresh(name: &str) -> Self;
+        fn reopened(self) -> Self;
+    }
+
+    impl Subject for Journal {
+        fn fresh(name: &str) -> Self {
+            Self::open(&dir(name)).expect("open")
+        }
+
+        fn reopened(self) -> Self {
+            let file = std::path::PathBuf::from(self.db.path().expect("a file"));
+            drop(self);
+            Self::open(file.parent().expect("its directory")).expect("reopen")
+        }
+    }
+
+    impl Subject for MemoryJournal {
+        fn fresh(_: &str) -> Self {
+            Self::default()
+        }
+
+        fn reopened(mut self) -> Self {
+            self.restart();
+            self
+        }
+    }
+
+    /// Each test above, on the SQLite file and in memory.
+    macro_rules! on_both {
+        ($($test:ident),* $(,)?) => {
+            mod sqlite {
+                $(#[test] fn $test() { super::$test::<super::Journal>() })*
+            }
+            mod memory {
+                $(#[test] fn $test() { super::$test::<super::MemoryJournal>() })*
+            }
+        };
+    }
+
+    on_both!(
+        a_job_is_claimed_once_per_generation_across_reopenings,
+        only_a_failed_job_is_reclaimed_and_deployments_survive_reopening,
+        an_ended_generation_runs_nothing_more_and_its_end_is_kept_for_a_while,
+        jobs_claimed_together_are_claimed_once_each,
+        a_skipped_job_is_ended_without_a_claim,
+        a_dispatch_is_taken_once_and_a_rerun_after_a_failure_again,
+        a_pool_job_dispatched_from_here_is_not_interrupted_and_its_dispatch_survives_a_restart,
+    );
 }

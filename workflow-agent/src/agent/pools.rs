@@ -31,7 +31,7 @@ use padres_workflow::progress::StatusEvent;
 use padres_workflow::translate::status_advertisement;
 
 use super::{Agent, Application, Outgoing, Status, text};
-use crate::journal::{Claim, Dispatched};
+use crate::journal::{Claim, Dispatched, Store as _};
 use crate::pool::{
     ADMISSION, Advice, Change, Load, MemberState, Provisioner, advice_advertisement, load_advertisement,
     pool_subscription,
