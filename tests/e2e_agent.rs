@@ -420,3 +420,51 @@ async fn a_pool_member_given_a_dispatch_it_cannot_read_says_it_failed() {
     let statuses: Vec<_> = seen.into_iter().filter(|(gid, _, _)| !gid.is_empty()).collect();
     assert_eq!(statuses, [("g1".to_owned(), "S".to_owned(), "failed".to_owned())]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_run_made_up_when_the_agent_restarts_is_triggered_once() {
+    let broker = start_broker("B1", "agent-cron-restart");
+    let work = broker.dir.join("agent");
+    std::fs::create_dir_all(&work).expect("work dir");
+    let mut agent = agent_process(&broker, "agent-1", &work);
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'trigger'],[appl,eq,'nightly']").await.expect("subscribed");
+    let mut operator = operator(&broker).await;
+    until_stats(&operator, "the agent did not subscribe", |s| s.subscriptions >= 2).await;
+    let xml = "<application name=\"nightly\" tz=\"UTC\"><trigger cron=\"0 18 * * *\"/>\
+               <job name=\"J\" run=\"daily\" agent=\"agent-1\"><command>true</command></job></application>";
+    // Deployed for the first time: nothing from the past fires.
+    deploy_acked(&mut operator, xml).await;
+    agent.kill().expect("killed");
+    let _ = agent.wait();
+    // It last fired three days ago, as the journal says when the agent starts again with
+    // the deployment it kept: the latest run missed is made up, once, after what the outbox
+    // kept (which is when a trigger queued twice would show).
+    let three_days_ago = padres_client::check::now().millis() - 3 * 86_400_000;
+    padres_agent::journal::Journal::open(&work)
+        .expect("journal")
+        .cron_fired("nightly", "0 18 * * *", three_days_ago)
+        .expect("recorded");
+    let mut agent = agent_process(&broker, "agent-1", &work);
+    let mut triggers = Vec::new();
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left, monitor.next_notification()).await {
+            Ok(Some(Notification::Publication { publication, .. })) => {
+                let gid = publication.get("gid").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+                if triggers.is_empty() {
+                    // Anything more comes soon after the first.
+                    deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+                }
+                triggers.push(gid);
+            }
+            Ok(_) => panic!("the monitor's connection ended"),
+            Err(_) => break,
+        }
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(triggers.len(), 1, "the made-up run's trigger, once: {triggers:?}");
+    assert!(triggers[0].starts_with("cron-"), "{triggers:?}");
+}
