@@ -67,6 +67,8 @@
 //! statuses meet, as if the dependency had matched (the journal keeps it to once). A
 //! generation triggered more than [`CATCH_UP_HORIZON`] ago is not followed. Without a
 //! history store keeping `trigger` and `job_status`, there is nothing to catch up from.
+//! When each generation is read is decided by `agent/catch_up.rs`, sans-IO and tested in
+//! virtual time; the loop makes the reads.
 //!
 //! An ended generation (its `APPL_END` seen, live or from history) is forgotten by every
 //! agent, leaving a mark in the journal so that nothing of it runs again.
@@ -105,8 +107,10 @@ use crate::journal::{Claim, Journal, Store as _};
 use crate::pool::{MemberState, Members, Meter};
 use crate::trigger::{CronTrigger, now};
 
+mod catch_up;
 mod pools;
 mod starts;
+use catch_up::Following;
 use pools::Dispatch;
 use starts::{Starts, Step};
 
@@ -234,24 +238,6 @@ impl Application {
     }
 }
 
-/// A generation an agent follows (seen start, not end), to catch up in.
-#[derive(Debug)]
-struct Followed {
-    /// The application's version it runs on, from its trigger.
-    version: String,
-    /// Its run day, from its trigger.
-    date: Option<String>,
-    /// Its trigger's time (epoch milliseconds).
-    since_ms: i64,
-    /// When to check it next; `None` while a check runs (or, with catching up off, until
-    /// an `unless` match asks for one).
-    next: Option<tokio::time::Instant>,
-    /// The wait before the next check.
-    every: Duration,
-    /// Statuses the last check found.
-    seen: usize,
-}
-
 /// A check of one generation's statuses in the history stores (a historic subscription
 /// reaching up to when it was made).
 #[derive(Debug)]
@@ -267,7 +253,7 @@ struct Check {
 pub const RETIRE_GRACE: Duration = Duration::from_secs(120);
 
 /// Most checks started each second.
-const CHECKS_PER_TICK: usize = 16;
+pub(crate) const CHECKS_PER_TICK: usize = 16;
 
 /// A check not answered in this long is dropped and made again.
 const CHECK_LONGEST: Duration = Duration::from_secs(60);
@@ -355,8 +341,10 @@ struct Agent {
     later: Vec<Step>,
     /// The subscriptions following generations, to their application.
     follows: HashMap<MessageId, String>,
-    /// The generations followed, by application and gid.
-    followed: HashMap<String, HashMap<String, Followed>>,
+    /// The generations followed, and when each is read from the history stores next.
+    following: Following,
+    /// The origin of the agent's monotonic milliseconds ([`Agent::clock`]).
+    epoch: tokio::time::Instant,
     /// Checks running, by their subscription.
     checks: HashMap<MessageId, Check>,
     /// Jobs' `unless` subscriptions, to the job's dependency subscription.
@@ -416,6 +404,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         Outbox { agent: options.name.clone(), journal: journal.clone(), queue, refused: internal.clone() };
 
     let publisher = tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal, to_publish));
+    let following = Following::new(options.catch_up);
     let mut agent = Agent {
         slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
         options,
@@ -429,7 +418,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
         starts: Starts::default(),
         later: Vec::new(),
         follows: HashMap::new(),
-        followed: HashMap::new(),
+        following,
+        epoch: tokio::time::Instant::now(),
         checks: HashMap::new(),
         unless: HashMap::new(),
         retiring: HashMap::new(),
@@ -507,9 +497,7 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 match internal {
                     Internal::Refused { appl, gid } => {
                         // It never started: not followed (nor caught up in), and its gid free.
-                        if let Some(followed) = agent.followed.get_mut(&appl) {
-                            followed.remove(&gid);
-                        }
+                        agent.following.forget(&appl, &gid);
                         agent.generation_ended(&appl, &gid);
                     }
                 }
@@ -1155,7 +1143,7 @@ impl Agent {
             return self.withdraw(&application).await;
         }
         self.forget_dispatches(appl, None);
-        self.followed.remove(appl);
+        self.following.forget_application(appl);
         // Generations in flight are abandoned with the subscriptions that followed them:
         // their triggers were taken, so no new subscription sees them.
         let in_flight = self.starts.abandon(appl);
@@ -1378,10 +1366,8 @@ impl Agent {
         self.follow_generation(&appl, version, gid, date, since_ms);
         // Skipped once every other dependency is decided too (Generation::cannot_run),
         // which the generation's statuses in the history stores say: read them now.
-        if let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(gid)) {
-            f.every = self.options.catch_up;
-            f.next = Some(tokio::time::Instant::now());
-        }
+        let now = self.clock();
+        self.following.check_soon(&appl, gid, now);
     }
 
     /// The job of dependency `sub` cannot run in generation `gid` (`refused`: the statuses
@@ -1606,15 +1592,7 @@ impl Agent {
         date: Option<String>,
         since_ms: i64,
     ) {
-        let every = self.options.catch_up;
-        if self.version(appl, version).is_none() {
-            return;
-        }
-        if self.followed.get(appl).is_some_and(|f| f.contains_key(gid)) {
-            return;
-        }
-        let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
-        if since_ms < horizon {
+        if self.version(appl, version).is_none() || self.following.get(appl, gid).is_some() {
             return;
         }
         match self.journal().generation_ended(appl, gid) {
@@ -1625,18 +1603,28 @@ impl Agent {
                 return;
             }
         }
-        let next = (!every.is_zero()).then(|| tokio::time::Instant::now() + every);
-        let followed = Followed { version: version.to_owned(), date, since_ms, next, every, seen: 0 };
-        self.followed.entry(appl.to_owned()).or_default().insert(gid.to_owned(), followed);
+        let now = self.clock();
+        self.following.follow(
+            appl,
+            gid,
+            version,
+            date,
+            since_ms,
+            crate::trigger::now().timestamp_millis(),
+            now,
+        );
+    }
+
+    /// The agent's monotonic milliseconds, for [`Following`].
+    fn clock(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Generation `gid` of `appl` has ended (its `APPL_END` ran, here or elsewhere): no
     /// longer followed, forgotten by the journal with its end marked; at its home agent, a
     /// held trigger goes.
     fn end_generation(&mut self, appl: &str, gid: &str) {
-        if let Some(followed) = self.followed.get_mut(appl) {
-            followed.remove(gid);
-        }
+        self.following.forget(appl, gid);
         if let Err(e) = self.journal().end_generation(appl, gid, now().timestamp_millis()) {
             tracing::warn!("{appl}/{gid}: marking the generation ended: {e}");
         }
@@ -1655,7 +1643,7 @@ impl Agent {
     /// The version generation `gid` of `appl` runs on, as far as this agent knows (the
     /// current one if it has not seen the generation start).
     fn version_of(&self, appl: &str, gid: &str) -> Option<&Application> {
-        let followed = self.followed.get(appl).and_then(|g| g.get(gid));
+        let followed = self.following.get(appl, gid);
         followed.and_then(|f| self.version(appl, &f.version)).or_else(|| self.applications.get(appl))
     }
 
@@ -1664,7 +1652,7 @@ impl Agent {
         let Some(retiring) = self.retiring.remove(appl) else { return };
         let (running, done): (Vec<Application>, Vec<Application>) = retiring.into_iter().partition(|a| {
             let recent = a.replaced.is_some_and(|at| at.elapsed() < RETIRE_GRACE);
-            recent || self.followed.get(appl).is_some_and(|g| g.values().any(|f| f.version == a.body.version))
+            recent || self.following.runs_on(appl, &a.body.version)
         });
         if !running.is_empty() {
             self.retiring.insert(appl.to_owned(), running);
@@ -1716,7 +1704,7 @@ impl Agent {
     /// Starts the checks that are due: each reads a followed generation's statuses from the
     /// history stores.
     async fn check_due(&mut self) {
-        let now_at = tokio::time::Instant::now();
+        let (now_at, now) = (tokio::time::Instant::now(), self.clock());
         // A check the stores never finished answering (its broker went away) is dropped and
         // made again.
         let stale: Vec<MessageId> = self
@@ -1728,50 +1716,31 @@ impl Agent {
         for sub in stale {
             if let Some(check) = self.checks.remove(&sub) {
                 let _ = self.client.unsubscribe(sub).await;
-                if let Some(f) = self.followed.get_mut(&check.appl).and_then(|g| g.get_mut(&check.gid)) {
-                    f.next = Some(now_at);
-                }
+                self.following.read_failed(&check.appl, &check.gid, true, now);
             }
         }
         // Generations triggered beyond the horizon are no longer followed; versions kept for
         // them alone go.
-        let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
-        let mut appls: Vec<String> = self.followed.keys().chain(self.retiring.keys()).cloned().collect();
+        self.following.prune(crate::trigger::now().timestamp_millis());
+        let mut appls: Vec<String> =
+            self.following.applications().chain(self.retiring.keys()).cloned().collect();
         appls.sort();
         appls.dedup();
         for appl in appls {
-            if let Some(generations) = self.followed.get_mut(&appl) {
-                generations.retain(|_, f| f.since_ms >= horizon);
-            }
             self.retire_finished(&appl);
         }
-        let due: Vec<(String, String)> = self
-            .followed
-            .iter()
-            .flat_map(|(appl, generations)| {
-                generations
-                    .iter()
-                    .filter(|(_, f)| f.next.is_some_and(|next| next <= now_at))
-                    .map(move |(gid, _)| (appl.clone(), gid.clone()))
-            })
-            .take(CHECKS_PER_TICK)
-            .collect();
-        let most = self.options.catch_up * CATCH_UP_MOST;
-        for (appl, gid) in due {
-            let waits = self.waits_here(&appl, &gid);
-            let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { continue };
+        for (appl, gid) in self.following.due(now) {
             // Every job here has run: nothing to catch up, but its end (which keeps an
             // earlier version deployed, and the journal's rows) is looked for, rarely.
-            if !waits && f.every < most {
-                f.every = most;
-                f.next = Some(now_at + most);
+            if !self.waits_here(&appl, &gid) && self.following.put_off(&appl, &gid, now) {
                 continue;
             }
-            f.next = None;
+            let Some(f) = self.following.get(&appl, &gid) else { continue };
             // A minute before its trigger, for brokers' clocks a little apart; up to now.
             let from = padres_lang::Timestamp::from_millis(f.since_ms - 60_000);
-            let to = padres_lang::Timestamp::from_millis(now().timestamp_millis());
+            let to = padres_lang::Timestamp::from_millis(crate::trigger::now().timestamp_millis());
             let (Some(from), Some(to)) = (from, to) else { continue };
+            self.following.reading(&appl, &gid);
             let query = format!(
                 "s [class,eq,'job_status'],[appl,eq,{}],[gid,eq,{}],[time,>=,{}],[time,<,{}]",
                 Value::str(&appl),
@@ -1779,7 +1748,6 @@ impl Agent {
                 from.to_rfc3339(),
                 to.to_rfc3339()
             );
-            let every = f.every;
             match self.client.send(&query).await {
                 Ok(Some(sub)) => {
                     let check = Check { appl, gid, generation: Generation::default(), started: now_at };
@@ -1788,9 +1756,7 @@ impl Agent {
                 other => {
                     let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
                     tracing::warn!("{appl}/{gid}: reading its statuses from history: {why}");
-                    if let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) {
-                        f.next = Some(now_at + every);
-                    }
+                    self.following.read_failed(&appl, &gid, false, self.clock());
                 }
             }
         }
@@ -1806,12 +1772,12 @@ impl Agent {
             self.end_generation(&appl, &gid);
             return;
         }
-        let catch_up = self.options.catch_up;
-        let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { return };
+        let Some(f) = self.following.get(&appl, &gid) else { return };
         if !complete {
             // A store did not answer: what it keeps may change the answer. Read again.
             tracing::warn!("{appl}/{gid}: some history stores did not answer; checking again");
-            f.next = Some(tokio::time::Instant::now() + catch_up.max(CATCH_UP_AGAIN));
+            let now = self.clock();
+            self.following.incomplete(&appl, &gid, now);
             return;
         }
         let date = f.date.clone();
@@ -1827,19 +1793,9 @@ impl Agent {
             self.skip(sub, &gid, &refused);
         }
         let found = generation.events.len();
-        let Some(f) = self.followed.get_mut(&appl).and_then(|g| g.get_mut(&gid)) else { return };
-        if catch_up.is_zero() {
-            // Checked on an `unless` match only.
-            f.next = None;
-            return;
-        }
-        f.every = if found > f.seen { catch_up } else { (f.every * 2).min(catch_up * CATCH_UP_MOST) };
-        f.seen = found;
-        // After catching up, the jobs here that follow those just run may be behind too
-        // (an agent restarted has lost every match of the generation): looked at again soon.
-        let wait =
-            if ready.is_empty() && unneeded.is_empty() { f.every } else { f.every.min(CATCH_UP_AGAIN) };
-        f.next = Some(tokio::time::Instant::now() + wait);
+        let acted = !(ready.is_empty() && unneeded.is_empty());
+        let now = self.clock();
+        self.following.read(&appl, &gid, found, acted, now);
     }
 
     /// The dependency subscriptions of the jobs of `appl` here (in generation `gid`'s
