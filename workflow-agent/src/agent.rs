@@ -1592,7 +1592,11 @@ impl Agent {
         date: Option<String>,
         since_ms: i64,
     ) {
-        if self.version(appl, version).is_none() || self.following.get(appl, gid).is_some() {
+        let wall_ms = now().timestamp_millis();
+        if self.version(appl, version).is_none()
+            || self.following.get(appl, gid).is_some()
+            || !Following::within_horizon(since_ms, wall_ms)
+        {
             return;
         }
         match self.journal().generation_ended(appl, gid) {
@@ -1604,15 +1608,7 @@ impl Agent {
             }
         }
         let now = self.clock();
-        self.following.follow(
-            appl,
-            gid,
-            version,
-            date,
-            since_ms,
-            crate::trigger::now().timestamp_millis(),
-            now,
-        );
+        self.following.follow(appl, gid, version, date, since_ms, wall_ms, now);
     }
 
     /// The agent's monotonic milliseconds, for [`Following`].
@@ -1739,7 +1735,11 @@ impl Agent {
             // A minute before its trigger, for brokers' clocks a little apart; up to now.
             let from = padres_lang::Timestamp::from_millis(f.since_ms - 60_000);
             let to = padres_lang::Timestamp::from_millis(crate::trigger::now().timestamp_millis());
-            let (Some(from), Some(to)) = (from, to) else { continue };
+            let (Some(from), Some(to)) = (from, to) else {
+                tracing::warn!("{appl}/{gid}: its statuses' time range cannot be written; read later");
+                self.following.read_failed(&appl, &gid, false, now);
+                continue;
+            };
             self.following.reading(&appl, &gid);
             let query = format!(
                 "s [class,eq,'job_status'],[appl,eq,{}],[gid,eq,{}],[time,>=,{}],[time,<,{}]",

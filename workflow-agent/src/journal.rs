@@ -1166,6 +1166,28 @@ mod tests {
         assert!(journal.dispatches().expect("list").is_empty());
     }
 
+    fn the_outbox_cron_firings_and_generations_started_survive_a_restart<J: Subject>() {
+        let mut journal = J::fresh("outbox");
+        let first = journal.outbox_push("[class,'a']").expect("kept");
+        let second = journal.outbox_push("[class,'b']").expect("kept");
+        journal.outbox_done(first).expect("done");
+        journal.cron_fired("nightly", "0 18 * * *", 5).expect("fired");
+        journal.cron_fired("nightly", "0 18 * * *", 7).expect("fired");
+        for gid in ["g2", "g1"] {
+            assert_eq!(journal.claim("nightly", gid, "APPL_START").expect("claim"), Claim::New);
+        }
+        journal.claim("nightly", "g3", "J").expect("claim");
+        let mut journal = journal.reopened();
+        assert_eq!(journal.outbox_pending().expect("pending"), [(second, "[class,'b']".to_owned())]);
+        // A number is never used twice, even after the last one left.
+        journal.outbox_done(second).expect("done");
+        let third = journal.outbox_push("[class,'c']").expect("kept");
+        assert!(third > second, "{third} after {second}");
+        assert_eq!(journal.cron_last("nightly", "0 18 * * *").expect("read"), Some(7));
+        assert_eq!(journal.cron_last("nightly", "* * * * *").expect("read"), None);
+        assert_eq!(journal.generations_started("nightly").expect("read"), ["g1", "g2"]);
+    }
+
     /// A journal the tests run on, and the agent restarting with it.
     trait Subject: Store + Sized {
         fn fresh(name: &str) -> Self;
@@ -1215,5 +1237,6 @@ mod tests {
         a_skipped_job_is_ended_without_a_claim,
         a_dispatch_is_taken_once_and_a_rerun_after_a_failure_again,
         a_pool_job_dispatched_from_here_is_not_interrupted_and_its_dispatch_survives_a_restart,
+        the_outbox_cron_firings_and_generations_started_survive_a_restart,
     );
 }

@@ -65,6 +65,11 @@ impl Following {
         wall_ms - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0)
     }
 
+    /// Whether a generation triggered at `since_ms` is within the horizon at `wall_ms`.
+    pub(crate) fn within_horizon(since_ms: i64, wall_ms: i64) -> bool {
+        since_ms >= Self::horizon(wall_ms)
+    }
+
     fn get_mut(&mut self, appl: &str, gid: &str) -> Option<&mut Followed> {
         self.generations.get_mut(appl)?.get_mut(gid)
     }
@@ -87,11 +92,11 @@ impl Following {
         wall_ms: i64,
         now: u64,
     ) {
-        if self.get(appl, gid).is_some() || since_ms < Self::horizon(wall_ms) {
+        if self.get(appl, gid).is_some() || !Self::within_horizon(since_ms, wall_ms) {
             return;
         }
         let every = self.catch_up;
-        let next = (every > 0).then(|| now + every);
+        let next = (every > 0).then(|| now.saturating_add(every));
         let followed = Followed { version: version.to_owned(), date, since_ms, next, every, seen: 0 };
         self.generations.entry(appl.to_owned()).or_default().insert(gid.to_owned(), followed);
     }
@@ -163,7 +168,7 @@ impl Following {
             return false;
         }
         f.every = most;
-        f.next = Some(now + most);
+        f.next = Some(now.saturating_add(most));
         true
     }
 
@@ -178,7 +183,7 @@ impl Following {
     /// or at once (`again_now`: a read the stores never finished).
     pub(crate) fn read_failed(&mut self, appl: &str, gid: &str, again_now: bool, now: u64) {
         if let Some(f) = self.get_mut(appl, gid) {
-            f.next = Some(if again_now { now } else { now + f.every });
+            f.next = Some(if again_now { now } else { now.saturating_add(f.every) });
         }
     }
 
@@ -187,7 +192,7 @@ impl Following {
     pub(crate) fn incomplete(&mut self, appl: &str, gid: &str, now: u64) {
         let wait = self.catch_up.max(ms(CATCH_UP_AGAIN));
         if let Some(f) = self.get_mut(appl, gid) {
-            f.next = Some(now + wait);
+            f.next = Some(now.saturating_add(wait));
         }
     }
 
@@ -205,7 +210,7 @@ impl Following {
         // After catching up, the jobs here that follow those just run may be behind too (an
         // agent restarted has lost every match of the generation): looked at again soon.
         let wait = if acted { f.every.min(ms(CATCH_UP_AGAIN)) } else { f.every };
-        f.next = Some(now + wait);
+        f.next = Some(now.saturating_add(wait));
     }
 
     /// When generation `gid` of `appl` is read next (tests).
@@ -300,5 +305,23 @@ mod tests {
             f.follow("a", &format!("g{g:02}"), "v1", None, WALL, WALL, 0);
         }
         assert_eq!(f.due(S).len(), CHECKS_PER_TICK);
+    }
+
+    #[test]
+    fn with_a_short_catch_up_a_read_again_waits_at_least_catch_up_again_and_after_acting_no_longer_than_catch_up()
+     {
+        let mut f = Following::new(Duration::from_secs(1));
+        f.follow("a", "g1", "v1", None, WALL, WALL, 0);
+        f.incomplete("a", "g1", 10 * S);
+        assert_eq!(f.next("a", "g1"), Some(12 * S), "CATCH_UP_AGAIN, not the 1 s catch_up");
+        f.read("a", "g1", 1, true, 20 * S);
+        assert_eq!(f.next("a", "g1"), Some(21 * S), "the 1 s catch_up, not CATCH_UP_AGAIN");
+        // Grown, then asked for: back to the first pace.
+        for t in 0..5 {
+            f.read("a", "g1", 1, false, (30 + t) * S);
+        }
+        f.check_soon("a", "g1", 40 * S);
+        f.read("a", "g1", 1, false, 40 * S);
+        assert_eq!(f.next("a", "g1"), Some(42 * S), "doubling again from 1 s");
     }
 }
