@@ -110,7 +110,8 @@ impl Shared {
     /// The copy of `id` for a new entry: the one held if it says the same as `sub`.
     fn take(&mut self, id: &MessageId, sub: &Arc<Subscription>) -> Arc<Subscription> {
         match self.0.get_mut(id) {
-            Some((kept, entries)) if kept == sub => {
+            // (The copies of one message share their Arc: compared without reading them.)
+            Some((kept, entries)) if Arc::ptr_eq(kept, sub) || kept == sub => {
                 *entries += 1;
                 kept.clone()
             }
@@ -576,16 +577,6 @@ enum Joined {
     Settled,
 }
 
-/// Which of the messages [`coalesce`] joins `message` is, if any.
-fn tree_kind(message: &BrokerMessage) -> Option<Joined> {
-    match message {
-        BrokerMessage::TreeSubscribe { .. } => Some(Joined::Subscribe),
-        BrokerMessage::TreeUnsubscribe { .. } => Some(Joined::Unsubscribe),
-        BrokerMessage::TreesSettled { .. } => Some(Joined::Settled),
-        _ => None,
-    }
-}
-
 /// What [`coalesce`] sees of `message`: its kind, subscription and trees.
 fn joinable(message: &mut BrokerMessage) -> Option<(Joined, &MessageId, &mut Vec<MessageId>)> {
     match message {
@@ -605,8 +596,11 @@ fn joinable(message: &mut BrokerMessage) -> Option<(Joined, &MessageId, &mut Vec
 /// than it was decided, and different kinds for one subscription keep their order.
 pub(super) fn coalesce(out: &mut Vec<Output>, start: usize, max_bytes: usize) {
     let tree_messages = out[start..]
-        .iter()
-        .filter(|o| matches!(o, Output::ToBroker { message, .. } if tree_kind(message).is_some()))
+        .iter_mut()
+        .filter_map(|o| match o {
+            Output::ToBroker { message, .. } => joinable(message),
+            _ => None,
+        })
         .count();
     if tree_messages < 2 {
         return;

@@ -59,6 +59,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use padres_lang::MessageId;
 use padres_lang::wire::{BrokerMessage, Forwarded};
+use smallvec::SmallVec;
 
 use super::{ClientId, Name, Output};
 
@@ -282,8 +283,8 @@ impl Settle {
 }
 
 /// The answered copies `message` carries: one, several trees' of one subscription, or
-/// none.
-pub(super) fn forwarded(message: &BrokerMessage) -> Vec<Forwarded> {
+/// none (one is held inline: this runs for every message a broker sends).
+pub(super) fn forwarded(message: &BrokerMessage) -> SmallVec<[Forwarded; 1]> {
     let one = match message {
         BrokerMessage::Advertise { id, .. } => Forwarded::Advertisement(id.clone()),
         BrokerMessage::Subscribe { id, .. } => Forwarded::Subscription(id.clone()),
@@ -295,9 +296,9 @@ pub(super) fn forwarded(message: &BrokerMessage) -> Vec<Forwarded> {
         }
         BrokerMessage::CompositeSubscribe { id, .. } => Forwarded::Composite(id.clone()),
         BrokerMessage::Unadvertise { id, .. } => Forwarded::Unadvertisement(id.clone()),
-        _ => return Vec::new(),
+        _ => return SmallVec::new(),
     };
-    vec![one]
+    SmallVec::from_buf([one])
 }
 
 /// Who waits for each copy an answered `message` from neighbour `from` carries: one
