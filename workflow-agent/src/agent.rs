@@ -252,9 +252,6 @@ struct Check {
 /// agent, not yet given the new version) start on it meanwhile.
 pub const RETIRE_GRACE: Duration = Duration::from_secs(120);
 
-/// Most checks started each second.
-pub(crate) const CHECKS_PER_TICK: usize = 16;
-
 /// A check not answered in this long is dropped and made again.
 const CHECK_LONGEST: Duration = Duration::from_secs(60);
 

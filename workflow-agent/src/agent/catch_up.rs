@@ -20,7 +20,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{CATCH_UP_AGAIN, CATCH_UP_HORIZON, CATCH_UP_MOST, CHECKS_PER_TICK};
+use super::{CATCH_UP_AGAIN, CATCH_UP_HORIZON, CATCH_UP_MOST};
+
+/// Most reads started at once (the agent asks what is due every second).
+pub(crate) const CHECKS_PER_TICK: usize = 16;
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
