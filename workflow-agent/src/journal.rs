@@ -2,7 +2,7 @@
 //! directory (`journal.sqlite`), so that a job runs at most once per generation across
 //! restarts of the agent.
 //!
-//! Before a job's first attempt starts, the agent claims it ([`Journal::claim`]); the claim
+//! Before a job's first attempt starts, the agent claims it ([`Store::claim`]); the claim
 //! is on disk (a synchronous commit, which also makes durable every write before it) before
 //! the process starts. Other writes (attempts, outcomes, deployments) are committed without
 //! waiting for the disk: they survive the agent's own crash (they are in the operating
@@ -14,10 +14,10 @@
 //! the agent stopped while it ran. An interrupted job's outcome is unknown, and it is not
 //! run again: the agent reports it as `failed`, with the reason, so that the generation
 //! goes on from there as from any failure (an operator may rerun or bypass it); at start,
-//! [`Journal::interrupted`] lists them.
+//! [`Store::interrupted`] lists them.
 //!
 //! When an agent sees a generation end (its `APPL_END` status), the generation's rows go
-//! and a mark of its end stays ([`Journal::end_generation`]) for [`ENDED_KEPT_MS`]: a job
+//! and a mark of its end stays ([`Store::end_generation`]) for [`ENDED_KEPT_MS`]: a job
 //! of an ended generation is not run, however late a notification for it comes
 //! ([`Claim::GenerationEnded`]), and its generation id is not used again meanwhile.
 //!
@@ -121,9 +121,13 @@ pub trait Store: std::fmt::Debug + Send {
     ///
     /// # Errors
     /// The journal cannot be read or written: the job must not run.
-    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim>;
+    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
+        // One job in, one claim out.
+        let mut claims = self.claim_many(&[key(appl, gid, job)])?;
+        Ok(claims.remove(0))
+    }
 
-    /// Claims each of `jobs` (appl, gid, job) as [`Journal::claim`] does, in one
+    /// Claims each of `jobs` (appl, gid, job) as [`Store::claim`] does, in one
     /// transaction: one wait for the disk for all of them.
     ///
     /// # Errors
@@ -395,12 +399,6 @@ impl Journal {
 }
 
 impl Store for Journal {
-    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
-        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
-        // One job in, one claim out.
-        self.claim_many(std::slice::from_ref(&key))?.pop().ok_or(rusqlite::Error::QueryReturnedNoRows.into())
-    }
-
     fn claim_many(&mut self, jobs: &[(String, String, String)]) -> Result<Vec<Claim>> {
         // This commit waits for the disk (and with it every commit before it).
         self.db.pragma_update(None, "synchronous", "FULL")?;
@@ -720,11 +718,6 @@ fn key(appl: &str, gid: &str, job: &str) -> JobKey {
 }
 
 impl Store for MemoryJournal {
-    fn claim(&mut self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
-        let mut claims = self.claim_many(&[key(appl, gid, job)])?;
-        Ok(claims.remove(0))
-    }
-
     fn claim_many(&mut self, jobs: &[(String, String, String)]) -> Result<Vec<Claim>> {
         let mut claims = Vec::with_capacity(jobs.len());
         for (appl, gid, job) in jobs {
