@@ -90,11 +90,10 @@ use chrono::NaiveDate;
 use tokio::sync::{Semaphore, mpsc};
 
 use padres_client::{Client, ClientError, Notification};
-use padres_lang::{MessageId, Name, Publication, Value};
+use padres_lang::{MessageId, Publication, Value};
 use padres_workflow::calendar::parse_weekdays;
 use padres_workflow::control::{
     Command, Control, Reply, control_subscription, reply_advertisement, trigger_advertisement,
-    trigger_publication,
 };
 use padres_workflow::progress::{Generation, State, StatusEvent};
 use padres_workflow::translate::{Need, status_advertisement};
@@ -108,9 +107,11 @@ use crate::pool::{MemberState, Members, Meter};
 use crate::trigger::{CronTrigger, now};
 
 mod catch_up;
+mod outbox;
 mod pools;
 mod starts;
 use catch_up::Following;
+use outbox::{Outbox, Outgoing, Queued, Status, publish_in_order};
 use pools::Dispatch;
 use starts::{Starts, Step};
 
@@ -261,63 +262,6 @@ enum Internal {
     /// The broker refused generation `gid`'s trigger: it never started.
     Refused { appl: String, gid: String },
 }
-
-/// A `job_status` publication to make.
-#[derive(Debug)]
-struct Status {
-    appl: String,
-    gid: String,
-    job: String,
-    status: &'static str,
-    exit: i64,
-    attempt: u32,
-    reason: Option<String>,
-    /// More attributes: a pool job's `pool`, and its dispatch's `to`, `incarnation`,
-    /// `date` and `info`.
-    extra: Vec<(&'static str, Value)>,
-}
-
-impl Status {
-    fn new(key: &(String, String, String), status: &'static str, exit: i64, attempt: u32) -> Self {
-        Self {
-            appl: key.0.clone(),
-            gid: key.1.clone(),
-            job: key.2.clone(),
-            status,
-            exit,
-            attempt,
-            reason: None,
-            extra: Vec::new(),
-        }
-    }
-
-    fn with(mut self, extra: Vec<(&'static str, Value)>) -> Self {
-        self.extra.extend(extra);
-        self
-    }
-
-    fn because(mut self, reason: Option<String>) -> Self {
-        self.reason = reason;
-        self
-    }
-}
-
-/// What the agent publishes, in order.
-#[derive(Debug)]
-enum Outgoing {
-    Status(Status),
-    Reply(Reply),
-    /// A generation's trigger: appl, version, gid, date.
-    Trigger(String, String, String, String),
-    /// The agent's load report (not kept: the next one replaces it).
-    Load(crate::pool::Load),
-    /// Advice to a pool (not kept).
-    Advice(String, crate::pool::Advice),
-}
-
-/// The publisher's first wait before sending again, and its longest.
-const RESEND_FIRST: Duration = Duration::from_millis(100);
-const RESEND_MOST: Duration = Duration::from_secs(2);
 
 struct Agent {
     options: Options,
@@ -555,229 +499,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     Ok(())
 }
 
-/// A publication on its way out: kept in the journal's outbox (`seq`) until the broker
-/// has taken it, for statuses and triggers.
-#[derive(Debug)]
-struct Queued {
-    seq: Option<i64>,
-    publication: Publication,
-    what: String,
-    /// Told to the agent's loop if the broker refuses it.
-    if_refused: Option<Internal>,
-    /// Dropped, not sent again, when it cannot be sent now (a load report or an advice:
-    /// stale once the broker is back, and the next one replaces it).
-    now_or_never: bool,
-}
-
-/// Where the agent's publications go: statuses and triggers are written to the journal's
-/// outbox first (so that an agent stopped while its broker is away sends them when it
-/// starts again), then queued for the publisher, which sends them in order.
-#[derive(Clone, Debug)]
-struct Outbox {
-    agent: String,
-    journal: Arc<Mutex<Journal>>,
-    queue: mpsc::UnboundedSender<Queued>,
-    /// Told when a trigger cannot be made.
-    refused: mpsc::UnboundedSender<Internal>,
-}
-
-impl Outbox {
-    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
-        self.journal.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Queues `outgoing`; false if the publisher has stopped.
-    fn send(&self, outgoing: Outgoing) -> bool {
-        let (publication, what, durable) = match &outgoing {
-            Outgoing::Status(s) => (
-                status_publication(&self.agent, s),
-                format!("the status {} of {}/{}/{}", s.status, s.appl, s.gid, s.job),
-                true,
-            ),
-            Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl), false),
-            Outgoing::Load(load) => (load.publication(), "the load report".to_owned(), false),
-            Outgoing::Advice(pool, advice) => (
-                advice.publication(pool, &self.agent),
-                format!("the {} advice to {pool}", advice.word()),
-                false,
-            ),
-            Outgoing::Trigger(appl, version, gid, date) => {
-                (trigger_publication(appl, version, gid, date), format!("the trigger of {appl}/{gid}"), true)
-            }
-        };
-        let publication = match publication {
-            Ok(publication) => publication,
-            Err(e) => {
-                tracing::error!("{what}: not a valid publication: {e}");
-                // A trigger that cannot be made starts no generation.
-                if let Outgoing::Trigger(appl, _, gid, _) = outgoing {
-                    let _ = self.refused.send(Internal::Refused { appl, gid });
-                }
-                return true;
-            }
-        };
-        let seq = if durable {
-            match self.journal().outbox_push(&publication.to_string()) {
-                Ok(seq) => Some(seq),
-                Err(e) => {
-                    tracing::warn!("{what}: not kept in the outbox ({e}); sent all the same");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let now_or_never = matches!(outgoing, Outgoing::Load(_) | Outgoing::Advice(..));
-        let if_refused = match outgoing {
-            Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
-            Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) | Outgoing::Advice(..) => None,
-        };
-        self.queue.send(Queued { seq, publication, what, if_refused, now_or_never }).is_ok()
-    }
-}
-
 /// Most matches claimed in one transaction.
 const CLAIM_BATCH: usize = 256;
-
-/// Publications written and not yet answered at most, per agent.
-const PIPELINE: usize = 64;
-
-/// Where a publication on its way out stands.
-enum Sent {
-    /// Written; the answer comes through the [`padres_client::Ack`].
-    Written(padres_client::Ack),
-    /// Answered.
-    Answered(Result<(), ClientError>),
-}
-
-/// Publishes what the agent queues, in order, each acknowledged by the broker, up to
-/// [`PIPELINE`] waiting for their answers at once; one the broker cannot take now (it is
-/// away) is sent again, with those after it that were not taken, until it is taken; then
-/// it leaves the outbox.
-async fn publish_in_order(
-    client: Arc<Client>,
-    journal: Arc<Mutex<Journal>>,
-    internal: mpsc::UnboundedSender<Internal>,
-    mut to_publish: mpsc::UnboundedReceiver<Queued>,
-) {
-    let write = |publication: Publication| {
-        let client = client.clone();
-        async move {
-            match client.publish_acked_later(publication).await {
-                Ok(ack) => Sent::Written(ack),
-                Err(e) => Sent::Answered(Err(e)),
-            }
-        }
-    };
-    let mut in_flight: VecDeque<(Queued, Sent)> = VecDeque::new();
-    let mut open = true;
-    loop {
-        // Write what is queued, up to the pipeline's depth (waiting for something only
-        // when nothing is in flight).
-        while open && in_flight.len() < PIPELINE {
-            // After one that could not be written, none goes ahead of it.
-            let failed = in_flight.iter().any(
-                |(_, sent)| matches!(sent, Sent::Answered(Err(e)) if !matches!(e, ClientError::Refused { .. })),
-            );
-            if failed {
-                break;
-            }
-            let next = if in_flight.is_empty() {
-                to_publish.recv().await
-            } else {
-                match to_publish.try_recv() {
-                    Ok(queued) => Some(queued),
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => None,
-                }
-            };
-            let Some(queued) = next else {
-                open = false;
-                break;
-            };
-            let sent = write(queued.publication.clone()).await;
-            in_flight.push_back((queued, sent));
-        }
-        let Some((mut queued, mut sent)) = in_flight.pop_front() else { break };
-        let mut wait = RESEND_FIRST;
-        loop {
-            let answer = match sent {
-                Sent::Written(ack) => ack.wait().await,
-                Sent::Answered(answer) => answer,
-            };
-            match answer {
-                Ok(()) => break,
-                Err(e @ ClientError::Refused { .. }) => {
-                    tracing::error!("{}: refused by the broker: {e}", queued.what);
-                    // A generation whose trigger was refused does not hold a place.
-                    if let Some(told) = queued.if_refused.take() {
-                        let _ = internal.send(told);
-                    }
-                    break;
-                }
-                Err(e) if queued.now_or_never => {
-                    tracing::debug!("{}: not sent ({e}); dropped", queued.what);
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        "{}: not sent ({e}); sending again in {} ms",
-                        queued.what,
-                        wait.as_millis()
-                    );
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RESEND_MOST);
-                    // Again, in order: this one, and each after it that failed too (the
-                    // connection's session was lost: every answer awaited failed). One
-                    // still awaiting its answer is left to it, so as not to send it twice.
-                    sent = write(queued.publication.clone()).await;
-                    for (later, later_sent) in &mut in_flight {
-                        if let Sent::Written(ack) = later_sent
-                            && let Some(answer) = ack.now()
-                        {
-                            *later_sent = Sent::Answered(answer);
-                        }
-                        let failed = matches!(later_sent, Sent::Answered(Err(e)) if !matches!(e, ClientError::Refused { .. }));
-                        // (One sent now or never is dropped when its turn comes.)
-                        if failed && !later.now_or_never {
-                            *later_sent = write(later.publication.clone()).await;
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(seq) = queued.seq
-            && let Err(e) = journal.lock().unwrap_or_else(PoisonError::into_inner).outbox_done(seq)
-        {
-            tracing::warn!(
-                "{}: sent, but still in the outbox ({e}): it may be sent again after a restart",
-                queued.what
-            );
-        }
-    }
-}
-
-/// The `job_status` publication of `status`, by agent `agent`.
-fn status_publication(agent: &str, status: &Status) -> Result<Publication, padres_lang::InvalidMessage> {
-    let name = |n: &str| Name::interned(n);
-    let mut attrs = vec![
-        (name("class")?, Value::str("job_status")),
-        (name("appl")?, Value::str(&status.appl)),
-        (name("gid")?, Value::str(&status.gid)),
-        (name("job")?, Value::str(&status.job)),
-        (name("agent")?, Value::str(agent)),
-        (name("status")?, Value::str(status.status)),
-        (name("exit")?, Value::Int(status.exit)),
-        (name("attempt")?, Value::Int(i64::from(status.attempt))),
-    ];
-    if let Some(reason) = &status.reason {
-        attrs.push((name("reason")?, Value::str(reason)));
-    }
-    for (attr, value) in &status.extra {
-        attrs.push((name(attr)?, value.clone()));
-    }
-    Publication::new(attrs)
-}
 
 fn text<'a>(publication: &'a Publication, attr: &str) -> Option<&'a str> {
     publication.get(attr).and_then(Value::as_str)

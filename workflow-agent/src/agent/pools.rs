@@ -30,7 +30,8 @@ use padres_workflow::model::PoolSpec;
 use padres_workflow::progress::StatusEvent;
 use padres_workflow::translate::status_advertisement;
 
-use super::{Agent, Application, Outgoing, Status, text};
+use super::outbox::{Outgoing, Status};
+use super::{Agent, Application, text};
 use crate::journal::{Claim, Dispatched, Store as _};
 use crate::pool::{
     ADMISSION, Advice, Change, Load, MemberState, Provisioner, advice_advertisement, load_advertisement,
