@@ -87,7 +87,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::NaiveDate;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use padres_client::{Client, ClientError, Notification};
 use padres_lang::{MessageId, Publication, Value};
@@ -103,16 +103,18 @@ use padres_workflow::{
 
 use crate::job::{DEFAULT_OUTPUT_CAP, Run};
 use crate::journal::{Claim, Journal, Store as _};
-use crate::pool::{MemberState, Members, Meter};
+use crate::pool::{MemberState, Members};
 use crate::trigger::{CronTrigger, now};
 
 mod catch_up;
 mod outbox;
 mod pools;
+mod runs;
 mod starts;
 use catch_up::Following;
 use outbox::{Outbox, Outgoing, Queued, Status, publish_in_order};
 use pools::Dispatch;
+use runs::Runs;
 use starts::{Starts, Step};
 
 /// How an agent runs.
@@ -256,11 +258,45 @@ pub const RETIRE_GRACE: Duration = Duration::from_secs(120);
 /// A check not answered in this long is dropped and made again.
 const CHECK_LONGEST: Duration = Duration::from_secs(60);
 
-/// What the agent's own tasks ask of its loop.
+/// What the agent's own tasks tell its loop.
 #[derive(Debug)]
 enum Internal {
     /// The broker refused generation `gid`'s trigger: it never started.
     Refused { appl: String, gid: String },
+    /// Attempt `number` of job `key` ended.
+    AttemptEnded { key: (String, String, String), number: u32, outcome: runs::Outcome },
+}
+
+/// The time, as the driver hands it in with each input: its monotonic clock, and the
+/// wall clock (epoch milliseconds).
+#[derive(Clone, Copy, Debug)]
+struct Now {
+    at: tokio::time::Instant,
+    wall_ms: i64,
+}
+
+impl Now {
+    /// Read from the clocks (the driver's part).
+    fn read() -> Self {
+        Self { at: tokio::time::Instant::now(), wall_ms: now().timestamp_millis() }
+    }
+
+    fn wall(self) -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::from_timestamp_millis(self.wall_ms).unwrap_or_default()
+    }
+}
+
+/// What the agent asks of its driver.
+#[derive(Debug)]
+enum Output {
+    /// Run attempt `number` of job `key`; its end comes back as [`Internal::AttemptEnded`].
+    Attempt {
+        key: (String, String, String),
+        info: Arc<JobInfo>,
+        date: String,
+        number: u32,
+        die_with_agent: bool,
+    },
 }
 
 struct Agent {
@@ -269,9 +305,14 @@ struct Agent {
     journal: Arc<Mutex<Journal>>,
     jobs: HashMap<MessageId, Deployed>,
     applications: HashMap<String, Application>,
-    /// (appl, gid, job) running now.
-    running: Arc<Mutex<HashSet<(String, String, String)>>>,
-    slots: Arc<Semaphore>,
+    /// (appl, gid, job) running now (claimed and not ended, or acted on by an operator).
+    running: HashSet<(String, String, String)>,
+    /// The job runs ordered: at most `max_parallel` at once, with their retries.
+    runs: Runs,
+    /// The time now, as the driver handed it in.
+    now: Now,
+    /// What the driver is to do, in order.
+    out: VecDeque<Output>,
     outgoing: Outbox,
     /// Event trigger subscriptions, to their application.
     event_subs: HashMap<MessageId, String>,
@@ -297,8 +338,6 @@ struct Agent {
     incarnation: i64,
     /// Up, or leaving (drained).
     state: MemberState,
-    /// Its load, measured.
-    meter: Arc<Mutex<Meter>>,
     /// As a pool member: its subscription to the jobs dispatched to it.
     assignments: Option<MessageId>,
     /// As a pool member: the jobs whose status it has advertised.
@@ -344,29 +383,32 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let outgoing =
         Outbox { agent: options.name.clone(), journal: journal.clone(), queue, refused: internal.clone() };
 
-    let publisher = tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal, to_publish));
+    let publisher =
+        tokio::spawn(publish_in_order(client.clone(), journal.clone(), internal.clone(), to_publish));
     let following = Following::new(options.catch_up);
+    let start = Now::read();
     let mut agent = Agent {
-        slots: Arc::new(Semaphore::new(options.max_parallel.max(1))),
+        runs: Runs::new(options.max_parallel),
         options,
         client,
         journal,
         jobs: HashMap::new(),
         applications: HashMap::new(),
-        running: Arc::default(),
+        running: HashSet::new(),
+        now: start,
+        out: VecDeque::new(),
         outgoing,
         event_subs: HashMap::new(),
         starts: Starts::default(),
         later: Vec::new(),
         follows: HashMap::new(),
         following,
-        epoch: tokio::time::Instant::now(),
+        epoch: start.at,
         checks: HashMap::new(),
         unless: HashMap::new(),
         retiring: HashMap::new(),
-        incarnation: now().timestamp_millis(),
+        incarnation: start.wall_ms,
         state: MemberState::Up,
-        meter: Arc::default(),
         assignments: None,
         advertised: HashSet::new(),
         members: Members::default(),
@@ -412,36 +454,46 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     load_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // A notification taken while gathering a batch of matches, handled next.
     let mut deferred = None;
+    let driver = Driver { internal, work_dir: agent.options.work_dir.clone() };
     loop {
         let later = std::mem::take(&mut agent.later);
         agent.carry_out(later);
-        let notification = tokio::select! {
-            notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.recv().await } } => notification,
-            _ = ticks.tick() => {
+        driver.carry_out(&mut agent);
+        let event = tokio::select! {
+            notification = async { match deferred.take() { Some(n) => Some(n), None => notifications.recv().await } } => Event::Notification(notification),
+            _ = ticks.tick() => Event::Tick,
+            () = until(agent.starts.poll_timeout()) => Event::Cron,
+            () = until_instant(agent.runs.poll_timeout()) => Event::Retry,
+            _ = load_ticks.tick() => Event::Load,
+            Some(internal) = from_tasks.recv() => Event::Internal(internal),
+        };
+        agent.now = Now::read();
+        let notification = match event {
+            Event::Notification(notification) => notification,
+            Event::Tick => {
                 agent.check_due().await;
                 continue;
             }
-            () = until(agent.starts.poll_timeout()) => {
+            Event::Cron => {
                 let mut steps = Vec::new();
-                agent.starts.handle_timeout(now(), &mut steps);
+                agent.starts.handle_timeout(agent.now.wall(), &mut steps);
                 agent.carry_out(steps);
                 continue;
             }
-            _ = load_ticks.tick() => {
+            Event::Retry => {
+                agent.runs.handle_timeout(agent.now.at);
+                agent.run_steps();
+                continue;
+            }
+            Event::Load => {
                 if agent.pool_tick(notifications.is_empty()) {
                     tracing::info!("drained: every job it had has ended; leaving");
                     break;
                 }
                 continue;
             }
-            Some(internal) = from_tasks.recv() => {
-                match internal {
-                    Internal::Refused { appl, gid } => {
-                        // It never started: not followed (nor caught up in), and its gid free.
-                        agent.following.forget(&appl, &gid);
-                        agent.generation_ended(&appl, &gid);
-                    }
-                }
+            Event::Internal(internal) => {
+                agent.internal(internal);
                 continue;
             }
         };
@@ -494,9 +546,83 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
             Notification::EndOfHistory { sub, missing, .. } => agent.checked(&sub, missing.is_empty()).await,
         }
     }
+    // The jobs running (or waiting for a slot) finish, and their ends are recorded and
+    // queued to publish, before the agent stops.
+    while !agent.runs.is_idle() {
+        driver.carry_out(&mut agent);
+        let event = tokio::select! {
+            () = until_instant(agent.runs.poll_timeout()) => Event::Retry,
+            Some(internal) = from_tasks.recv() => Event::Internal(internal),
+        };
+        agent.now = Now::read();
+        match event {
+            Event::Retry => {
+                agent.runs.handle_timeout(agent.now.at);
+                agent.run_steps();
+            }
+            Event::Internal(internal) => agent.internal(internal),
+            _ => {}
+        }
+    }
+    driver.carry_out(&mut agent);
     drop(agent);
     let _ = publisher.await;
     Ok(())
+}
+
+/// What woke the agent's loop.
+enum Event {
+    /// From the broker (`None`: the connection has ended for good).
+    Notification(Option<Notification>),
+    /// The second's tick: catching up is checked.
+    Tick,
+    /// A cron occurrence is due.
+    Cron,
+    /// A job's retry is due.
+    Retry,
+    /// The load period's tick.
+    Load,
+    /// One of the agent's tasks.
+    Internal(Internal),
+}
+
+/// Carries out the agent's outputs.
+struct Driver {
+    internal: mpsc::UnboundedSender<Internal>,
+    work_dir: PathBuf,
+}
+
+impl Driver {
+    fn carry_out(&self, agent: &mut Agent) {
+        while let Some(output) = agent.out.pop_front() {
+            match output {
+                Output::Attempt { key, info, date, number, die_with_agent } => {
+                    let (internal, work_dir) = (self.internal.clone(), self.work_dir.clone());
+                    tokio::spawn(async move {
+                        let (appl, gid, job) = &key;
+                        let output = work_dir.join("output").join(appl).join(gid).join(job);
+                        let run = Run {
+                            info: &info,
+                            date: &date,
+                            gid,
+                            work_dir: &work_dir,
+                            output: &output,
+                            output_cap: DEFAULT_OUTPUT_CAP,
+                            die_with_agent,
+                        };
+                        let attempt = run.attempt(number).await;
+                        let outcome = runs::Outcome {
+                            status: attempt.ended.status(),
+                            exit: attempt.ended.exit(),
+                            reason: attempt.ended.reason(),
+                            output: crate::job::tail(&attempt).await,
+                        };
+                        let _ = internal.send(Internal::AttemptEnded { key, number, outcome });
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// Most matches claimed in one transaction.
@@ -509,6 +635,18 @@ fn text<'a>(publication: &'a Publication, attr: &str) -> Option<&'a str> {
 impl Agent {
     fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
         self.journal.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What one of the agent's tasks told it.
+    fn internal(&mut self, internal: Internal) {
+        match internal {
+            Internal::Refused { appl, gid } => {
+                // It never started: not followed (nor caught up in), and its gid free.
+                self.following.forget(&appl, &gid);
+                self.generation_ended(&appl, &gid);
+            }
+            Internal::AttemptEnded { key, number, outcome } => self.attempt_ended(&key, number, outcome),
+        }
     }
 
     fn send(&self, status: Status) {
@@ -617,7 +755,7 @@ impl Agent {
                         self.forget_application(&application);
                         self.withdraw(&application).await;
                     }
-                    let at_ms = now().timestamp_millis();
+                    let at_ms = self.now.wall_ms;
                     let deployed = self.deploy((**body).clone(), at_ms).await;
                     if deployed.is_ok()
                         && let Err(e) = self.journal().keep_deployment(&appl, &body.to_json(), at_ms)
@@ -743,7 +881,7 @@ impl Agent {
         }
         // Its generations, followed for catching up: triggers and ends since it was
         // deployed here (at most the horizon ago), the stored ones first.
-        let horizon = now().timestamp_millis() - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
+        let horizon = self.now.wall_ms - i64::try_from(CATCH_UP_HORIZON.as_millis()).unwrap_or(0);
         // From a while before it was deployed here: the home agent may have started a
         // generation on this version before this agent was given it.
         let since = padres_lang::Timestamp::from_millis((at_ms - FOLLOW_BEFORE_MS).max(horizon))
@@ -805,7 +943,7 @@ impl Agent {
                     (pattern, trigger, last)
                 })
                 .collect();
-            self.starts.set_crons(&body.appl, crons, now(), &mut steps);
+            self.starts.set_crons(&body.appl, crons, self.now.wall(), &mut steps);
         }
         self.jobs.extend(jobs);
         self.unless.extend(unless_subs);
@@ -842,7 +980,7 @@ impl Agent {
             let _ = self.client.unsubscribe(sub).await;
         }
         tracing::info!("{appl}: version {version} kept until the generations that started on it end");
-        application.replaced = Some(tokio::time::Instant::now());
+        application.replaced = Some(self.now.at);
         self.retiring.entry(appl.to_owned()).or_default().push(application);
     }
 
@@ -903,7 +1041,7 @@ impl Agent {
             .map_err(|e| format!("journal: {e}"))?
             .ok_or_else(|| format!("generation {gid} of {appl} has not run here"))?;
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
-        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+        if !self.running.insert(key.clone()) {
             return Err(format!("{job} of {gid} is running"));
         }
         let reclaimed = self.journal().reclaim(appl, gid, job);
@@ -956,7 +1094,7 @@ impl Agent {
         let Some(application) = self.applications.get(appl) else { return };
         let tz: chrono_tz::Tz = application.body.tz.parse().unwrap_or(chrono_tz::UTC);
         let at = publication.time().and_then(|t| chrono::DateTime::from_timestamp_millis(t.millis()));
-        let at = at.unwrap_or_else(now);
+        let at = at.unwrap_or_else(|| self.now.wall());
         let date = at.with_timezone(&tz).format("%Y-%m-%d").to_string();
         let digest = padres_workflow::translate::digest(&publication.to_string());
         let gid = format!("event-{}-{:08x}", at.timestamp_millis(), digest & 0xffff_ffff);
@@ -994,13 +1132,7 @@ impl Agent {
                     };
                     let version = application.body.version.clone();
                     // Its own trigger does not come back to it: followed from here.
-                    self.follow_generation(
-                        &appl,
-                        &version,
-                        &gid,
-                        Some(date.clone()),
-                        now().timestamp_millis(),
-                    );
+                    self.follow_generation(&appl, &version, &gid, Some(date.clone()), self.now.wall_ms);
                     let _ = self.outgoing.send(Outgoing::Trigger(appl, version, gid, date));
                 }
                 Step::CronFired { appl, pattern, at_ms } => {
@@ -1013,12 +1145,12 @@ impl Agent {
     }
 
     /// An operator's bypass: the job is published `succeeded` without running.
-    fn bypass(&self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
+    fn bypass(&mut self, appl: &str, gid: &str, job: &str) -> Result<(), String> {
         if self.deployed(appl, gid, job)?.info.is_none() {
             return Err(format!("{job} is a virtual job: it runs when what it waits for is done"));
         }
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
-        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+        if !self.running.insert(key.clone()) {
             return Err(format!("{job} of {gid} is running"));
         }
         let claim = self.journal().look(appl, gid, job);
@@ -1060,8 +1192,7 @@ impl Agent {
             let Some(gid) = text(trigger, "gid") else { continue };
             let appl = deployed.appl.clone();
             let date = text(trigger, "date").map(str::to_owned);
-            let since_ms =
-                trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+            let since_ms = trigger.time().map_or_else(|| self.now.wall_ms, padres_lang::Timestamp::millis);
             let version = text(trigger, "version").unwrap_or_default();
             self.follow_generation(&appl, version, gid, date.clone(), since_ms);
             ready.push((sub, gid.to_owned(), date));
@@ -1080,8 +1211,7 @@ impl Agent {
         let Some(trigger) = pubs.iter().map(|(_, p)| p).find(|p| p.class() == "trigger") else { return };
         let Some(gid) = text(trigger, "gid") else { return };
         let date = text(trigger, "date").map(str::to_owned);
-        let since_ms =
-            trigger.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+        let since_ms = trigger.time().map_or_else(|| self.now.wall_ms, padres_lang::Timestamp::millis);
         let version = text(trigger, "version").unwrap_or_default();
         self.follow_generation(&appl, version, gid, date, since_ms);
         // Skipped once every other dependency is decided too (Generation::cannot_run),
@@ -1095,7 +1225,7 @@ impl Agent {
     fn skip(&mut self, sub: &MessageId, gid: &str, refused: &str) {
         let Some(deployed) = self.jobs.get(sub) else { return };
         let key = (deployed.appl.clone(), gid.to_owned(), deployed.job.clone());
-        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+        if !self.running.insert(key.clone()) {
             return;
         }
         if matches!(self.journal().claim(&key.0, &key.1, &key.2), Ok(Claim::New)) {
@@ -1119,7 +1249,7 @@ impl Agent {
         for (sub, gid, date) in ready {
             let Some(deployed) = self.jobs.get(&sub) else { continue };
             let key = (deployed.appl.clone(), gid, deployed.job.clone());
-            if self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+            if self.running.insert(key.clone()) {
                 marked.push((sub, key, date));
             }
         }
@@ -1201,77 +1331,61 @@ impl Agent {
         self.spawn_run(key, info.clone(), date, 1, None);
     }
 
-    /// Runs job `key` (claimed, and marked running) from attempt `first`: `started` for
-    /// each attempt, its outcome at the end, in the journal and published (with the tail
-    /// of the last attempt's output). A pool job (`pool`) has its pool in its
-    /// statuses, and dies with the agent.
+    /// Runs job `key` (claimed, and marked running) from attempt `first`, when a slot is
+    /// free ([`Runs`]): `started` for each attempt, its outcome at the end, in the journal
+    /// and published (with the tail of the last attempt's output). A pool job (`pool`) has
+    /// its pool in its statuses, and dies with the agent.
     fn spawn_run(
-        &self,
+        &mut self,
         key: (String, String, String),
         info: Arc<JobInfo>,
         date: String,
         first: u32,
         pool: Option<String>,
     ) {
-        let die_with_agent = pool.is_some();
-        let extra: Vec<(&'static str, Value)> = pool.map(|p| ("pool", Value::str(&p))).into_iter().collect();
-        let (journal, outgoing, slots, running) =
-            (self.journal.clone(), self.outgoing.clone(), self.slots.clone(), self.running.clone());
-        let work_dir = self.options.work_dir.clone();
-        let meter = self.meter.clone();
-        fn lock(meter: &Mutex<Meter>) -> std::sync::MutexGuard<'_, Meter> {
-            meter.lock().unwrap_or_else(PoisonError::into_inner)
-        }
-        let ticket = lock(&meter).arrive(tokio::time::Instant::now());
-        tokio::spawn(async move {
-            let _slot = slots.acquire_owned().await;
-            lock(&meter).start(ticket, tokio::time::Instant::now());
-            let (appl, gid, job) = &key;
-            let output = work_dir.join("output").join(appl).join(gid).join(job);
-            let run = Run {
-                info: &info,
-                date: &date,
-                gid,
-                work_dir: &work_dir,
-                output: &output,
-                output_cap: DEFAULT_OUTPUT_CAP,
-                first_attempt: first,
-                die_with_agent,
-            };
-            let attempts = run
-                .run(|n| {
-                    // The journal's lock is let go before the outbox takes it.
-                    let attempt =
-                        journal.lock().unwrap_or_else(PoisonError::into_inner).attempt(appl, gid, job, n);
-                    if let Err(e) = attempt {
+        self.runs.order(runs::Order { key, info, date, first, pool }, self.now.at);
+        self.run_steps();
+    }
+
+    /// Attempt `number` of `key` ended as `outcome` says (told by the driver).
+    fn attempt_ended(&mut self, key: &(String, String, String), number: u32, outcome: runs::Outcome) {
+        self.runs.attempt_ended(key, number, outcome, self.now.at);
+        self.run_steps();
+    }
+
+    /// Carries out what [`Runs`] decided: attempts recorded and published `started`
+    /// before they run, and runs' ends recorded, then published.
+    fn run_steps(&mut self) {
+        while let Some(step) = self.runs.poll_step() {
+            match step {
+                runs::Step::Started { key, number, pool } => {
+                    let (appl, gid, job) = &key;
+                    if let Err(e) = self.journal().attempt(appl, gid, job, number) {
                         tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
                     }
-                    let started = Status::new(&key, "started", 0, n).with(extra.clone());
-                    let _ = outgoing.send(Outgoing::Status(started));
-                })
-                .await;
-            let last = attempts.last().expect("at least one attempt");
-            let status = Status::new(&key, last.ended.status(), last.ended.exit(), last.number)
-                .because(last.ended.reason())
-                .with(extra)
-                .with(vec![("output", Value::str(&crate::job::tail(last).await))]);
-            let ended = journal.lock().unwrap_or_else(PoisonError::into_inner).end(
-                appl,
-                gid,
-                job,
-                status.status,
-                status.exit,
-                status.attempt,
-            );
-            if let Err(e) = ended {
-                tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
+                    let extra = pool.map(|p| ("pool", Value::str(&p))).into_iter().collect();
+                    self.send(Status::new(&key, "started", 0, number).with(extra));
+                }
+                runs::Step::Attempt { key, info, date, number, die_with_agent } => {
+                    self.out.push_back(Output::Attempt { key, info, date, number, die_with_agent });
+                }
+                runs::Step::Ended { key, number, outcome, pool } => {
+                    let extra = pool.map(|p| ("pool", Value::str(&p))).into_iter().collect();
+                    let status = Status::new(&key, outcome.status, outcome.exit, number)
+                        .because(outcome.reason)
+                        .with(extra)
+                        .with(vec![("output", Value::str(&outcome.output))]);
+                    let (appl, gid, job) = &key;
+                    if let Err(e) = self.journal().end(appl, gid, job, status.status, status.exit, number) {
+                        tracing::warn!("{appl}/{gid}/{job}: journal: {e}");
+                    }
+                    // No longer running before its status is out: an operator acting on
+                    // the status (rerun, bypass) finds it ended.
+                    self.running.remove(&key);
+                    self.send(status);
+                }
             }
-            // No longer running before its status is out: an operator acting on the status
-            // (rerun, bypass) finds it ended.
-            running.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-            lock(&meter).end();
-            let _ = outgoing.send(Outgoing::Status(status));
-        });
+        }
     }
 
     /// A publication of a subscription following `appl`'s generations: a trigger (one
@@ -1280,7 +1394,7 @@ impl Agent {
         let Some(gid) = text(publication, "gid") else { return };
         if publication.class() == "trigger" {
             let since_ms =
-                publication.time().map_or_else(|| now().timestamp_millis(), padres_lang::Timestamp::millis);
+                publication.time().map_or_else(|| self.now.wall_ms, padres_lang::Timestamp::millis);
             let (version, date) =
                 (text(publication, "version").unwrap_or_default(), text(publication, "date"));
             self.follow_generation(appl, version, gid, date.map(str::to_owned), since_ms);
@@ -1312,7 +1426,7 @@ impl Agent {
         date: Option<String>,
         since_ms: i64,
     ) {
-        let wall_ms = now().timestamp_millis();
+        let wall_ms = self.now.wall_ms;
         if self.version(appl, version).is_none()
             || self.following.get(appl, gid).is_some()
             || !Following::within_horizon(since_ms, wall_ms)
@@ -1333,7 +1447,7 @@ impl Agent {
 
     /// The agent's monotonic milliseconds, for [`Following`].
     fn clock(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.now.at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Generation `gid` of `appl` has ended (its `APPL_END` ran, here or elsewhere): no
@@ -1341,7 +1455,7 @@ impl Agent {
     /// held trigger goes.
     fn end_generation(&mut self, appl: &str, gid: &str) {
         self.following.forget(appl, gid);
-        if let Err(e) = self.journal().end_generation(appl, gid, now().timestamp_millis()) {
+        if let Err(e) = self.journal().end_generation(appl, gid, self.now.wall_ms) {
             tracing::warn!("{appl}/{gid}: marking the generation ended: {e}");
         }
         self.forget_dispatches(appl, Some(gid));
@@ -1367,7 +1481,8 @@ impl Agent {
     fn retire_finished(&mut self, appl: &str) {
         let Some(retiring) = self.retiring.remove(appl) else { return };
         let (running, done): (Vec<Application>, Vec<Application>) = retiring.into_iter().partition(|a| {
-            let recent = a.replaced.is_some_and(|at| at.elapsed() < RETIRE_GRACE);
+            let recent =
+                a.replaced.is_some_and(|at| self.now.at.saturating_duration_since(at) < RETIRE_GRACE);
             recent || self.following.runs_on(appl, &a.body.version)
         });
         if !running.is_empty() {
@@ -1413,14 +1528,14 @@ impl Agent {
     /// Whether job `job` of `appl` has not run in generation `gid` here (nor runs now).
     fn not_run(&self, appl: &str, gid: &str, job: &str) -> bool {
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
-        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner).contains(&key);
+        let running = self.running.contains(&key);
         !running && matches!(self.journal().look(appl, gid, job), Ok(Claim::New))
     }
 
     /// Starts the checks that are due: each reads a followed generation's statuses from the
     /// history stores.
     async fn check_due(&mut self) {
-        let (now_at, now) = (tokio::time::Instant::now(), self.clock());
+        let (now_at, now) = (self.now.at, self.clock());
         // A check the stores never finished answering (its broker went away) is dropped and
         // made again.
         let stale: Vec<MessageId> = self
@@ -1437,7 +1552,7 @@ impl Agent {
         }
         // Generations triggered beyond the horizon are no longer followed; versions kept for
         // them alone go.
-        self.following.prune(crate::trigger::now().timestamp_millis());
+        self.following.prune(self.now.wall_ms);
         let mut appls: Vec<String> =
             self.following.applications().chain(self.retiring.keys()).cloned().collect();
         appls.sort();
@@ -1454,7 +1569,7 @@ impl Agent {
             let Some(f) = self.following.get(&appl, &gid) else { continue };
             // A minute before its trigger, for brokers' clocks a little apart; up to now.
             let from = padres_lang::Timestamp::from_millis(f.since_ms - 60_000);
-            let to = padres_lang::Timestamp::from_millis(crate::trigger::now().timestamp_millis());
+            let to = padres_lang::Timestamp::from_millis(self.now.wall_ms);
             let (Some(from), Some(to)) = (from, to) else {
                 tracing::warn!("{appl}/{gid}: its statuses' time range cannot be written; read later");
                 self.following.read_failed(&appl, &gid, false, now);
@@ -1533,8 +1648,8 @@ impl Agent {
     }
 
     /// `key` (appl, gid, job) is no longer running here.
-    fn not_running(&self, key: &(String, String, String)) {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
+    fn not_running(&mut self, key: &(String, String, String)) {
+        self.running.remove(key);
     }
 
     /// `key` ended without running a process: journal, then status.
@@ -1552,6 +1667,14 @@ impl Agent {
 async fn until(at: Option<chrono::DateTime<chrono::Utc>>) {
     match at {
         Some(at) => tokio::time::sleep((at - now()).to_std().unwrap_or_default()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at monotonic time `at`, never without one.
+async fn until_instant(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -17,9 +17,10 @@
 //! An attempt succeeds when the command exits with status 0. One that exits otherwise, is
 //! killed by a signal, or cannot be started (no such program, not executable, a working
 //! directory that does not exist) has failed; one still running at its timeout has timed
-//! out. A job that failed or timed out is tried again up to its `retries`, waiting
-//! `backoff` before the first retry and twice as long before each next one (1 s when the
-//! job gives none). Its outcome is its last attempt's.
+//! out. A job that failed or timed out is tried again up to its `retries` (the agent's
+//! decision, `agent/runs.rs`), waiting [`backoff`]: the job's `backoff` before the first
+//! retry and twice as long before each next one (1 s when the job gives none). Its outcome
+//! is its last attempt's.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -39,10 +40,18 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// The most bytes of each output stream kept per attempt, by default.
 pub const DEFAULT_OUTPUT_CAP: u64 = 1 << 20;
 
+/// The wait before retry `retry` (1 for the first) of a job run as `info` says: its
+/// backoff, doubled for each retry after the first, at most [`MAX_BACKOFF`].
+pub fn backoff(info: &JobInfo, retry: u32) -> Duration {
+    let base = info.backoff_ms.map_or(DEFAULT_BACKOFF, Duration::from_millis);
+    let factor = 1_u32.checked_shl(retry.saturating_sub(1)).unwrap_or(u32::MAX);
+    base.saturating_mul(factor).min(MAX_BACKOFF)
+}
+
 /// One job of one generation, to run.
 #[derive(Clone, Debug)]
 pub struct Run<'a> {
-    /// The job's command, arguments, environment, timeout and retries.
+    /// The job's command, arguments, environment and timeout.
     pub info: &'a JobInfo,
     /// The generation's run day, `YYYY-MM-DD` (for `${gen.date}`).
     pub date: &'a str,
@@ -54,9 +63,6 @@ pub struct Run<'a> {
     pub output: &'a Path,
     /// Most bytes kept of each output stream per attempt.
     pub output_cap: u64,
-    /// The first attempt's number: 1, or after the attempts of an earlier run (an
-    /// operator's rerun) the next.
-    pub first_attempt: u32,
     /// Whether the process is killed when the agent dies (a pool job's: its home agent
     /// dispatches it to another member then, and it must not also run on here). Other
     /// jobs outlive a killed agent, which reports them failed when it starts again.
@@ -155,35 +161,6 @@ pub fn substitute(text: &str, date: &str, gid: &str) -> String {
 }
 
 impl Run<'_> {
-    /// The wait before retry `retry` (1 for the first): the job's backoff, doubled for
-    /// each retry after the first, at most [`MAX_BACKOFF`].
-    pub fn backoff(&self, retry: u32) -> Duration {
-        let base = self.info.backoff_ms.map_or(DEFAULT_BACKOFF, Duration::from_millis);
-        let factor = 1_u32.checked_shl(retry.saturating_sub(1)).unwrap_or(u32::MAX);
-        base.saturating_mul(factor).min(MAX_BACKOFF)
-    }
-
-    /// Runs the job: attempts until one succeeds or its retries are spent, calling
-    /// `started` with each attempt's number as it starts (an agent publishes `started`
-    /// then). Returns every attempt, the last one the job's outcome.
-    pub async fn run(&self, mut started: impl FnMut(u32)) -> Vec<Attempt> {
-        let mut attempts = Vec::new();
-        let first = self.first_attempt.max(1);
-        for number in first..=first.saturating_add(self.info.retries) {
-            if number > first {
-                tokio::time::sleep(self.backoff(number - first)).await;
-            }
-            started(number);
-            let attempt = self.attempt(number).await;
-            let done = attempt.ended.succeeded();
-            attempts.push(attempt);
-            if done {
-                break;
-            }
-        }
-        attempts
-    }
-
     /// One attempt, numbered `number`.
     pub async fn attempt(&self, number: u32) -> Attempt {
         let stdout = self.output.join(format!("{number}.stdout"));
@@ -349,7 +326,6 @@ mod tests {
             work_dir: work,
             output,
             output_cap: DEFAULT_OUTPUT_CAP,
-            first_attempt: 1,
             die_with_agent: false,
         }
     }
@@ -362,10 +338,7 @@ mod tests {
         job.env = vec![("GEN".to_owned(), "gid=${gen.gid}".to_owned())];
         job.workdir = Some("jobs/${gen.gid}".to_owned());
         let output = work.join("output");
-        let mut started = Vec::new();
-        let attempts = run(&job, &work, &output).run(|n| started.push(n)).await;
-        assert_eq!(started, [1]);
-        assert_eq!(attempts.len(), 1);
+        let attempts = [run(&job, &work, &output).attempt(1).await];
         assert_eq!(attempts[0].ended, Ended::Exited(0));
         let written = std::fs::read_to_string(work.join("jobs/g7/out.txt")).expect("the job wrote");
         assert_eq!(written, "2026-11-27 gid=g7\n");
@@ -374,18 +347,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failing_job_is_retried_and_its_last_attempt_is_its_outcome() {
+    async fn each_attempt_keeps_its_own_output() {
         let work = dir("retry");
         // Fails the first time (no marker yet), succeeds the second.
-        let mut job = info(
+        let job = info(
             "sh",
             &["-c", "if [ -e marker ]; then echo again; else touch marker; echo first >&2; exit 3; fi"],
         );
-        job.retries = 2;
         let output = work.join("output");
-        let mut started = Vec::new();
-        let attempts = run(&job, &work, &output).run(|n| started.push(n)).await;
-        assert_eq!(started, [1, 2]);
+        let run = run(&job, &work, &output);
+        let attempts = [run.attempt(1).await, run.attempt(2).await];
         let ended: Vec<_> = attempts.iter().map(|a| a.ended.clone()).collect();
         assert_eq!(ended, [Ended::Exited(3), Ended::Exited(0)]);
         assert_eq!((ended[0].status(), ended[0].exit()), ("failed", 3));
@@ -403,7 +374,7 @@ mod tests {
         job.timeout_ms = Some(500);
         let output = work.join("output");
         let started = std::time::Instant::now();
-        let attempts = run(&job, &work, &output).run(|_| {}).await;
+        let attempts = [run(&job, &work, &output).attempt(1).await];
         assert_eq!(attempts[0].ended, Ended::TimedOut);
         assert_eq!((attempts[0].ended.status(), attempts[0].ended.exit()), ("timeout", -1));
         assert!(started.elapsed() < Duration::from_secs(20), "the job was not stopped at its timeout");
@@ -430,7 +401,7 @@ mod tests {
         // 30 s.
         let job = info("sh", &["-c", "sleep 30 & echo done"]);
         let started = std::time::Instant::now();
-        let attempts = run(&job, &work, &output).run(|_| {}).await;
+        let attempts = [run(&job, &work, &output).attempt(1).await];
         assert_eq!(attempts[0].ended, Ended::Exited(0));
         assert!(started.elapsed() < Duration::from_secs(20), "waited for the sleeper");
         assert_eq!(std::fs::read_to_string(&attempts[0].stdout).expect("stdout"), "done\n");
@@ -441,7 +412,7 @@ mod tests {
         let work = dir("missing");
         let output = work.join("output");
         let job = info("/nonexistent/padres-no-such-program", &[]);
-        let attempts = run(&job, &work, &output).run(|_| {}).await;
+        let attempts = [run(&job, &work, &output).attempt(1).await];
         let Ended::NotStarted(reason) = &attempts[0].ended else { panic!("{:?}", attempts[0].ended) };
         assert!(reason.contains("padres-no-such-program"), "{reason}");
         assert_eq!(attempts[0].ended.status(), "failed");
@@ -449,7 +420,7 @@ mod tests {
         assert!(stderr.contains(reason.as_str()), "{stderr}");
         let mut job = info("true", &[]);
         job.workdir = Some("no/such/dir".to_owned());
-        let attempts = run(&job, &work, &output).run(|_| {}).await;
+        let attempts = [run(&job, &work, &output).attempt(1).await];
         let Ended::NotStarted(reason) = &attempts[0].ended else { panic!("{:?}", attempts[0].ended) };
         assert!(reason.contains("no working directory"), "{reason}");
     }
@@ -463,7 +434,7 @@ mod tests {
         let job = info("sh", &["-c", "head -c 200000 /dev/zero | tr '\\0' x"]);
         let mut run = run(&job, &work, &output);
         run.output_cap = 1000;
-        let attempts = run.run(|_| {}).await;
+        let attempts = [run.attempt(1).await];
         assert_eq!(attempts[0].ended, Ended::Exited(0));
         let kept = std::fs::read_to_string(&attempts[0].stdout).expect("stdout");
         assert!(kept.starts_with(&"x".repeat(1000)), "the first 1,000 bytes are kept");
@@ -473,13 +444,11 @@ mod tests {
     #[test]
     fn backoff_doubles_from_the_jobs_own_up_to_the_most() {
         let mut job = info("true", &[]);
-        let (work, output) = (Path::new("/"), Path::new("/"));
         job.backoff_ms = Some(100);
-        let r = run(&job, work, output);
-        let waits: Vec<_> = (1..=4).map(|n| r.backoff(n).as_millis()).collect();
+        let waits: Vec<_> = (1..=4).map(|n| backoff(&job, n).as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 800]);
-        assert_eq!(r.backoff(40), MAX_BACKOFF);
+        assert_eq!(backoff(&job, 40), MAX_BACKOFF);
         job.backoff_ms = None;
-        assert_eq!(run(&job, work, output).backoff(1), DEFAULT_BACKOFF);
+        assert_eq!(backoff(&job, 1), DEFAULT_BACKOFF);
     }
 }

@@ -479,6 +479,7 @@ mod tests {
                 }
                 Action::Done { seq, .. } => seen.done.push(seq),
                 Action::Tell(Internal::Refused { gid, .. }) => seen.told.push(gid),
+                Action::Tell(other) => panic!("told {other:?}"),
             }
         }
         seen

@@ -19,7 +19,7 @@
 //! member's.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -67,15 +67,11 @@ enum Place {
 type Key = (String, String, String);
 
 impl Agent {
-    fn meter(&self) -> std::sync::MutexGuard<'_, crate::pool::Meter> {
-        self.meter.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// This agent's load report now.
-    fn report(&self) -> Load {
-        let at = Instant::now();
-        let mut meter = self.meter();
-        meter.prune(at);
+    fn report(&mut self) -> Load {
+        let at = self.now.at;
+        self.runs.meter.prune(at);
+        let meter = &self.runs.meter;
         Load {
             agent: self.options.name.clone(),
             // The broker's own name, from its welcome (what the federation's reports and
@@ -112,14 +108,15 @@ impl Agent {
             self.assignments = self.client.send(&sub).await?;
             tracing::info!("member of the pools {}", self.options.pools.join(", "));
         }
-        let _ = self.outgoing.send(Outgoing::Load(self.report()));
+        let report = self.report();
+        let _ = self.outgoing.send(Outgoing::Load(report));
         if let Some(provisioning) = self.options.provision.clone() {
             let pool = provisioning.watch.pool.clone();
             self.client.advertise(advice_advertisement(&pool, &self.options.name)).await?;
             if !self.pool_loads.contains_key(&pool)
                 && let Some(sub) = self.client.send(&pool_subscription(&pool)).await?
             {
-                self.pool_loads.insert(pool.clone(), (sub, Instant::now()));
+                self.pool_loads.insert(pool.clone(), (sub, self.now.at));
             }
             tracing::info!("watching pool {pool} to advise it to grow or shrink");
             self.provisioner = Some(Provisioner::new(provisioning.watch));
@@ -132,8 +129,9 @@ impl Agent {
         let Some(provisioner) = &mut self.provisioner else { return };
         // Members are given a few periods to report before the watch begins.
         let since = self.pool_loads.get(&provisioner.spec.pool).map(|(_, since)| *since);
-        let settled =
-            since.is_some_and(|s| s.elapsed() > self.options.load_period * self.options.silence.max(1));
+        let settled = since.is_some_and(|s| {
+            self.now.at.saturating_duration_since(s) > self.options.load_period * self.options.silence.max(1)
+        });
         if !settled {
             return;
         }
@@ -141,7 +139,7 @@ impl Agent {
         let waiting =
             self.admission.iter().filter(|key| self.jobs_pool(key).as_deref() == Some(pool.as_str())).count();
         let Some(provisioner) = &mut self.provisioner else { return };
-        let Some(advice) = provisioner.observe(&self.members, Instant::now(), self.options.silence, waiting)
+        let Some(advice) = provisioner.observe(&self.members, self.now.at, self.options.silence, waiting)
         else {
             return;
         };
@@ -193,7 +191,8 @@ impl Agent {
         if self.state == MemberState::Up {
             tracing::info!("draining: no new pool jobs; leaving once the jobs here have ended");
             self.state = MemberState::Leaving;
-            let _ = self.outgoing.send(Outgoing::Load(self.report()));
+            let report = self.report();
+            let _ = self.outgoing.send(Outgoing::Load(report));
         }
     }
 
@@ -203,7 +202,7 @@ impl Agent {
     /// come so far has been read, so the members' reports are current up to now.
     pub(super) fn pool_tick(&mut self, caught_up: bool) -> bool {
         let report = self.report();
-        let now_ms = crate::trigger::now().timestamp_millis();
+        let now_ms = self.now.wall_ms;
         if caught_up {
             self.members.heard(now_ms);
         }
@@ -214,7 +213,8 @@ impl Agent {
         }
         if self.state == MemberState::Leaving && report.running == 0 && report.queued == 0 {
             self.state = MemberState::Left;
-            let _ = self.outgoing.send(Outgoing::Load(self.report()));
+            let report = self.report();
+            let _ = self.outgoing.send(Outgoing::Load(report));
             return true;
         }
         let _ = self.outgoing.send(Outgoing::Load(report));
@@ -238,7 +238,7 @@ impl Agent {
             }
             match self.client.send(&pool_subscription(pool)).await {
                 Ok(Some(sub)) => {
-                    self.pool_loads.insert(pool.clone(), (sub, Instant::now()));
+                    self.pool_loads.insert(pool.clone(), (sub, self.now.at));
                 }
                 other => {
                     let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
@@ -272,7 +272,7 @@ impl Agent {
         };
         for d in kept {
             let key = (d.appl.clone(), d.gid.clone(), d.job.clone());
-            self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
+            self.running.insert(key.clone());
             if d.agent.is_empty() {
                 self.admission.push_back(key.clone());
             } else {
@@ -296,16 +296,14 @@ impl Agent {
     /// A member's load report.
     pub(super) fn load_report(&mut self, publication: &Publication) {
         let Some(load) = Load::from_publication(publication) else { return };
-        let at_ms = publication
-            .time()
-            .map_or_else(|| crate::trigger::now().timestamp_millis(), padres_lang::Timestamp::millis);
+        let at_ms = publication.time().map_or_else(|| self.now.wall_ms, padres_lang::Timestamp::millis);
         self.load_taken(load, at_ms);
     }
 
     /// Member `load.agent`'s report, made at `at_ms`.
     fn load_taken(&mut self, load: Load, at_ms: i64) {
         let agent = load.agent.clone();
-        match self.members.report(load, Instant::now(), at_ms) {
+        match self.members.report(load, self.now.at, at_ms) {
             Change::Joined => tracing::info!("pool member {agent} is up"),
             Change::Restarted { was } => {
                 tracing::info!("pool member {agent} restarted: what its earlier run had is dispatched again");
@@ -385,7 +383,7 @@ impl Agent {
             return self.send(failed.with(vec![("pool", Value::str(&pool))]));
         };
         let date = date.to_owned();
-        if !self.running.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone()) {
+        if !self.running.insert(key.clone()) {
             return;
         }
         let dispatched = attempt;
@@ -509,7 +507,7 @@ impl Agent {
     /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
     fn place(&mut self, key: &Key, except: Option<&str>) -> Place {
         let Some(pool) = self.pool_job(key).map(|(_, pool)| pool.clone()) else { return Place::Gone };
-        let (at, misses) = (Instant::now(), self.options.silence);
+        let (at, misses) = (self.now.at, self.options.silence);
         let chosen = self.members.choose(&pool.name, pool.policy, at, misses, except);
         let chosen = if chosen.is_some() || self.admission.len() < ADMISSION {
             chosen
@@ -591,7 +589,7 @@ impl Agent {
     /// Jobs dispatched to members silent for `silence` periods (or never heard from since
     /// this agent subscribed to their pool's reports, for as long) are dispatched again.
     fn redispatch_gone(&mut self) {
-        let (at, misses) = (Instant::now(), self.options.silence);
+        let (at, misses) = (self.now.at, self.options.silence);
         let settled = |since: Instant| {
             at.saturating_duration_since(since) > self.options.load_period * misses.max(1) * 2
         };
