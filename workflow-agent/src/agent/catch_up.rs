@@ -20,7 +20,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use padres_lang::{MessageId, Value};
+use padres_workflow::APPL_END;
+use padres_workflow::progress::{Generation, State};
+use padres_workflow::translate::Need;
+
+use super::core::{AgentCore, Then};
 use super::{CATCH_UP_AGAIN, CATCH_UP_HORIZON, CATCH_UP_MOST};
+use crate::journal::Claim;
+
+/// A read not answered in this long is dropped and made again.
+const CHECK_LONGEST: Duration = Duration::from_secs(60);
 
 /// Most reads started at once (the agent asks what is due every second).
 pub(crate) const CHECKS_PER_TICK: usize = 16;
@@ -221,6 +231,175 @@ impl Following {
     fn next(&self, appl: &str, gid: &str) -> Option<u64> {
         self.get(appl, gid).and_then(|f| f.next)
     }
+}
+
+/// A read of one generation's statuses in the history stores (a historic subscription
+/// reaching up to when it was made).
+#[derive(Debug)]
+pub(super) struct Check {
+    pub(super) appl: String,
+    pub(super) gid: String,
+    pub(super) generation: Generation,
+    started: tokio::time::Instant,
+}
+
+impl AgentCore {
+    /// Whether a job of `appl` here has not run in generation `gid` (nor runs now).
+    fn waits_here(&self, appl: &str, gid: &str) -> bool {
+        let Some(application) = self.version_of(appl, gid) else { return false };
+        application.subscriptions.keys().any(|job| self.not_run(appl, gid, job))
+    }
+
+    /// Whether job `job` of `appl` has not run in generation `gid` here (nor runs now).
+    fn not_run(&self, appl: &str, gid: &str, job: &str) -> bool {
+        let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
+        !self.running.contains(&key) && matches!(self.store().look(appl, gid, job), Ok(Claim::New))
+    }
+
+    /// Starts the reads that are due: each reads a followed generation's statuses from the
+    /// history stores.
+    pub(super) fn check_due(&mut self) {
+        let (now_at, now) = (self.now.at, self.clock());
+        // A read the stores never finished answering (its broker went away) is dropped and
+        // made again.
+        let stale: Vec<MessageId> = self
+            .checks
+            .iter()
+            .filter(|(_, c)| now_at.saturating_duration_since(c.started) > CHECK_LONGEST)
+            .map(|(sub, _)| sub.clone())
+            .collect();
+        for sub in stale {
+            if let Some(check) = self.checks.remove(&sub) {
+                self.unsubscribe(sub);
+                self.following.read_failed(&check.appl, &check.gid, true, now);
+            }
+        }
+        // Generations triggered beyond the horizon are no longer followed; versions kept for
+        // them alone go.
+        self.following.prune(self.now.wall_ms);
+        let mut appls: Vec<String> =
+            self.following.applications().chain(self.retiring.keys()).cloned().collect();
+        appls.sort();
+        appls.dedup();
+        for appl in appls {
+            self.retire_finished(&appl);
+        }
+        for (appl, gid) in self.following.due(now) {
+            // Every job here has run: nothing to catch up, but its end (which keeps an
+            // earlier version deployed, and the journal's rows) is looked for, rarely.
+            if !self.waits_here(&appl, &gid) && self.following.put_off(&appl, &gid, now) {
+                continue;
+            }
+            let Some(f) = self.following.get(&appl, &gid) else { continue };
+            // A minute before its trigger, for brokers' clocks a little apart; up to now.
+            let from = padres_lang::Timestamp::from_millis(f.since_ms - 60_000);
+            let to = padres_lang::Timestamp::from_millis(self.now.wall_ms);
+            let (Some(from), Some(to)) = (from, to) else {
+                tracing::warn!("{appl}/{gid}: its statuses' time range cannot be written; read later");
+                self.following.read_failed(&appl, &gid, false, now);
+                continue;
+            };
+            self.following.reading(&appl, &gid);
+            let query = format!(
+                "s [class,eq,'job_status'],[appl,eq,{}],[gid,eq,{}],[time,>=,{}],[time,<,{}]",
+                Value::str(&appl),
+                Value::str(&gid),
+                from.to_rfc3339(),
+                to.to_rfc3339()
+            );
+            let message = self.parse(&query);
+            self.ask(message, Then::Check { appl, gid });
+        }
+    }
+
+    /// The broker's answer to the read of generation `gid` of `appl`.
+    pub(super) fn check_made(
+        &mut self,
+        appl: String,
+        gid: String,
+        answer: Result<Option<MessageId>, String>,
+    ) {
+        match answer {
+            Ok(Some(sub)) => {
+                let check = Check { appl, gid, generation: Generation::default(), started: self.now.at };
+                self.checks.insert(sub, check);
+            }
+            other => {
+                let why = other.err().unwrap_or_else(|| "no id".to_owned());
+                tracing::warn!("{appl}/{gid}: reading its statuses from history: {why}");
+                let now = self.clock();
+                self.following.read_failed(&appl, &gid, false, now);
+            }
+        }
+    }
+
+    /// The read of subscription `sub` has all its stored statuses: the jobs here whose
+    /// dependencies they meet run (once, as the journal keeps it).
+    pub(super) fn checked(&mut self, sub: &MessageId, complete: bool) {
+        let Some(Check { appl, gid, generation, .. }) = self.checks.remove(sub) else { return };
+        self.unsubscribe(sub.clone());
+        let home = self.version_of(&appl, &gid).and_then(|a| a.body.home.clone());
+        if matches!(generation.state_by(APPL_END, home.as_deref()), State::Ended(_)) {
+            self.end_generation(&appl, &gid);
+            return;
+        }
+        let Some(f) = self.following.get(&appl, &gid) else { return };
+        if !complete {
+            // A store did not answer: what it keeps may change the answer. Read again.
+            tracing::warn!("{appl}/{gid}: some history stores did not answer; checking again");
+            let now = self.clock();
+            self.following.incomplete(&appl, &gid, now);
+            return;
+        }
+        let date = f.date.clone();
+        // The jobs here that have not run and whose dependencies are met, and those that can
+        // no longer run.
+        let ready = self.waiting_jobs(&appl, &gid, |after| generation.ready(after));
+        let unneeded = self.waiting_jobs(&appl, &gid, |after| generation.cannot_run(after));
+        let acted = !(ready.is_empty() && unneeded.is_empty());
+        self.ready_all(ready.into_iter().map(|sub| (sub, gid.clone(), date.clone())).collect(), true);
+        for sub in &unneeded {
+            let refused = self.jobs.get(sub).map(|d| refusals(&generation, &d.after)).unwrap_or_default();
+            self.skip(sub, &gid, &refused);
+        }
+        let found = generation.events.len();
+        let now = self.clock();
+        self.following.read(&appl, &gid, found, acted, now);
+    }
+
+    /// The dependency subscriptions of the jobs of `appl` here (in generation `gid`'s
+    /// version) that have not run in it and whose dependencies satisfy `test`.
+    fn waiting_jobs(&self, appl: &str, gid: &str, test: impl Fn(&[Need]) -> bool) -> Vec<MessageId> {
+        let Some(application) = self.version_of(appl, gid) else { return Vec::new() };
+        application
+            .subscriptions
+            .iter()
+            .filter(|(job, sub)| {
+                self.jobs.get(*sub).is_some_and(|d| test(&d.after)) && self.not_run(appl, gid, job)
+            })
+            .map(|(_, sub)| sub.clone())
+            .collect()
+    }
+}
+
+/// The statuses in `generation` that refuse `after` for good, in words ("A skipped").
+fn refusals(generation: &Generation, after: &[Need]) -> String {
+    fn walk(generation: &Generation, need: &Need, out: &mut Vec<String>) {
+        match need {
+            Need::After { job, statuses, agent } => {
+                if let State::Ended(e) = generation.state_by(job, agent.as_deref())
+                    && padres_workflow::translate::FINAL.contains(&e.status.as_str())
+                    && !statuses.contains(&e.status)
+                {
+                    out.push(format!("{job} {}", e.status));
+                }
+            }
+            Need::AnyOf(needs) => needs.iter().for_each(|n| walk(generation, n, out)),
+        }
+    }
+    let mut out = Vec::new();
+    after.iter().for_each(|n| walk(generation, n, &mut out));
+    out.join(", ")
 }
 
 #[cfg(test)]

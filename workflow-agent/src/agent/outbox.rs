@@ -1,7 +1,7 @@
 //! The ordered outbox: what the agent publishes (statuses, replies, triggers, load reports,
 //! advice), in the order it happens, each acknowledged by the broker.
 //!
-//! Statuses and triggers are written to the journal's outbox first ([`Outbox::send`]), so
+//! Statuses and triggers are written to the journal's outbox first ([`AgentCore::publish`]), so
 //! that an agent stopped while its broker is away sends them when it starts again; they
 //! leave it once the broker has taken them (or refused them).
 //!
@@ -18,21 +18,17 @@
 //! - a load report or an advice that cannot be sent is dropped: stale once the broker is
 //!   back, the next one replaces it.
 //!
-//! [`publish_in_order`] is its driver: a task that writes what it says through the client
-//! and hands it the broker's answers.
+//! The agent's driver writes what it says through the client and hands it the broker's
+//! answers.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
-use padres_client::{Client, ClientError};
+use padres_client::ClientError;
 use padres_lang::{Name, Publication, Value};
 use padres_workflow::control::{Reply, trigger_publication};
 
-use super::Internal;
-use crate::journal::{Journal, Store as _};
+use super::core::AgentCore;
 
 /// A `job_status` publication to make.
 #[derive(Debug)]
@@ -94,44 +90,29 @@ pub(super) struct Queued {
     pub(super) seq: Option<i64>,
     pub(super) publication: Publication,
     pub(super) what: String,
-    /// Told to the agent's loop if the broker refuses it.
-    pub(super) if_refused: Option<Internal>,
+    /// A trigger's (appl, gid), told to the agent if the broker refuses it.
+    pub(super) if_refused: Option<(String, String)>,
     /// Dropped, not sent again, when it cannot be sent now (a load report or an advice:
     /// stale once the broker is back, and the next one replaces it).
     pub(super) now_or_never: bool,
 }
 
-/// Where the agent's publications go: statuses and triggers are written to the journal's
-/// outbox first, then queued for the publisher, which sends them in order.
-#[derive(Clone, Debug)]
-pub(super) struct Outbox {
-    pub(super) agent: String,
-    pub(super) journal: Arc<Mutex<Journal>>,
-    pub(super) queue: mpsc::UnboundedSender<Queued>,
-    /// Told when a trigger cannot be made.
-    pub(super) refused: mpsc::UnboundedSender<Internal>,
-}
-
-impl Outbox {
-    pub(super) fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
-        self.journal.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Queues `outgoing`; false if the publisher has stopped.
-    pub(super) fn send(&self, outgoing: Outgoing) -> bool {
+impl AgentCore {
+    /// Publishes `outgoing`, after what was published before: a status or a trigger is
+    /// kept in the journal's outbox first.
+    pub(super) fn publish(&mut self, outgoing: Outgoing) {
+        let agent = &self.options.name;
         let (publication, what, durable) = match &outgoing {
             Outgoing::Status(s) => (
-                status_publication(&self.agent, s),
+                status_publication(agent, s),
                 format!("the status {} of {}/{}/{}", s.status, s.appl, s.gid, s.job),
                 true,
             ),
             Outgoing::Reply(r) => (r.publication(), format!("the reply to {} {}", r.cmd, r.appl), false),
             Outgoing::Load(load) => (load.publication(), "the load report".to_owned(), false),
-            Outgoing::Advice(pool, advice) => (
-                advice.publication(pool, &self.agent),
-                format!("the {} advice to {pool}", advice.word()),
-                false,
-            ),
+            Outgoing::Advice(pool, advice) => {
+                (advice.publication(pool, agent), format!("the {} advice to {pool}", advice.word()), false)
+            }
             Outgoing::Trigger(appl, version, gid, date) => {
                 (trigger_publication(appl, version, gid, date), format!("the trigger of {appl}/{gid}"), true)
             }
@@ -142,9 +123,9 @@ impl Outbox {
                 tracing::error!("{what}: not a valid publication: {e}");
                 // A trigger that cannot be made starts no generation.
                 if let Outgoing::Trigger(appl, _, gid, _) = outgoing {
-                    let _ = self.refused.send(Internal::Refused { appl, gid });
+                    self.trigger_refused(&appl, &gid);
                 }
-                return true;
+                return;
             }
         };
         let seq = if durable {
@@ -160,10 +141,27 @@ impl Outbox {
         };
         let now_or_never = matches!(outgoing, Outgoing::Load(_) | Outgoing::Advice(..));
         let if_refused = match outgoing {
-            Outgoing::Trigger(appl, _, gid, _) => Some(Internal::Refused { appl, gid }),
+            Outgoing::Trigger(appl, _, gid, _) => Some((appl, gid)),
             Outgoing::Status(_) | Outgoing::Reply(_) | Outgoing::Load(_) | Outgoing::Advice(..) => None,
         };
-        self.queue.send(Queued { seq, publication, what, if_refused, now_or_never }).is_ok()
+        let at = self.clock();
+        self.publisher.push(Queued { seq, publication, what, if_refused, now_or_never }, at);
+        self.pump_publisher();
+    }
+
+    /// Publishes `publication`, kept in the journal's outbox as `seq` when the agent last
+    /// stopped.
+    pub(super) fn publish_kept(&mut self, seq: i64, publication: Publication) {
+        let what = format!("a publication kept from before the restart ({publication})");
+        let at = self.clock();
+        let queued = Queued { seq: Some(seq), publication, what, if_refused: None, now_or_never: false };
+        self.publisher.push(queued, at);
+        self.pump_publisher();
+    }
+
+    /// Publishes `status`.
+    pub(super) fn send(&mut self, status: Status) {
+        self.publish(Outgoing::Status(status));
     }
 }
 
@@ -206,7 +204,7 @@ fn ms(d: Duration) -> u64 {
 
 /// Why a publication was not taken.
 #[derive(Debug)]
-pub(super) enum Failure {
+pub enum Failure {
     /// The broker refused it: it will not take it however often it is sent.
     Refused(String),
     /// It did not reach the broker, or its answer was lost with the connection.
@@ -230,8 +228,8 @@ pub(super) enum Action {
     Write { token: u64, publication: Publication },
     /// Taken by the broker, or refused: it leaves the journal's outbox.
     Done { seq: i64, what: String },
-    /// Told to the agent: the broker refused a trigger.
-    Tell(Internal),
+    /// Told to the agent: the broker refused the trigger of (appl, gid).
+    Tell((String, String)),
 }
 
 /// A publication written, and its answer once it has come.
@@ -383,70 +381,6 @@ impl Publisher {
     }
 }
 
-/// Publishes what the agent queues, as [`Publisher`] says, until the agent stops queueing
-/// and everything queued is answered: writes through `client` in order, hands the broker's
-/// answers back, takes what the broker has taken out of the journal's outbox, and tells
-/// the agent of refused triggers.
-pub(super) async fn publish_in_order(
-    client: Arc<Client>,
-    journal: Arc<Mutex<Journal>>,
-    internal: mpsc::UnboundedSender<Internal>,
-    mut to_publish: mpsc::UnboundedReceiver<Queued>,
-) {
-    let epoch = tokio::time::Instant::now();
-    let now = || u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut publisher = Publisher::default();
-    // Answers are awaited in the order of the writes by a task of their own (the broker
-    // answers in that order; a lost session fails them all).
-    let (acks, mut to_await) = mpsc::unbounded_channel::<(u64, padres_client::Ack)>();
-    let (answers_in, mut answers) = mpsc::unbounded_channel::<(u64, Result<(), ClientError>)>();
-    let waiter = tokio::spawn(async move {
-        while let Some((token, ack)) = to_await.recv().await {
-            if answers_in.send((token, ack.wait().await)).is_err() {
-                break;
-            }
-        }
-    });
-    let mut open = true;
-    loop {
-        while let Some(action) = publisher.poll_action() {
-            match action {
-                Action::Write { token, publication } => match client.publish_acked_later(publication).await {
-                    Ok(ack) => {
-                        let _ = acks.send((token, ack));
-                    }
-                    Err(e) => publisher.answered(token, Err(e.into()), now()),
-                },
-                Action::Done { seq, what } => {
-                    if let Err(e) = journal.lock().unwrap_or_else(PoisonError::into_inner).outbox_done(seq) {
-                        tracing::warn!(
-                            "{what}: sent, but still in the outbox ({e}): it may be sent again after a restart"
-                        );
-                    }
-                }
-                Action::Tell(told) => {
-                    let _ = internal.send(told);
-                }
-            }
-        }
-        if !open && publisher.is_idle() {
-            break;
-        }
-        let resend = publisher.poll_timeout().map(|at| epoch + Duration::from_millis(at));
-        tokio::select! {
-            queued = to_publish.recv(), if open => match queued {
-                Some(queued) => publisher.push(queued, now()),
-                None => open = false,
-            },
-            Some((token, answer)) = answers.recv() => publisher.answered(token, answer.map_err(Failure::from), now()),
-            () = async { match resend { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
-                publisher.handle_timeout(now());
-            }
-        }
-    }
-    waiter.abort();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -478,8 +412,7 @@ mod tests {
                     seen.written.push((*n, token));
                 }
                 Action::Done { seq, .. } => seen.done.push(seq),
-                Action::Tell(Internal::Refused { gid, .. }) => seen.told.push(gid),
-                Action::Tell(other) => panic!("told {other:?}"),
+                Action::Tell((_, gid)) => seen.told.push(gid),
             }
         }
         seen
@@ -571,7 +504,7 @@ mod tests {
     fn a_refused_publication_is_dropped_and_a_refused_trigger_is_told() {
         let mut p = Publisher::default();
         let mut trigger = queued(0);
-        trigger.if_refused = Some(Internal::Refused { appl: "payroll".into(), gid: "g1".into() });
+        trigger.if_refused = Some(("payroll".into(), "g1".into()));
         p.push(trigger, 0);
         p.push(queued(1), 0);
         let seen = drain(&mut p);

@@ -23,16 +23,16 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use padres_client::ClientError;
-use padres_lang::{Publication, Value};
+use padres_lang::{Message, Publication, Value};
 use padres_workflow::JobInfo;
 use padres_workflow::model::PoolSpec;
 use padres_workflow::progress::StatusEvent;
 use padres_workflow::translate::status_advertisement;
 
+use super::core::{AgentCore, Output, Then};
 use super::outbox::{Outgoing, Status};
-use super::{Agent, Application, text};
-use crate::journal::{Claim, Dispatched, Store as _};
+use super::text;
+use crate::journal::{Claim, Dispatched};
 use crate::pool::{
     ADMISSION, Advice, Change, Load, MemberState, Provisioner, advice_advertisement, load_advertisement,
     pool_subscription,
@@ -66,9 +66,9 @@ enum Place {
 
 type Key = (String, String, String);
 
-impl Agent {
+impl AgentCore {
     /// This agent's load report now.
-    fn report(&mut self) -> Load {
+    pub(super) fn report(&mut self) -> Load {
         let at = self.now.at;
         self.runs.meter.prune(at);
         let meter = &self.runs.meter;
@@ -76,7 +76,7 @@ impl Agent {
             agent: self.options.name.clone(),
             // The broker's own name, from its welcome (what the federation's reports and
             // `padres workflow place` know it by).
-            broker: self.client.broker_name().to_string(),
+            broker: self.broker.clone(),
             pools: self.options.pools.clone(),
             incarnation: self.incarnation,
             state: self.state,
@@ -91,10 +91,12 @@ impl Agent {
         }
     }
 
-    /// Announces the agent (its first load report) and, for a pool member, takes the jobs
-    /// dispatched to this incarnation of it.
-    pub(super) async fn join(&mut self) -> Result<(), ClientError> {
-        self.client.advertise(load_advertisement(&self.options.name)).await?;
+    /// Announces the agent (its load advertisement; its first report goes once that is
+    /// answered) and, for a pool member, takes the jobs dispatched to this incarnation of
+    /// it.
+    pub(super) fn join(&mut self) {
+        let load = Message::Advertise(load_advertisement(&self.options.name));
+        self.ask(Ok(load), Then::Needed("its load advertisement"));
         if !self.options.pools.is_empty() {
             // A minute before it started: a broker's clock may be behind this machine's
             // (the incarnation in the filter keeps earlier runs' dispatches out).
@@ -105,23 +107,19 @@ impl Agent {
                 Value::str(&self.options.name),
                 self.incarnation
             );
-            self.assignments = self.client.send(&sub).await?;
+            let message = self.parse(&sub);
+            self.ask(message, Then::Assignments);
             tracing::info!("member of the pools {}", self.options.pools.join(", "));
         }
-        let report = self.report();
-        let _ = self.outgoing.send(Outgoing::Load(report));
         if let Some(provisioning) = self.options.provision.clone() {
             let pool = provisioning.watch.pool.clone();
-            self.client.advertise(advice_advertisement(&pool, &self.options.name)).await?;
-            if !self.pool_loads.contains_key(&pool)
-                && let Some(sub) = self.client.send(&pool_subscription(&pool)).await?
-            {
-                self.pool_loads.insert(pool.clone(), (sub, self.now.at));
-            }
+            let advice = Message::Advertise(advice_advertisement(&pool, &self.options.name));
+            self.ask(Ok(advice), Then::Needed("its advice advertisement"));
+            let message = self.parse(&pool_subscription(&pool));
+            self.ask(message, Then::PoolLoads(pool.clone()));
             tracing::info!("watching pool {pool} to advise it to grow or shrink");
             self.provisioner = Some(Provisioner::new(provisioning.watch));
         }
-        Ok(())
     }
 
     /// As a provisioner: advice, when the time has come, published and acted on.
@@ -154,35 +152,16 @@ impl Agent {
                 Advice::ScaleUp { members, .. } => (*members, String::new()),
                 Advice::ScaleDown { members, member, .. } => (*members, member.clone()),
             };
-            let work_dir = self.options.work_dir.clone();
-            let (word, pool_name) = (advice.word(), pool.clone());
-            tokio::spawn(async move {
-                let log = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(work_dir.join("provision.log"));
-                let mut run = tokio::process::Command::new("sh");
-                run.arg("-c")
-                    .arg(&command)
-                    .current_dir(&work_dir)
-                    .env("PADRES_POOL", &pool_name)
-                    .env("PADRES_ADVICE", word)
-                    .env("PADRES_MEMBERS", members.to_string())
-                    .env("PADRES_MEMBER", &member)
-                    .stdin(std::process::Stdio::null());
-                if let Ok(log) = log
-                    && let Ok(err) = log.try_clone()
-                {
-                    run.stdout(log).stderr(err);
-                }
-                match run.status().await {
-                    Ok(status) if status.success() => tracing::info!("pool {pool_name}: {word} command ran"),
-                    Ok(status) => tracing::warn!("pool {pool_name}: {word} command: {status}"),
-                    Err(e) => tracing::warn!("pool {pool_name}: {word} command cannot start: {e}"),
-                }
-            });
+            let env = vec![
+                ("PADRES_POOL", pool.clone()),
+                ("PADRES_ADVICE", advice.word().to_owned()),
+                ("PADRES_MEMBERS", members.to_string()),
+                ("PADRES_MEMBER", member),
+            ];
+            let what = format!("pool {pool}: {}", advice.word());
+            self.push(Output::Command { command, env, what });
         }
-        let _ = self.outgoing.send(Outgoing::Advice(pool, advice));
+        self.publish(Outgoing::Advice(pool, advice));
     }
 
     /// An operator drains the agent: it takes no new pool work, finishes what it has, and
@@ -192,7 +171,7 @@ impl Agent {
             tracing::info!("draining: no new pool jobs; leaving once the jobs here have ended");
             self.state = MemberState::Leaving;
             let report = self.report();
-            let _ = self.outgoing.send(Outgoing::Load(report));
+            self.publish(Outgoing::Load(report));
         }
     }
 
@@ -214,54 +193,14 @@ impl Agent {
         if self.state == MemberState::Leaving && report.running == 0 && report.queued == 0 {
             self.state = MemberState::Left;
             let report = self.report();
-            let _ = self.outgoing.send(Outgoing::Load(report));
+            self.publish(Outgoing::Load(report));
             return true;
         }
-        let _ = self.outgoing.send(Outgoing::Load(report));
+        self.publish(Outgoing::Load(report));
         self.redispatch_gone();
         self.admit();
         self.provision();
         false
-    }
-
-    /// Subscribes, for `application` (deployed here, its home) with pool jobs in `pools`, to
-    /// those pools' load reports and to the application's pool job statuses since `since`.
-    pub(super) async fn dispatch_pools(
-        &mut self,
-        application: &mut Application,
-        pools: &[String],
-        since: &str,
-    ) -> Result<(), String> {
-        for pool in pools {
-            if self.pool_loads.contains_key(pool) {
-                continue;
-            }
-            match self.client.send(&pool_subscription(pool)).await {
-                Ok(Some(sub)) => {
-                    self.pool_loads.insert(pool.clone(), (sub, self.now.at));
-                }
-                other => {
-                    let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
-                    return Err(format!("pool {pool}'s load reports: {why}"));
-                }
-            }
-        }
-        let appl = application.body.appl.clone();
-        let sub = format!(
-            "s [class,eq,'job_status'],[appl,eq,{}],[pool,isPresent,''],[time,>=,{since}]",
-            Value::str(&appl)
-        );
-        match self.client.send(&sub).await {
-            Ok(Some(id)) => {
-                self.pool_statuses.insert(id.clone(), appl);
-                application.pool_statuses = Some(id);
-                Ok(())
-            }
-            other => {
-                let why = other.err().map_or_else(|| "no id".to_owned(), |e| e.to_string());
-                Err(format!("its pool jobs' statuses: {why}"))
-            }
-        }
     }
 
     /// Takes the pool jobs the journal says were dispatched from here and not ended.
@@ -346,34 +285,43 @@ impl Agent {
         self.admit();
     }
 
-    /// A job dispatched to this member: run from the attempt it names, once.
-    pub(super) async fn assigned(&mut self, publication: &Publication) {
+    /// The job a dispatch publication gives this member (this incarnation of it), with
+    /// the attempt to run from and its pool.
+    fn assignment(&self, publication: &Publication) -> Option<(Key, u32, String)> {
         let (Some(appl), Some(gid), Some(job)) =
             (text(publication, "appl"), text(publication, "gid"), text(publication, "job"))
         else {
-            return;
+            return None;
         };
         let key = (appl.to_owned(), gid.to_owned(), job.to_owned());
         let for_me = text(publication, "to") == Some(self.options.name.as_str())
             && matches!(publication.get("incarnation"), Some(Value::Int(i)) if *i == self.incarnation);
         if !for_me {
-            return;
+            return None;
         }
         let attempt = match publication.get("attempt") {
             Some(Value::Int(n)) => u32::try_from(*n).unwrap_or(1).max(1),
             _ => 1,
         };
-        let pool = text(publication, "pool").unwrap_or_default().to_owned();
-        // Advertised before anything is published of it (a restarted member has not yet).
+        Some((key, attempt, text(publication, "pool").unwrap_or_default().to_owned()))
+    }
+
+    /// A job dispatched to this member: its status advertised before anything is
+    /// published of it (a restarted member has not yet), then run.
+    pub(super) fn assigned(&mut self, publication: &Publication) {
+        let Some((key, _, _)) = self.assignment(publication) else { return };
         let advertised = (key.0.clone(), key.2.clone());
-        if !self.advertised.contains(&advertised) {
-            if let Err(e) =
-                self.client.advertise(status_advertisement(&key.0, &key.2, &self.options.name)).await
-            {
-                tracing::warn!("{}/{}: its status advertisement: {e}", key.0, key.2);
-            }
-            self.advertised.insert(advertised);
+        if self.advertised.insert(advertised) {
+            let adv = Message::Advertise(status_advertisement(&key.0, &key.2, &self.options.name));
+            return self.ask(Ok(adv), Then::Assigned(Box::new(publication.clone())));
         }
+        self.run_assigned(publication);
+    }
+
+    /// A job dispatched to this member, its status advertised: run from the attempt it
+    /// names, once.
+    pub(super) fn run_assigned(&mut self, publication: &Publication) {
+        let Some((key, attempt, pool)) = self.assignment(publication) else { return };
         let info = text(publication, "info").map(JobInfo::from_json);
         let (Some(Ok(info)), Some(date)) = (info, text(publication, "date")) else {
             // Said, so that its home agent does not wait for it.
@@ -504,7 +452,7 @@ impl Agent {
         self.spawn_run(key.clone(), info.clone(), date, attempt, Some(pool));
     }
 
-    /// The member pool job `key` goes to now, if one can take it (see [`Agent::dispatch`]).
+    /// The member pool job `key` goes to now, if one can take it (see [`AgentCore::dispatch`]).
     fn place(&mut self, key: &Key, except: Option<&str>) -> Place {
         let Some(pool) = self.pool_job(key).map(|(_, pool)| pool.clone()) else { return Place::Gone };
         let (at, misses) = (self.now.at, self.options.silence);
@@ -524,7 +472,7 @@ impl Agent {
     }
 
     /// Publishes dispatch `d` of pool job `key`.
-    fn publish_dispatch(&self, key: &Key, d: &Dispatched, reason: Option<String>) {
+    fn publish_dispatch(&mut self, key: &Key, d: &Dispatched, reason: Option<String>) {
         let Some((info, pool)) = self.pool_job(key) else { return };
         let info = info.to_json();
         tracing::info!("{}/{}/{}: dispatched to {} (pool {})", key.0, key.1, key.2, d.agent, pool.name);
@@ -617,7 +565,7 @@ impl Agent {
     /// Pool job `key` as deployed here (in its generation's version): what it runs, and
     /// its pool.
     fn pool_job(&self, key: &Key) -> Option<(&Arc<JobInfo>, &PoolSpec)> {
-        let deployed = self.deployed(&key.0, &key.1, &key.2).ok()?;
+        let deployed = self.deployed_job(&key.0, &key.1, &key.2).ok()?;
         Some((deployed.info.as_ref()?, deployed.pool.as_ref()?))
     }
 

@@ -35,12 +35,15 @@ pub(super) struct Order {
 
 /// How an attempt ended, as the driver saw it.
 #[derive(Debug)]
-pub(super) struct Outcome {
-    pub(super) status: &'static str,
-    pub(super) exit: i64,
-    pub(super) reason: Option<String>,
+pub struct Outcome {
+    /// `succeeded`, `failed` or `timeout`.
+    pub status: &'static str,
+    /// Its exit status (-1 when it has none).
+    pub exit: i64,
+    /// Why it failed, when the process did not say.
+    pub reason: Option<String>,
     /// The tail of its output.
-    pub(super) output: String,
+    pub output: String,
 }
 
 /// What the agent and its driver are to do.
