@@ -285,11 +285,150 @@ pub trait Store: std::fmt::Debug + Send {
     /// The journal cannot be read.
     fn generations_started(&self, appl: &str) -> Result<Vec<String>>;
 
+    /// Generation `gid` of `appl` (run on `date`) waits to start at its home agent while
+    /// `max-generations` run: kept, so that a restart does not lose it.
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn hold(&mut self, appl: &str, gid: &str, date: &str) -> Result<()>;
+
+    /// Generation `gid` of `appl` no longer waits (it started).
+    ///
+    /// # Errors
+    /// The journal cannot be written.
+    fn release(&mut self, appl: &str, gid: &str) -> Result<()>;
+
+    /// The generations of `appl` waiting to start, as (gid, date), in the order they came.
+    ///
+    /// # Errors
+    /// The journal cannot be read.
+    fn held(&self, appl: &str) -> Result<Vec<(String, String)>>;
+
     /// Every deployment kept, as (appl, body, deployed at), by application.
     ///
     /// # Errors
     /// The journal cannot be read.
     fn deployments(&self) -> Result<Vec<(String, String, i64)>>;
+}
+
+/// A journal shared behind a lock: the agent holds one handle and a test or a simulation
+/// the other (to restart it, or to set its clock, while the agent runs on it).
+impl<S: Store> Store for std::sync::Arc<std::sync::Mutex<S>> {
+    fn claim_many(&mut self, jobs: &[(String, String, String)]) -> Result<Vec<Claim>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).claim_many(jobs)
+    }
+
+    fn attempt(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).attempt(appl, gid, job, attempt)
+    }
+
+    fn end(&mut self, appl: &str, gid: &str, job: &str, status: &str, exit: i64, attempt: u32) -> Result<()> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .end(appl, gid, job, status, exit, attempt)
+    }
+
+    fn interrupted(&self) -> Result<Vec<Entry>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).interrupted()
+    }
+
+    fn end_generation(&mut self, appl: &str, gid: &str, at_ms: i64) -> Result<bool> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).end_generation(appl, gid, at_ms)
+    }
+
+    fn generation_ended(&self, appl: &str, gid: &str) -> Result<bool> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).generation_ended(appl, gid)
+    }
+
+    fn forget(&mut self, appl: &str, gid: &str) -> Result<usize> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(appl, gid)
+    }
+
+    fn generation(&mut self, appl: &str, gid: &str, date: &str) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).generation(appl, gid, date)
+    }
+
+    fn generation_date(&self, appl: &str, gid: &str) -> Result<Option<String>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).generation_date(appl, gid)
+    }
+
+    fn reclaim(&mut self, appl: &str, gid: &str, job: &str) -> Result<std::result::Result<u32, Claim>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).reclaim(appl, gid, job)
+    }
+
+    fn look(&self, appl: &str, gid: &str, job: &str) -> Result<Claim> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).look(appl, gid, job)
+    }
+
+    fn take_assignment(&mut self, appl: &str, gid: &str, job: &str, attempt: u32) -> Result<Claim> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take_assignment(appl, gid, job, attempt)
+    }
+
+    fn is_assigned(&self, appl: &str, gid: &str, job: &str) -> Result<bool> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_assigned(appl, gid, job)
+    }
+
+    fn keep_dispatch(&mut self, d: &Dispatched) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keep_dispatch(d)
+    }
+
+    fn drop_dispatch(&mut self, appl: &str, gid: &str, job: &str) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drop_dispatch(appl, gid, job)
+    }
+
+    fn dispatches(&self) -> Result<Vec<Dispatched>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).dispatches()
+    }
+
+    fn keep_deployment(&mut self, appl: &str, body: &str, at_ms: i64) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keep_deployment(appl, body, at_ms)
+    }
+
+    fn drop_deployment(&mut self, appl: &str) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drop_deployment(appl)
+    }
+
+    fn outbox_push(&mut self, publication: &str) -> Result<i64> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).outbox_push(publication)
+    }
+
+    fn outbox_done(&mut self, seq: i64) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).outbox_done(seq)
+    }
+
+    fn outbox_pending(&self) -> Result<Vec<(i64, String)>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).outbox_pending()
+    }
+
+    fn cron_last(&self, appl: &str, pattern: &str) -> Result<Option<i64>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).cron_last(appl, pattern)
+    }
+
+    fn cron_fired(&mut self, appl: &str, pattern: &str, at_ms: i64) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).cron_fired(appl, pattern, at_ms)
+    }
+
+    fn generations_started(&self, appl: &str) -> Result<Vec<String>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).generations_started(appl)
+    }
+
+    fn hold(&mut self, appl: &str, gid: &str, date: &str) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).hold(appl, gid, date)
+    }
+
+    fn release(&mut self, appl: &str, gid: &str) -> Result<()> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(appl, gid)
+    }
+
+    fn held(&self, appl: &str) -> Result<Vec<(String, String)>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).held(appl)
+    }
+
+    fn deployments(&self) -> Result<Vec<(String, String, i64)>> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner).deployments()
+    }
 }
 
 impl Journal {
@@ -325,7 +464,10 @@ impl Journal {
                  PRIMARY KEY (appl, gid, job));
              CREATE TABLE IF NOT EXISTS assigned (
                  appl TEXT NOT NULL, gid TEXT NOT NULL, job TEXT NOT NULL, at_ms INTEGER NOT NULL,
-                 PRIMARY KEY (appl, gid, job));",
+                 PRIMARY KEY (appl, gid, job));
+             CREATE TABLE IF NOT EXISTS held (
+                 seq INTEGER PRIMARY KEY AUTOINCREMENT, appl TEXT NOT NULL, gid TEXT NOT NULL,
+                 date TEXT NOT NULL, UNIQUE (appl, gid));",
         )?;
         // Journals made before deployments had a time get the column (a deployment of
         // unknown time counts from the epoch).
@@ -642,6 +784,25 @@ impl Store for Journal {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    fn hold(&mut self, appl: &str, gid: &str, date: &str) -> Result<()> {
+        self.db.execute(
+            "INSERT INTO held (appl, gid, date) VALUES (?1, ?2, ?3) ON CONFLICT (appl, gid) DO NOTHING",
+            params![appl, gid, date],
+        )?;
+        Ok(())
+    }
+
+    fn release(&mut self, appl: &str, gid: &str) -> Result<()> {
+        self.db.execute("DELETE FROM held WHERE appl = ?1 AND gid = ?2", params![appl, gid])?;
+        Ok(())
+    }
+
+    fn held(&self, appl: &str) -> Result<Vec<(String, String)>> {
+        let mut query = self.db.prepare("SELECT gid, date FROM held WHERE appl = ?1 ORDER BY seq")?;
+        let rows = query.query_map(params![appl], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     fn deployments(&self) -> Result<Vec<(String, String, i64)>> {
         let mut query = self.db.prepare("SELECT appl, body, at_ms FROM deployments ORDER BY appl")?;
         let rows = query.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
@@ -668,6 +829,8 @@ pub struct MemoryJournal {
     cron_fired: BTreeMap<(String, String), i64>,
     dispatches: BTreeMap<JobKey, Dispatched>,
     assigned: BTreeMap<JobKey, i64>,
+    /// Generations waiting to start: (appl, gid, date), in the order they came.
+    held: Vec<(String, String, String)>,
     now_ms: Option<i64>,
 }
 
@@ -902,6 +1065,22 @@ impl Store for MemoryJournal {
             .filter(|(a, _, job)| a == appl && job == "APPL_START")
             .map(|(_, gid, _)| gid.clone())
             .collect())
+    }
+
+    fn hold(&mut self, appl: &str, gid: &str, date: &str) -> Result<()> {
+        if !self.held.iter().any(|(a, g, _)| a == appl && g == gid) {
+            self.held.push((appl.to_owned(), gid.to_owned(), date.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, appl: &str, gid: &str) -> Result<()> {
+        self.held.retain(|(a, g, _)| !(a == appl && g == gid));
+        Ok(())
+    }
+
+    fn held(&self, appl: &str) -> Result<Vec<(String, String)>> {
+        Ok(self.held.iter().filter(|(a, _, _)| a == appl).map(|(_, g, d)| (g.clone(), d.clone())).collect())
     }
 
     fn deployments(&self) -> Result<Vec<(String, String, i64)>> {
@@ -1181,6 +1360,25 @@ mod tests {
         assert_eq!(journal.generations_started("nightly").expect("read"), ["g1", "g2"]);
     }
 
+    fn starts_held_back_survive_a_restart_in_order_until_released<J: Subject>() {
+        let mut journal = J::fresh("held");
+        for gid in ["g3", "g1", "g3", "g2"] {
+            journal.hold("nightly", gid, "2026-11-29").expect("held");
+        }
+        journal.hold("other", "g1", "2026-11-30").expect("held");
+        journal.release("nightly", "g1").expect("released");
+        let journal = journal.reopened();
+        let held = |gids: &[&str]| {
+            gids.iter().map(|g| ((*g).to_owned(), "2026-11-29".to_owned())).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            journal.held("nightly").expect("read"),
+            held(&["g3", "g2"]),
+            "in the order they came, once"
+        );
+        assert_eq!(journal.held("other").expect("read"), [("g1".to_owned(), "2026-11-30".to_owned())]);
+    }
+
     /// A journal the tests run on, and the agent restarting with it.
     trait Subject: Store + Sized {
         fn fresh(name: &str) -> Self;
@@ -1231,5 +1429,6 @@ mod tests {
         a_dispatch_is_taken_once_and_a_rerun_after_a_failure_again,
         a_pool_job_dispatched_from_here_is_not_interrupted_and_its_dispatch_survives_a_restart,
         the_outbox_cron_firings_and_generations_started_survive_a_restart,
+        starts_held_back_survive_a_restart_in_order_until_released,
     );
 }

@@ -262,12 +262,13 @@ impl AgentCore {
         let (now_at, now) = (self.now.at, self.clock());
         // A read the stores never finished answering (its broker went away) is dropped and
         // made again.
-        let stale: Vec<MessageId> = self
+        let mut stale: Vec<MessageId> = self
             .checks
             .iter()
             .filter(|(_, c)| now_at.saturating_duration_since(c.started) > CHECK_LONGEST)
             .map(|(sub, _)| sub.clone())
             .collect();
+        stale.sort();
         for sub in stale {
             if let Some(check) = self.checks.remove(&sub) {
                 self.unsubscribe(sub);
@@ -368,17 +369,19 @@ impl AgentCore {
     }
 
     /// The dependency subscriptions of the jobs of `appl` here (in generation `gid`'s
-    /// version) that have not run in it and whose dependencies satisfy `test`.
+    /// version) that have not run in it and whose dependencies satisfy `test`, by job name
+    /// (so that a replay decides in the same order).
     fn waiting_jobs(&self, appl: &str, gid: &str, test: impl Fn(&[Need]) -> bool) -> Vec<MessageId> {
         let Some(application) = self.version_of(appl, gid) else { return Vec::new() };
-        application
+        let mut waiting: Vec<(&String, &MessageId)> = application
             .subscriptions
             .iter()
             .filter(|(job, sub)| {
                 self.jobs.get(*sub).is_some_and(|d| test(&d.after)) && self.not_run(appl, gid, job)
             })
-            .map(|(_, sub)| sub.clone())
-            .collect()
+            .collect();
+        waiting.sort();
+        waiting.into_iter().map(|(_, sub)| sub.clone()).collect()
     }
 }
 

@@ -65,7 +65,9 @@ pub(super) struct Application {
 impl Application {
     /// Every subscription it made.
     pub(super) fn all_subscriptions(&self) -> Vec<MessageId> {
-        let subs = self.subscriptions.values().chain(&self.events).chain(&self.follows);
+        let mut jobs: Vec<(&String, &MessageId)> = self.subscriptions.iter().collect();
+        jobs.sort();
+        let subs = jobs.into_iter().map(|(_, sub)| sub).chain(&self.events).chain(&self.follows);
         subs.chain(&self.unless).chain(&self.pool_statuses).cloned().collect()
     }
 }
@@ -324,7 +326,12 @@ impl AgentCore {
             return self.deployed(&body.appl, origin, Err(why), at_ms, "");
         }
         let home = body.jobs.iter().any(|j| j.job == APPL_START);
-        let started = if home { Some(self.journal().generations_started(&body.appl)) } else { None };
+        let started = if home {
+            let held = self.store().held(&body.appl);
+            Some(self.store().generations_started(&body.appl).and_then(|started| Ok((started, held?))))
+        } else {
+            None
+        };
         let started = match started.transpose() {
             Ok(started) => started,
             Err(e) => {
@@ -390,8 +397,8 @@ impl AgentCore {
         // Generations the cron triggers start (a run missed while down), once deployed:
         // carried out once this deploy is answered and kept, and at start after what the
         // outbox kept from before.
-        if let Some(started) = started {
-            self.starts.home(&body.appl, body.max_generations, started);
+        if let Some((started, held)) = started {
+            self.starts.home(&body.appl, body.max_generations, started, held);
             let crons = crons
                 .into_iter()
                 .map(|(pattern, trigger)| {
@@ -491,6 +498,12 @@ impl AgentCore {
         // Generations in flight are abandoned with the subscriptions that followed them:
         // their triggers were taken, so no new subscription sees them.
         let in_flight = self.starts.abandon(appl);
+        let held = self.store().held(appl).unwrap_or_default();
+        for (gid, _) in held {
+            if let Err(e) = self.journal().release(appl, &gid) {
+                tracing::warn!("{appl}/{gid}: forgetting the start held back: {e}");
+            }
+        }
         if application.home {
             for gid in in_flight {
                 if let Err(e) = self.journal().forget(appl, &gid) {

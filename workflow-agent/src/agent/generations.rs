@@ -55,6 +55,9 @@ impl AgentCore {
         for step in steps {
             match step {
                 Step::Start { appl, gid, date } => {
+                    if let Err(e) = self.journal().release(&appl, &gid) {
+                        tracing::warn!("{appl}/{gid}: journal: {e}");
+                    }
                     let Some(application) = self.applications.get(&appl) else {
                         // (No version is current: a new one failed to deploy after the
                         // old one was replaced.) It does not hold a place in flight.
@@ -70,6 +73,11 @@ impl AgentCore {
                 Step::CronFired { appl, pattern, at_ms } => {
                     if let Err(e) = self.journal().cron_fired(&appl, &pattern, at_ms) {
                         tracing::warn!("cron trigger journal: {e}");
+                    }
+                }
+                Step::Held { appl, gid, date } => {
+                    if let Err(e) = self.journal().hold(&appl, &gid, &date) {
+                        tracing::warn!("{appl}/{gid}: held back, but not kept in the journal: {e}");
                     }
                 }
             }

@@ -52,6 +52,8 @@ pub(super) struct Dispatch {
     reason: Option<String>,
     /// Run here, by this home agent as a member of the job's pool.
     run_here: bool,
+    /// When it was last published.
+    sent: Instant,
 }
 
 /// Where a pool job can go now.
@@ -198,6 +200,7 @@ impl AgentCore {
         }
         self.publish(Outgoing::Load(report));
         self.redispatch_gone();
+        self.publish_unheard();
         self.admit();
         self.provision();
         false
@@ -221,8 +224,10 @@ impl AgentCore {
                 self.publish_dispatch(&key, &d, None);
             }
             let (last_attempt, accept_from) = (d.attempt.saturating_sub(1), d.attempt);
-            self.dispatches
-                .insert(key, Dispatch { d, last_attempt, accept_from, reason: None, run_here: false });
+            self.dispatches.insert(
+                key,
+                Dispatch { d, last_attempt, accept_from, reason: None, run_here: false, sent: self.now.at },
+            );
         }
         if !self.dispatches.is_empty() {
             tracing::info!(
@@ -431,8 +436,10 @@ impl AgentCore {
             _ => attempt,
         };
         let last_attempt = attempt.saturating_sub(1);
-        self.dispatches
-            .insert(key.clone(), Dispatch { d, last_attempt, accept_from, reason, run_here: false });
+        self.dispatches.insert(
+            key.clone(),
+            Dispatch { d, last_attempt, accept_from, reason, run_here: false, sent: self.now.at },
+        );
         self.run_own(&key);
     }
 
@@ -534,6 +541,42 @@ impl AgentCore {
         self.not_running(key);
     }
 
+    /// Publishes again each dispatch its member, alive, has said nothing of for a few
+    /// report periods: it may have been lost on its way (with a broker or a link that
+    /// failed for good), and a member takes a dispatch once, and says again what it made
+    /// of one it has ended.
+    fn publish_unheard(&mut self) {
+        let wait = self.options.load_period * self.options.silence.max(1) * 2;
+        let at = self.now.at;
+        let mut unheard: Vec<Key> = self
+            .dispatches
+            .iter()
+            .filter(|(_, x)| {
+                let d = &x.d;
+                !d.agent.is_empty()
+                    && !x.run_here
+                    && d.agent != self.options.name
+                    && x.last_attempt < d.attempt
+                    && at.saturating_duration_since(x.sent) > wait
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        unheard.sort();
+        for key in unheard {
+            let Some(x) = self.dispatches.get_mut(&key) else { continue };
+            x.sent = at;
+            let (d, reason) = (x.d.clone(), x.reason.clone());
+            tracing::info!(
+                "{}/{}/{}: nothing heard of its dispatch to {}: published again",
+                key.0,
+                key.1,
+                key.2,
+                d.agent
+            );
+            self.publish_dispatch(&key, &d, reason);
+        }
+    }
+
     /// Jobs dispatched to members silent for `silence` periods (or never heard from since
     /// this agent subscribed to their pool's reports, for as long) are dispatched again.
     fn redispatch_gone(&mut self) {
@@ -556,6 +599,7 @@ impl AgentCore {
                 gone.push(key.clone());
             }
         }
+        gone.sort();
         for key in gone {
             let agent = self.dispatches.get(&key).map(|d| d.d.agent.clone()).unwrap_or_default();
             self.redispatch(key, &agent, "silent");
@@ -582,6 +626,8 @@ impl AgentCore {
             .filter(|(_, d)| d.d.agent == agent && was.is_none_or(|w| d.d.incarnation == w))
             .map(|(key, _)| key.clone())
             .collect();
+        let mut keys = keys;
+        keys.sort();
         for key in keys {
             self.redispatch(key, agent, why);
         }
@@ -616,7 +662,8 @@ impl AgentCore {
     /// undeployed): nothing of it is dispatched any more.
     pub(super) fn forget_dispatches(&mut self, appl: &str, gid: Option<&str>) {
         let gone = |key: &Key| key.0 == appl && gid.is_none_or(|g| key.1 == g);
-        let keys: Vec<Key> = self.dispatches.keys().filter(|k| gone(k)).cloned().collect();
+        let mut keys: Vec<Key> = self.dispatches.keys().filter(|k| gone(k)).cloned().collect();
+        keys.sort();
         for key in keys {
             if gid.is_none() {
                 self.drop_dispatch(&key);

@@ -33,6 +33,9 @@ pub(crate) enum Step {
     /// Write to the journal that cron trigger `pattern` of `appl` fired for the occurrence
     /// at `at_ms` (epoch milliseconds).
     CronFired { appl: String, pattern: String, at_ms: i64 },
+    /// Write to the journal that generation `gid` of `appl`, run on `date`, waits to start
+    /// (a [`Step::Start`] of it releases it).
+    Held { appl: String, gid: String, date: String },
 }
 
 /// A cron trigger of an application.
@@ -73,12 +76,14 @@ pub(crate) struct Starts {
 impl Starts {
     /// `appl` is deployed here as its home, with `max_generations`; `started` are the
     /// generations the journal says were started here and have not ended (they count as in
-    /// flight). A new version deployed keeps what is in flight and waiting.
+    /// flight), `held` those it says wait to start, in order. A new version deployed keeps
+    /// what is in flight and waiting.
     pub(crate) fn home(
         &mut self,
         appl: &str,
         max_generations: u32,
         started: impl IntoIterator<Item = String>,
+        held: impl IntoIterator<Item = (String, String)>,
     ) {
         let most = usize::try_from(max_generations.max(1)).unwrap_or(usize::MAX);
         let home = self.homes.entry(appl.to_owned()).or_insert_with(|| Home {
@@ -89,6 +94,11 @@ impl Starts {
         });
         home.most = most;
         home.in_flight.extend(started);
+        for (gid, date) in held {
+            if !home.held.iter().any(|(g, _)| *g == gid) {
+                home.held.push_back((gid, date));
+            }
+        }
     }
 
     /// `appl`'s cron triggers from now on, replacing any before: each `(pattern, trigger,
@@ -147,7 +157,7 @@ impl Starts {
     /// `max-generations` run. Nothing for an application this agent is not home to.
     pub(crate) fn start(&mut self, appl: &str, gid: String, date: String, out: &mut Vec<Step>) {
         let Some(home) = self.homes.get_mut(appl) else { return };
-        if home.in_flight.contains(&gid) {
+        if home.in_flight.contains(&gid) || home.held.iter().any(|(g, _)| *g == gid) {
             return;
         }
         if home.in_flight.len() >= home.most {
@@ -156,7 +166,8 @@ impl Starts {
                 home.in_flight.len(),
                 home.most
             );
-            home.held.push_back((gid, date));
+            home.held.push_back((gid.clone(), date.clone()));
+            out.push(Step::Held { appl: appl.to_owned(), gid, date });
             return;
         }
         home.in_flight.insert(gid.clone());
@@ -261,7 +272,7 @@ mod tests {
         out.iter()
             .filter_map(|s| match s {
                 Step::Start { gid, .. } => Some(gid.as_str()),
-                Step::CronFired { .. } => None,
+                Step::CronFired { .. } | Step::Held { .. } => None,
             })
             .collect()
     }
@@ -269,7 +280,7 @@ mod tests {
     #[test]
     fn a_start_waits_while_max_generations_run_and_takes_the_place_of_one_that_ends() {
         let mut starts = Starts::default();
-        starts.home("a", 2, ["g0".to_owned()]);
+        starts.home("a", 2, ["g0".to_owned()], []);
         let mut out = Vec::new();
         for gid in ["g1", "g2", "g1", "g3", "g0"] {
             starts.start("a", gid.to_owned(), "2026-11-29".to_owned(), &mut out);
@@ -293,15 +304,33 @@ mod tests {
     }
 
     #[test]
+    fn a_held_start_is_written_down_and_comes_back_with_a_restart() {
+        let mut starts = Starts::default();
+        starts.home("a", 1, [], []);
+        let mut out = Vec::new();
+        for gid in ["g1", "g2", "g2"] {
+            starts.start("a", gid.to_owned(), "2026-11-29".to_owned(), &mut out);
+        }
+        let held = Step::Held { appl: "a".into(), gid: "g2".into(), date: "2026-11-29".into() };
+        assert_eq!(out.iter().filter(|s| **s == held).count(), 1, "held once, written down: {out:?}");
+        // The agent restarts: g1 in flight (its APPL_START ran), g2 held, as the journal says.
+        let mut starts = Starts::default();
+        starts.home("a", 1, ["g1".to_owned()], [("g2".to_owned(), "2026-11-29".to_owned())]);
+        let mut out = Vec::new();
+        starts.ended("a", "g1", &mut out);
+        assert_eq!(started(&out), ["g2"]);
+    }
+
+    #[test]
     fn a_waiting_start_already_in_flight_by_the_time_room_comes_is_passed_over() {
         let mut starts = Starts::default();
-        starts.home("a", 1, []);
+        starts.home("a", 1, [], []);
         let mut out = Vec::new();
         for gid in ["g1", "g2", "g3"] {
             starts.start("a", gid.to_owned(), "2026-11-29".to_owned(), &mut out);
         }
         // A redeploy reads g2 from the journal as started meanwhile.
-        starts.home("a", 1, ["g2".to_owned()]);
+        starts.home("a", 1, ["g2".to_owned()], []);
         starts.ended("a", "g1", &mut out);
         assert_eq!(started(&out), ["g1"], "g2 is in flight, g3 waits for room");
         starts.ended("a", "g2", &mut out);
@@ -311,7 +340,7 @@ mod tests {
     #[test]
     fn a_cron_trigger_deployed_again_makes_up_its_latest_missed_run_once() {
         let mut starts = Starts::default();
-        starts.home("nightly", 5, []);
+        starts.home("nightly", 5, [], []);
         let (pattern, trigger) = nightly();
         let last = utc("2026-11-24T18:00:00Z").timestamp_millis();
         let now = utc("2026-11-27T19:30:00Z");
@@ -339,7 +368,7 @@ mod tests {
     #[test]
     fn a_cron_trigger_deployed_for_the_first_time_fires_nothing_from_the_past() {
         let mut starts = Starts::default();
-        starts.home("nightly", 1, []);
+        starts.home("nightly", 1, [], []);
         let (pattern, trigger) = nightly();
         let now = utc("2026-11-27T19:30:00Z");
         let mut out = Vec::new();
@@ -357,7 +386,7 @@ mod tests {
     #[test]
     fn woken_late_past_several_occurrences_the_latest_fires_once() {
         let mut starts = Starts::default();
-        starts.home("nightly", 9, []);
+        starts.home("nightly", 9, [], []);
         let (pattern, trigger) = nightly();
         let mut out = Vec::new();
         starts.set_crons("nightly", vec![(pattern, trigger, None)], utc("2026-11-27T19:30:00Z"), &mut out);
@@ -371,7 +400,7 @@ mod tests {
     #[test]
     fn stopped_crons_fire_nothing_and_an_abandoned_application_gives_back_what_was_in_flight() {
         let mut starts = Starts::default();
-        starts.home("nightly", 1, ["g1".to_owned()]);
+        starts.home("nightly", 1, ["g1".to_owned()], []);
         let (pattern, trigger) = nightly();
         let mut out = Vec::new();
         starts.set_crons("nightly", vec![(pattern, trigger, None)], utc("2026-11-27T19:30:00Z"), &mut out);
@@ -381,6 +410,8 @@ mod tests {
         starts.handle_timeout(utc("2026-11-30T12:00:00Z"), &mut out);
         assert!(out.is_empty());
         starts.start("nightly", "g2".to_owned(), "2026-11-29".to_owned(), &mut out);
+        assert!(matches!(out.as_slice(), [Step::Held { .. }]), "g2 waits: {out:?}");
+        out.clear();
         assert_eq!(starts.abandon("nightly"), ["g1"], "g2 only waited");
         starts.ended("nightly", "g1", &mut out);
         assert!(out.is_empty(), "nothing of it starts after it was withdrawn");
@@ -389,7 +420,7 @@ mod tests {
     #[test]
     fn a_start_that_could_not_be_made_holds_no_place() {
         let mut starts = Starts::default();
-        starts.home("a", 1, ["g1".to_owned()]);
+        starts.home("a", 1, ["g1".to_owned()], []);
         let mut out = Vec::new();
         starts.start("a", "g2".to_owned(), "2026-11-29".to_owned(), &mut out);
         starts.ended("a", "g1", &mut out);
