@@ -451,11 +451,30 @@ impl Sim {
     /// returns the request number.
     pub fn send(&mut self, client: ClientId, text: &str) -> u64 {
         let message: Message = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        self.request(client, message)
+    }
+
+    /// Sends `message` from `client`; returns the request number (its answer goes to
+    /// [`Sim::replies`]).
+    pub fn request(&mut self, client: ClientId, message: Message) -> u64 {
         self.next_req += 1;
         let req = self.next_req;
         let broker = self.clients[&client];
         self.input(broker, Input::Client { client, req: Some(req), message });
         req
+    }
+
+    /// Whether `client` is attached (its broker has not restarted since).
+    pub fn is_attached(&self, client: ClientId) -> bool {
+        self.clients.contains_key(&client)
+    }
+
+    /// When the next message arrives or the next timer is due, if any.
+    pub fn next_at(&mut self) -> Option<u64> {
+        self.refresh_timers();
+        let next = self.queue.first_key_value().map(|((at, _), _)| *at);
+        let timer = self.due.first().map(|(at, _)| *at);
+        next.into_iter().chain(timer).min()
     }
 
     /// Sends and runs until quiet; returns the reply.
