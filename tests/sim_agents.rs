@@ -1,0 +1,801 @@
+//! Workflows in the simulator: job agents ([`AgentCore`], the agent's every decision)
+//! hosted beside the brokers' routers ([`Sim`]) in virtual time, with jobs that take a
+//! simulated time and fail as the seed says, and faults: brokers between the agents
+//! restarting, agents crashing and starting again on their journals, links lost and back,
+//! deliveries delayed and reordered across links, and the agents' clocks a few seconds
+//! apart.
+//!
+//! The oracle ([`World::check`]), for every generation triggered:
+//! - each job runs at most once (a run counts from its first attempt's start: attempts
+//!   are numbered 1, 2, … without a repeat; none starts after one succeeded);
+//! - it starts only once each of its predecessors has a final status published;
+//! - every generation ends with `APPL_END` (a job that failed for good is bypassed by the
+//!   operator, so that its successors go on);
+//! - what the history stores keep of each job agrees with what ran: its last status is the
+//!   last attempt's outcome (or `skipped`, or the operator's bypass).
+//!
+//! `cargo test -p padres-tests --test sim_agents` runs the seeds below; `AGENT_SEED=n`
+//! runs one seed and prints every input and output of every agent (`SIM_TRACE=1` adds
+//! the messages between brokers); `AGENT_SEEDS=A..B` runs a longer range (in release:
+//! `cargo test --release -p padres-tests --test sim_agents -- --nocapture`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use padres_agent::agent::{AgentCore, Input, Now, Options, Outcome, Output, PublishFailure};
+use padres_agent::journal::MemoryJournal;
+use padres_broker::router::ClientId;
+use padres_broker::sim::Sim;
+use padres_client::Notification;
+use padres_lang::{Message, Value};
+use padres_workflow::control::{Command, Control, control_advertisement};
+use padres_workflow::translate::FINAL;
+use padres_workflow::{APPL_END, APPL_START, Application, Dependency, parse_application, translate};
+
+/// Virtual time starts an hour past the epoch: the agents read history from a minute
+/// before a generation's trigger.
+const START_MS: u64 = 3_600_000;
+
+/// (appl, gid, job).
+type Key = (String, String, String);
+
+/// A `job_status` as the history stores keep it: (time, status, attempt, reason).
+type Stored = (u64, String, i64, Option<String>);
+
+/// What a request of an agent's is waiting for.
+#[derive(Debug)]
+enum Waiting {
+    Answer(u64),
+    Published(u64),
+}
+
+/// One agent: its core while it is up, its journal always.
+struct Agent {
+    name: String,
+    broker: usize,
+    client: ClientId,
+    core: Option<AgentCore>,
+    journal: Arc<Mutex<MemoryJournal>>,
+    /// Its wall clock, this far from the brokers'.
+    skew_ms: i64,
+    /// The simulator's request numbers of its requests and publications in flight.
+    waiting: BTreeMap<u64, Waiting>,
+    /// How many times it has started (its attempts' ends from an earlier life are lost).
+    life: u32,
+}
+
+/// An attempt running: it ends at its time.
+#[derive(Debug)]
+struct Running {
+    agent: usize,
+    life: u32,
+    key: Key,
+    number: u32,
+    outcome: &'static str,
+    /// A pool job's process, killed with its agent.
+    dies_with_agent: bool,
+}
+
+/// What the oracle saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Attempts started, by key: (time, agent, number).
+    attempts: BTreeMap<Key, Vec<(u64, usize, u32)>>,
+    /// Attempts' outcomes, by key: (number, status).
+    outcomes: BTreeMap<Key, Vec<(u32, &'static str)>>,
+    /// Generations triggered: (appl, gid) → when.
+    triggered: BTreeMap<(String, String), u64>,
+    /// Jobs bypassed by the operator.
+    bypassed: BTreeSet<Key>,
+    /// When an agent crashed or a link went down.
+    faults: Vec<u64>,
+}
+
+/// The federation, its agents, an operator, and the jobs running.
+struct World {
+    sim: Sim,
+    agents: Vec<Agent>,
+    operator: ClientId,
+    next_client: ClientId,
+    options: Options,
+    epoch: tokio::time::Instant,
+    /// Attempts running, by when they end.
+    running: BTreeMap<(u64, u64), Running>,
+    seq: u64,
+    rng: fastrand::Rng,
+    /// Chance that an attempt fails.
+    failing: f64,
+    /// Indices into the simulator's deliveries, composite deliveries and ends handled.
+    handled: (usize, usize, usize),
+    seen: Seen,
+    trace: bool,
+    /// The applications deployed: their models.
+    apps: Vec<Application>,
+    /// Operator actions due: (time, seq) → the control publication.
+    operator_due: BTreeMap<(u64, u64), Control>,
+    /// Each broker's parent in the tree (B1 has none).
+    parent: Vec<Option<usize>>,
+}
+
+impl World {
+    /// `brokers` brokers in a random tree with 2–6 ms links; agents `names` attached at
+    /// random brokers; history stores (`trigger`, `job_status`) at two brokers; the
+    /// operator at B1.
+    fn new(seed: u64, brokers: usize, names: &[String]) -> Self {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut sim = Sim::new(brokers);
+        sim.set_jitter(rng.u64(0..=4), seed);
+        let mut parent = vec![None];
+        for b in 1..brokers {
+            let p = rng.usize(0..b);
+            parent.push(Some(p));
+            sim.link(p, b, rng.u64(2..=6));
+        }
+        sim.run();
+        // Every broker keeps what the agents read back: a status taken by an agent's
+        // broker is not lost to a link that fails for good afterwards.
+        for b in 0..brokers {
+            sim.keep_history(b, "[class,eq,'trigger']");
+            sim.keep_history(b, "[class,eq,'job_status']");
+        }
+        sim.run();
+        sim.advance(START_MS);
+        let mut options = Options::new("", std::path::PathBuf::new());
+        options.catch_up = Duration::from_secs(2);
+        let mut world = Self {
+            sim,
+            agents: Vec::new(),
+            operator: 1,
+            next_client: 2,
+            options,
+            epoch: tokio::time::Instant::now(),
+            running: BTreeMap::new(),
+            seq: 0,
+            failing: [0.0, 0.1, 0.3][rng.usize(0..3)],
+            rng,
+            handled: (0, 0, 0),
+            seen: Seen::default(),
+            trace: std::env::var_os("AGENT_SEED").is_some(),
+            apps: Vec::new(),
+            operator_due: BTreeMap::new(),
+            parent,
+        };
+        world.sim.attach(world.operator, 0);
+        let control = Message::Advertise(control_advertisement());
+        world.sim.request(world.operator, control);
+        for name in names {
+            let broker = world.rng.usize(0..brokers);
+            let skew_ms = world.rng.i64(-3000..=3000);
+            let agent = Agent {
+                name: name.clone(),
+                broker,
+                client: 0,
+                core: None,
+                journal: Arc::default(),
+                skew_ms,
+                waiting: BTreeMap::new(),
+                life: 0,
+            };
+            world.agents.push(agent);
+            world.start(world.agents.len() - 1);
+        }
+        world
+    }
+
+    fn now(&self, agent: usize) -> Now {
+        let t = self.sim.now();
+        let wall_ms = i64::try_from(t).expect("small") + self.agents[agent].skew_ms;
+        Now { at: self.epoch + Duration::from_millis(t), wall_ms }
+    }
+
+    fn log(&self, line: impl FnOnce() -> String) {
+        if self.trace {
+            eprintln!("{} {}", self.sim.now(), line());
+        }
+    }
+
+    /// Agent `a` starts (again), on its journal.
+    fn start(&mut self, a: usize) {
+        let client = self.next_client;
+        self.next_client += 1;
+        self.sim.attach(client, self.agents[a].broker);
+        let now = self.now(a);
+        let agent = &mut self.agents[a];
+        agent.client = client;
+        agent.life += 1;
+        agent.waiting.clear();
+        {
+            let mut journal = agent.journal.lock().expect("journal");
+            journal.set_now(now.wall_ms);
+            journal.restart();
+        }
+        let mut options = Options { name: agent.name.clone(), ..self.options.clone() };
+        if let Some(pool) =
+            agent.name.strip_suffix(|c: char| c.is_ascii_digit()).and_then(|n| n.strip_suffix('-'))
+            && pool == "ledger"
+        {
+            options.pools = vec![pool.to_owned()];
+        }
+        let broker = self.sim.name(agent.broker).to_string();
+        agent.core = Some(AgentCore::new(options, Box::new(agent.journal.clone()), now, broker));
+        self.log(|| {
+            format!(
+                "{} starts (life {}) at B{}",
+                self.agents[a].name,
+                self.agents[a].life,
+                self.agents[a].broker + 1
+            )
+        });
+    }
+
+    /// Agent `a` crashes: its core is gone, its journal kept, its client disconnected.
+    fn crash(&mut self, a: usize) {
+        self.log(|| format!("{} crashes", self.agents[a].name));
+        self.seen.faults.push(self.sim.now());
+        self.agents[a].core = None;
+        // A pool job's process dies with it; others run on, their ends unheard.
+        self.running.retain(|_, r| !(r.agent == a && r.dies_with_agent));
+        if self.sim.is_attached(self.agents[a].client) {
+            self.sim.disconnect(self.agents[a].client);
+        }
+    }
+
+    /// Hands agent `a` `input`.
+    fn input(&mut self, a: usize, input: Input) {
+        self.log(|| format!("{} <- {input:?}", self.agents[a].name));
+        let now = self.now(a);
+        if let Some(core) = &mut self.agents[a].core {
+            core.handle(now, input);
+        }
+    }
+
+    /// Carries out what every agent asks, hands back answers and notifications, until
+    /// nothing more happens at this time.
+    fn settle(&mut self) {
+        loop {
+            let mut busy = false;
+            for a in 0..self.agents.len() {
+                while let Some(output) = self.agents[a].core.as_mut().and_then(AgentCore::poll_output) {
+                    busy = true;
+                    self.output(a, output);
+                }
+            }
+            busy |= self.answers();
+            busy |= self.notifications();
+            if !busy {
+                return;
+            }
+        }
+    }
+
+    fn output(&mut self, a: usize, output: Output) {
+        self.log(|| format!("{} -> {output:?}", self.agents[a].name));
+        let client = self.agents[a].client;
+        match output {
+            Output::Request { token, message } => {
+                let req = self.sim.request(client, message);
+                self.agents[a].waiting.insert(req, Waiting::Answer(token));
+            }
+            Output::Write { token, publication } => {
+                let req = self.sim.request(client, Message::Publish(publication));
+                self.agents[a].waiting.insert(req, Waiting::Published(token));
+            }
+            Output::Attempt { key, number, die_with_agent, .. } => {
+                let t = self.sim.now();
+                self.seen.attempts.entry(key.clone()).or_default().push((t, a, number));
+                let outcome = if self.rng.f64() < self.failing { "failed" } else { "succeeded" };
+                let ends = t + self.rng.u64(5..=3000);
+                self.seq += 1;
+                let life = self.agents[a].life;
+                let running =
+                    Running { agent: a, life, key, number, outcome, dies_with_agent: die_with_agent };
+                self.running.insert((ends, self.seq), running);
+            }
+            Output::Command { .. } | Output::Leave => {}
+            Output::Fatal(why) => panic!("{}: {why}", self.agents[a].name),
+        }
+    }
+
+    /// Answers that have come, handed to the agents that wait for them.
+    fn answers(&mut self) -> bool {
+        let mut any = false;
+        for a in 0..self.agents.len() {
+            let client = self.agents[a].client;
+            let came: Vec<u64> = self.agents[a]
+                .waiting
+                .keys()
+                .copied()
+                .filter(|req| self.sim.replies.contains_key(&(client, *req)))
+                .collect();
+            for req in came {
+                any = true;
+                let reply = self.sim.replies.remove(&(client, req)).expect("came");
+                let input = match self.agents[a].waiting.remove(&req).expect("waiting") {
+                    Waiting::Answer(token) => Input::Answer {
+                        token,
+                        answer: reply.map_err(|(code, why)| format!("{code:?}: {why}")),
+                    },
+                    Waiting::Published(token) => Input::Published {
+                        token,
+                        answer: reply.map(drop).map_err(|(_, why)| PublishFailure::Refused(why)),
+                    },
+                };
+                self.input(a, input);
+            }
+        }
+        any
+    }
+
+    /// Publications, matches and ends of history delivered since last time, handed to
+    /// their agents (those of a client gone are lost with it).
+    fn notifications(&mut self) -> bool {
+        let (d, c, e) = self.handled;
+        let deliveries: Vec<_> = self.sim.deliveries[d..]
+            .iter()
+            .map(|x| {
+                (
+                    x.client,
+                    Notification::Publication { subs: x.subs.clone(), publication: (*x.publication).clone() },
+                )
+            })
+            .collect();
+        let composites: Vec<_> = self.sim.composite_deliveries[c..]
+            .iter()
+            .map(|x| {
+                let pubs = x.pubs.iter().map(|(leaf, p)| (*leaf, (**p).clone())).collect();
+                (x.client, Notification::Composite { sub: x.sub.clone(), pubs })
+            })
+            .collect();
+        let ends: Vec<_> = self.sim.ends[e..]
+            .iter()
+            .map(|x| {
+                let end = Notification::EndOfHistory {
+                    sub: x.sub.clone(),
+                    count: x.count,
+                    missing: x.missing.clone(),
+                    truncated: x.truncated,
+                };
+                (x.client, end)
+            })
+            .collect();
+        self.handled = (self.sim.deliveries.len(), self.sim.composite_deliveries.len(), self.sim.ends.len());
+        let any = !(deliveries.is_empty() && composites.is_empty() && ends.is_empty());
+        for (client, notification) in deliveries.into_iter().chain(composites).chain(ends) {
+            if let Some(a) = self.agents.iter().position(|x| x.client == client && x.core.is_some()) {
+                self.input(a, Input::Notification(notification));
+            }
+        }
+        any
+    }
+
+    /// Runs until virtual time `until`.
+    fn run_until(&mut self, until: u64) {
+        for _ in 0..10_000_000 {
+            self.settle();
+            let now = self.sim.now();
+            let agents: Vec<u64> = (0..self.agents.len())
+                .filter_map(|a| {
+                    let at = self.agents[a].core.as_ref()?.poll_timeout()?;
+                    let ms =
+                        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).expect("small");
+                    Some(ms.max(now))
+                })
+                .collect();
+            let next = [
+                self.sim.next_at(),
+                self.running.first_key_value().map(|((t, _), _)| *t),
+                self.operator_due.first_key_value().map(|((t, _), _)| *t),
+            ]
+            .into_iter()
+            .flatten()
+            .chain(agents)
+            .min();
+            let Some(next) = next.filter(|t| *t <= until) else {
+                self.sim.run_until(until);
+                return;
+            };
+            self.sim.run_until(next);
+            self.settle();
+            while let Some(entry) = self.running.first_entry() {
+                if entry.key().0 > next {
+                    break;
+                }
+                let Running { agent, life, key, number, outcome, .. } = entry.remove();
+                self.seen.outcomes.entry(key.clone()).or_default().push((number, outcome));
+                if self.agents[agent].life == life && self.agents[agent].core.is_some() {
+                    let exit = i64::from(outcome != "succeeded");
+                    let outcome = Outcome { status: outcome, exit, reason: None, output: String::new() };
+                    self.input(agent, Input::AttemptEnded { key, number, outcome });
+                }
+            }
+            while let Some(entry) = self.operator_due.first_entry() {
+                if entry.key().0 > next {
+                    break;
+                }
+                let control = entry.remove();
+                self.publish_control(&control);
+            }
+            for a in 0..self.agents.len() {
+                let now = self.now(a);
+                let due = self.agents[a]
+                    .core
+                    .as_ref()
+                    .and_then(AgentCore::poll_timeout)
+                    .is_some_and(|at| at <= now.at);
+                if due && let Some(core) = &mut self.agents[a].core {
+                    core.handle_timeout(now, true);
+                }
+            }
+        }
+        panic!("no end to time {until}: something is due again and again");
+    }
+
+    fn publish_control(&mut self, control: &Control) {
+        self.log(|| format!("operator: {control:?}"));
+        let publication = control.publication().expect("a control publication");
+        self.sim.request(self.operator, Message::Publish(publication));
+    }
+
+    /// Deploys `xml` from the operator (each agent its envelope).
+    fn deploy(&mut self, xml: &str) {
+        let app = parse_application(xml).expect("a valid application");
+        let deployment = translate(&app).expect("translates");
+        for envelope in &deployment.envelopes {
+            self.publish_control(&envelope.control(&deployment.appl, "sim"));
+        }
+        self.apps.push(app);
+    }
+
+    /// Triggers generation `gid` of `appl` on `date` (to its home agent).
+    fn trigger(&mut self, appl: &str, gid: &str, date: &str) {
+        let app = self.apps.iter().find(|a| a.name == appl).expect("deployed");
+        let control = Control {
+            agent: app.home_agent().to_owned(),
+            appl: appl.to_owned(),
+            reference: gid.to_owned(),
+            command: Command::Trigger { gid: gid.to_owned(), date: date.to_owned() },
+        };
+        self.seen.triggered.insert((appl.to_owned(), gid.to_owned()), self.sim.now());
+        self.publish_control(&control);
+    }
+
+    /// The statuses the history stores keep, by key: (time, status, attempt, reason).
+    fn history(&self) -> BTreeMap<Key, Vec<Stored>> {
+        let mut by_key: BTreeMap<Key, Vec<_>> = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for (_, stamped) in &self.sim.stored {
+            let p = &stamped.publication;
+            if p.class() != "job_status" || !seen.insert(stamped.stamp.clone()) {
+                continue;
+            }
+            let text = |a: &str| p.get(a).and_then(Value::as_str).unwrap_or_default().to_owned();
+            let attempt = match p.get("attempt") {
+                Some(Value::Int(n)) => *n,
+                _ => 0,
+            };
+            let time = p.time().map_or(0, |t| u64::try_from(t.millis()).unwrap_or(0));
+            let reason = p.get("reason").and_then(Value::as_str).map(str::to_owned);
+            let key = (text("appl"), text("gid"), text("job"));
+            by_key.entry(key).or_default().push((time, text("status"), attempt, reason));
+        }
+        by_key
+    }
+
+    /// Operators bypass each job that failed for good (its successors go on), once.
+    fn bypass_failed(&mut self) {
+        let history = self.history();
+        for (key, statuses) in &history {
+            let last = statuses.iter().max_by_key(|(t, _, attempt, _)| (*attempt, *t));
+            let failed = last.is_some_and(|(_, status, _, _)| status == "failed" || status == "timeout");
+            if !failed || self.seen.bypassed.contains(key) {
+                continue;
+            }
+            let Some(app) = self.apps.iter().find(|a| a.name == key.0) else { continue };
+            let Some(job) = app.jobs.iter().find(|j| j.name == key.2) else { continue };
+            // A pool job's home agent, which dispatched it, bypasses it.
+            let agent = match &job.runner {
+                padres_workflow::Runner::Agent(agent) => agent.clone(),
+                padres_workflow::Runner::Pool(_) => app.home_agent().to_owned(),
+            };
+            self.seen.bypassed.insert(key.clone());
+            let control = Control {
+                agent,
+                appl: key.0.clone(),
+                reference: "bypass".to_owned(),
+                command: Command::Bypass { gid: key.1.clone(), job: key.2.clone() },
+            };
+            self.seq += 1;
+            let at = self.sim.now() + 500;
+            self.operator_due.insert((at, self.seq), control);
+        }
+    }
+
+    /// Whether every generation triggered has ended, as the history stores say.
+    fn all_ended(&self) -> bool {
+        let ended: BTreeSet<(String, String)> = self
+            .sim
+            .stored
+            .iter()
+            .map(|(_, s)| &s.publication)
+            .filter(|p| p.class() == "job_status" && p.get("job").and_then(Value::as_str) == Some(APPL_END))
+            .filter_map(|p| Some((p.get("appl")?.as_str()?.to_owned(), p.get("gid")?.as_str()?.to_owned())))
+            .collect();
+        self.seen.triggered.keys().all(|g| ended.contains(g))
+    }
+
+    /// What the oracle says of the run: every violation, in words.
+    fn check(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        let history = self.history();
+        // Final statuses as the history stores keep them, by (appl, gid, job): when.
+        let mut finals: BTreeMap<&Key, u64> = BTreeMap::new();
+        for (key, statuses) in &history {
+            for (t, status, _, _) in statuses {
+                if FINAL.contains(&status.as_str()) {
+                    let first = finals.entry(key).or_insert(*t);
+                    *first = (*first).min(*t);
+                }
+            }
+        }
+        for (key, attempts) in &self.seen.attempts {
+            let (appl, gid, job) = key;
+            let Some(app) = self.apps.iter().find(|a| &a.name == appl) else { continue };
+            let Some(model) = app.jobs.iter().find(|j| &j.name == job) else { continue };
+            let pooled = matches!(model.runner, padres_workflow::Runner::Pool(_));
+            let numbers: Vec<u32> = attempts.iter().map(|(_, _, n)| *n).collect();
+            let outcomes = self.seen.outcomes.get(key).cloned().unwrap_or_default();
+            if pooled {
+                // docs/pools.md: a pool job whose member died (its run killed with it) or
+                // was cut off is dispatched again, from a higher attempt, to another member;
+                // one cut off may still be running it, or have ended it unheard.
+                if numbers.windows(2).any(|w| w[1] <= w[0]) {
+                    wrong.push(format!(
+                        "{key:?}: attempts {numbers:?} (a number used twice, or out of order)"
+                    ));
+                }
+                for w in attempts.windows(2) {
+                    let ((t0, a0, _), (t1, a1, _)) = (w[0], w[1]);
+                    let fault = self.seen.faults.iter().any(|t| (t0..=t1).contains(t));
+                    if a0 != a1 && !fault {
+                        wrong.push(format!(
+                            "{key:?}: run again on another member at {t1} with no fault since {t0}"
+                        ));
+                    }
+                }
+            } else {
+                let expected: Vec<u32> = (1..=u32::try_from(numbers.len()).expect("few")).collect();
+                if numbers != expected {
+                    wrong
+                        .push(format!("{key:?}: attempts {numbers:?} (ran more than once, or out of order)"));
+                }
+                let agents: BTreeSet<usize> = attempts.iter().map(|(_, a, _)| *a).collect();
+                if agents.len() > 1 {
+                    wrong.push(format!("{key:?}: run by more than one agent"));
+                }
+                if let Some(ok) = outcomes.iter().find(|(_, s)| *s == "succeeded")
+                    && numbers.iter().any(|n| *n > ok.0)
+                {
+                    wrong.push(format!("{key:?}: an attempt after attempt {} succeeded", ok.0));
+                }
+            }
+            // In dependency order: each predecessor's final status was out first.
+            let started = attempts.first().map_or(0, |(t, _, _)| *t);
+            let met = |dependency: &Dependency| -> bool {
+                fn met(d: &Dependency, by: u64, statuses: &dyn Fn(&str) -> Vec<(u64, String)>) -> bool {
+                    match d {
+                        Dependency::After { job, status, .. } => statuses(job)
+                            .iter()
+                            .any(|(t, s)| *t <= by && status.statuses().contains(&s.as_str())),
+                        Dependency::AnyOf(ds) => ds.iter().any(|d| met(d, by, statuses)),
+                    }
+                }
+                let statuses = |job: &str| -> Vec<(u64, String)> {
+                    let pkey = (appl.clone(), gid.clone(), job.to_owned());
+                    history
+                        .get(&pkey)
+                        .map_or_else(Vec::new, |v| v.iter().map(|(t, s, _, _)| (*t, s.clone())).collect())
+                };
+                met(dependency, started, &statuses)
+            };
+            for dependency in &model.after {
+                if !met(dependency) {
+                    wrong.push(format!(
+                        "{key:?} started at {started} before its dependency on {:?} was met",
+                        dependency.jobs()
+                    ));
+                }
+            }
+            // What history says agrees with what ran.
+            let Some(statuses) = history.get(key) else {
+                wrong.push(format!("{key:?}: ran, and nothing of it in history"));
+                continue;
+            };
+            // (A dispatch published again after the member's end ranks below it.)
+            let last = statuses
+                .iter()
+                .filter(|(_, s, _, _)| s != "started" && s != "dispatched")
+                .max_by_key(|(t, _, a, _)| (*a, *t));
+            let ran = outcomes.last().map(|(n, s)| (i64::from(*n), *s));
+            match (last, ran) {
+                (Some((_, status, attempt, reason)), Some((number, outcome))) => {
+                    let bypassed = reason.as_deref() == Some("bypassed") && *attempt == number + 1;
+                    let interrupted = reason.as_deref().is_some_and(|r| r.contains("the agent stopped"));
+                    if !(bypassed || interrupted || (*attempt == number && status == outcome)) {
+                        wrong.push(format!(
+                            "{key:?}: history says {status} (attempt {attempt}), the run ended {outcome} (attempt {number})"
+                        ));
+                    }
+                }
+                (None, Some(_)) => {} // still running at the end: caught below as a generation not ended
+                (_, None) => {}
+            }
+        }
+        for ((appl, gid), at) in &self.seen.triggered {
+            let end = (appl.clone(), gid.clone(), APPL_END.to_owned());
+            if !finals.contains_key(&end) {
+                let app = self.apps.iter().find(|a| &a.name == appl);
+                let open: Vec<String> = app
+                    .map(|app| {
+                        app.jobs
+                            .iter()
+                            .filter(|j| !finals.contains_key(&(appl.clone(), gid.clone(), j.name.clone())))
+                            .map(|j| {
+                                let key = (appl.clone(), gid.clone(), j.name.clone());
+                                let ran = self.seen.attempts.get(&key).map_or(0, Vec::len);
+                                format!("{} ({ran} attempts)", j.name)
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                wrong.push(format!(
+                    "{appl}/{gid} (triggered at {at}) never ended: no {APPL_END}; no final status of {}",
+                    open.join(", ")
+                ));
+            }
+            let start = (appl.clone(), gid.clone(), APPL_START.to_owned());
+            if !finals.contains_key(&start) {
+                wrong.push(format!("{appl}/{gid}: no {APPL_START}"));
+            }
+        }
+        wrong
+    }
+}
+
+/// A random application: `jobs` jobs on `agents`, each after up to three earlier ones.
+fn random_dag(rng: &mut fastrand::Rng, jobs: usize, agents: &[String]) -> String {
+    let mut xml = String::from(
+        "<application name=\"dag\" version=\"1\" tz=\"UTC\" max-generations=\"2\">\n<defaults retries=\"1\" backoff=\"PT1S\"/>\n",
+    );
+    for j in 0..jobs {
+        let agent = &agents[rng.usize(0..agents.len())];
+        xml.push_str(&format!("<job name=\"J{j}\" run=\"daily\" agent=\"{agent}\"><command>true</command>"));
+        if j > 0 {
+            let mut preds = BTreeSet::new();
+            for _ in 0..rng.usize(0..=3.min(j)) {
+                preds.insert(rng.usize(0..j));
+            }
+            for p in preds {
+                xml.push_str(&format!("<after job=\"J{p}\"/>"));
+            }
+        }
+        xml.push_str("</job>\n");
+    }
+    xml.push_str("</application>\n");
+    xml
+}
+
+/// One seed: an application (payroll, month-end, or a random DAG), a few generations,
+/// faults as the seed says; the oracle's violations.
+fn run_seed(seed: u64) -> Vec<String> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x5eed);
+    let shape = seed % 3;
+    let (xml, names, appl): (String, Vec<String>, &str) = match shape {
+        0 => (
+            padres_workflow::examples::PAYROLL.to_owned(),
+            ["agent-1", "agent-2", "agent-3"].map(str::to_owned).to_vec(),
+            "payroll",
+        ),
+        1 => (
+            padres_workflow::examples::MONTH_END.to_owned(),
+            ["etl-1", "etl-2", "etl-3", "reports", "ledger-1", "ledger-2"].map(str::to_owned).to_vec(),
+            "month-end",
+        ),
+        _ => {
+            let names: Vec<String> = (1..=rng.usize(2..=5)).map(|i| format!("agent-{i}")).collect();
+            let jobs = rng.usize(5..=60);
+            (random_dag(&mut rng, jobs, &names), names, "dag")
+        }
+    };
+    let brokers = rng.usize(3..=6);
+    let mut world = World::new(seed, brokers, &names);
+    world.run_until(START_MS + 1_000);
+    world.deploy(&xml);
+    world.run_until(START_MS + 3_000);
+    let generations = rng.usize(1..=3);
+    let dates = ["2026-11-27", "2026-11-30", "2026-12-24", "2026-12-31"];
+    for g in 0..generations {
+        let date = dates[rng.usize(0..dates.len())];
+        world.trigger(appl, &format!("g{g}"), date);
+        world.run_until(world.sim.now() + rng.u64(0..=1500));
+    }
+    // Faults while the generations run.
+    let agent_brokers: BTreeSet<usize> = world.agents.iter().map(|a| a.broker).chain([0]).collect();
+    for _ in 0..rng.usize(0..=3) {
+        world.run_until(world.sim.now() + rng.u64(0..=4000));
+        match rng.usize(0..3) {
+            0 => {
+                // A broker no agent uses restarts (its tables empty, its links back).
+                let free: Vec<usize> = (0..brokers).filter(|b| !agent_brokers.contains(b)).collect();
+                if !free.is_empty() {
+                    let b = free[rng.usize(0..free.len())];
+                    world.log(|| format!("B{} restarts", b + 1));
+                    world.sim.restart(b);
+                    // With its configuration and its store, as a broker restarts.
+                    world.sim.keep_history(b, "[class,eq,'trigger']");
+                    world.sim.keep_history(b, "[class,eq,'job_status']");
+                }
+            }
+            1 => {
+                let a = rng.usize(0..world.agents.len());
+                world.crash(a);
+                world.run_until(world.sim.now() + rng.u64(100..=5000));
+                world.start(a);
+            }
+            _ => {
+                // A link down for a while, then back (with the latency it had).
+                let b = rng.usize(1..brokers);
+                if let Some(p) = world.parent[b] {
+                    world.log(|| format!("B{}-B{} down", p + 1, b + 1));
+                    world.seen.faults.push(world.sim.now());
+                    world.sim.unlink(p, b);
+                    world.run_until(world.sim.now() + rng.u64(100..=3000));
+                    world.sim.link(p, b, 3);
+                }
+            }
+        }
+    }
+    // Then quiet: failed jobs bypassed until every generation has ended (for three hours
+    // at most), and a minute more for anything that would still happen.
+    for _ in 0..360 {
+        world.run_until(world.sim.now() + 30_000);
+        if world.all_ended() {
+            break;
+        }
+        world.bypass_failed();
+    }
+    world.run_until(world.sim.now() + 60_000);
+    world.check()
+}
+
+#[test]
+fn workflows_run_once_in_order_and_end_whatever_the_faults() {
+    let seeds: Vec<u64> = match (std::env::var("AGENT_SEED"), std::env::var("AGENT_SEEDS")) {
+        (Ok(seed), _) => {
+            // The agents' own logs too.
+            let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).without_time().try_init();
+            vec![seed.parse().expect("AGENT_SEED=n")]
+        }
+        (_, Ok(range)) => {
+            let (a, b) = range.split_once("..").expect("AGENT_SEEDS=A..B");
+            (a.parse().expect("A")..b.parse().expect("B")).collect()
+        }
+        // Seeds that found bugs, kept: 20 (a trigger held back by max-generations was lost
+        // with its home agent's restart), 184 (a pool job's dispatch lost with a link that
+        // failed for good was never sent again).
+        _ => (0..30).chain([184]).collect(),
+    };
+    let mut failed = Vec::new();
+    for seed in &seeds {
+        let t0 = std::time::Instant::now();
+        let wrong = run_seed(*seed);
+        if std::env::var_os("AGENT_TIMES").is_some() {
+            eprintln!("time {} {} {:?}", seed, seed % 3, t0.elapsed());
+        }
+        if !wrong.is_empty() {
+            eprintln!("seed {seed}:\n  {}", wrong.join("\n  "));
+            failed.push(*seed);
+        }
+    }
+    assert!(failed.is_empty(), "seeds {failed:?} failed (AGENT_SEED=n replays one with a trace)");
+}
