@@ -111,6 +111,8 @@ mod outbox;
 mod pools;
 mod runs;
 mod starts;
+#[cfg(test)]
+mod tests;
 pub use self::core::{AgentCore, Input, Now, Outcome, Output, PublishFailure};
 
 /// How an agent runs.

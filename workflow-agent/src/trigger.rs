@@ -121,4 +121,37 @@ mod tests {
         assert!(CronTrigger::new("*/5 * * * * *", "UTC").unwrap_err().contains("five fields"));
         assert!(CronTrigger::new("0 18 * * *", "Mars/Olympus").unwrap_err().contains("unknown time zone"));
     }
+
+    #[test]
+    fn a_daily_trigger_fires_once_a_day_across_daylight_saving_changes() {
+        let utc = |t: &str| DateTime::parse_from_rfc3339(t).expect("a time").with_timezone(&Utc);
+        let fires = |pattern: &str, from: &str, n: usize| {
+            let trigger = CronTrigger::new(pattern, "Europe/Paris").expect("valid");
+            let mut at = utc(from);
+            (0..n)
+                .map(|_| {
+                    at = trigger.next_after(at).expect("another");
+                    (at.to_rfc3339(), trigger.generation(at).0)
+                })
+                .collect::<Vec<_>>()
+        };
+        // Spring forward (29 March 2026, 02:00 -> 03:00): 02:00 does not exist that day;
+        // the run comes at 03:00, once, on its day.
+        let spring = fires("0 2 * * *", "2026-03-28T12:00:00Z", 2);
+        assert_eq!(spring[0], ("2026-03-29T01:00:00+00:00".into(), "cron-2026-03-29T0300+0200".into()));
+        assert_eq!(spring[1], ("2026-03-30T00:00:00+00:00".into(), "cron-2026-03-30T0200+0200".into()));
+        // Fall back (25 October 2026, 03:00 -> 02:00): 02:30 happens twice; the run comes
+        // at the first, once.
+        let fall = fires("30 2 * * *", "2026-10-24T12:00:00Z", 2);
+        assert_eq!(fall[0], ("2026-10-25T00:30:00+00:00".into(), "cron-2026-10-25T0230+0200".into()));
+        assert_eq!(fall[1], ("2026-10-26T01:30:00+00:00".into(), "cron-2026-10-26T0230+0100".into()));
+        // A trigger every half hour keeps its pace in real time through the repeated hour,
+        // each run a generation of its own.
+        let gids: Vec<String> =
+            fires("*/30 * * * *", "2026-10-25T00:00:00Z", 3).into_iter().map(|(_, g)| g).collect();
+        assert_eq!(
+            gids,
+            ["cron-2026-10-25T0230+0200", "cron-2026-10-25T0200+0100", "cron-2026-10-25T0230+0100"]
+        );
+    }
 }
