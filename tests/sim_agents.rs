@@ -40,6 +40,7 @@ use padres_broker::sim::Sim;
 use padres_client::Notification;
 use padres_lang::{Message, Value};
 use padres_workflow::control::{Command, Control, control_advertisement};
+use padres_workflow::progress::{Generation, State, StatusEvent};
 use padres_workflow::translate::FINAL;
 use padres_workflow::{APPL_END, APPL_START, Application, Dependency, parse_application, translate};
 
@@ -106,6 +107,8 @@ struct Seen {
     outcomes: BTreeMap<Key, Vec<(u32, &'static str)>>,
     /// Generations triggered: (appl, gid) → when.
     triggered: BTreeMap<(String, String), u64>,
+    /// Their run days.
+    dates: BTreeMap<(String, String), String>,
     /// Jobs bypassed by the operator.
     bypassed: BTreeSet<Key>,
     /// When an agent crashed or a link went down.
@@ -489,6 +492,7 @@ impl World {
             command: Command::Trigger { gid: gid.to_owned(), date: date.to_owned() },
         };
         self.seen.triggered.insert((appl.to_owned(), gid.to_owned()), self.sim.now());
+        self.seen.dates.insert((appl.to_owned(), gid.to_owned()), date.to_owned());
         self.publish_control(&control);
     }
 
@@ -560,6 +564,15 @@ impl World {
     fn check(&self) -> Vec<String> {
         let mut wrong = Vec::new();
         let history = self.history();
+        // Each generation as `padres workflow status` reads it from the history stores.
+        let mut generations: BTreeMap<(String, String), Generation> = BTreeMap::new();
+        for (_, stamped) in &self.sim.stored {
+            let p = &stamped.publication;
+            let Some(appl) = p.get("appl").and_then(Value::as_str) else { continue };
+            if let Some(event) = StatusEvent::from_publication(appl, p) {
+                generations.entry((appl.to_owned(), event.gid.clone())).or_default().record(event);
+            }
+        }
         // Final statuses as the history stores keep them, by (appl, gid, job): when.
         let mut finals: BTreeMap<&Key, u64> = BTreeMap::new();
         for (key, statuses) in &history {
@@ -638,29 +651,51 @@ impl World {
                     ));
                 }
             }
-            // What history says agrees with what ran.
-            let Some(statuses) = history.get(key) else {
-                wrong.push(format!("{key:?}: ran, and nothing of it in history"));
-                continue;
-            };
-            // (A dispatch published again after the member's end ranks below it.)
-            let last = statuses
-                .iter()
-                .filter(|(_, s, _, _)| s != "started" && s != "dispatched")
-                .max_by_key(|(t, _, a, _)| (*a, *t));
-            let ran = outcomes.last().map(|(n, s)| (i64::from(*n), *s));
-            match (last, ran) {
-                (Some((_, status, attempt, reason)), Some((number, outcome))) => {
-                    let bypassed = reason.as_deref() == Some("bypassed") && *attempt == number + 1;
-                    let interrupted = reason.as_deref().is_some_and(|r| r.contains("the agent stopped"));
-                    if !(bypassed || interrupted || (*attempt == number && status == outcome)) {
+            // As its calendar and run term say.
+            let date = self.seen.dates.get(&(appl.clone(), gid.clone())).and_then(|d| d.parse().ok());
+            if let Some(date) = date
+                && !model.schedule.runs_on(date, &app.calendar)
+            {
+                wrong.push(format!("{key:?}: ran on {date}, which its run term does not select"));
+            }
+            // What `padres workflow status` reads from history agrees with what ran.
+            let ran = outcomes.last().map(|(n, s)| (*n, *s));
+            let state = generations.get(&(appl.clone(), gid.clone())).map(|g| g.state(job));
+            match (state, ran) {
+                (Some(State::Ended(e)), Some((number, outcome))) => {
+                    let reason = e.reason.as_deref();
+                    let bypassed = reason == Some("bypassed") && e.attempt == number + 1;
+                    let interrupted = reason.is_some_and(|r| r.contains("the agent stopped"));
+                    if !(bypassed || interrupted || (e.attempt == number && e.status == outcome)) {
                         wrong.push(format!(
-                            "{key:?}: history says {status} (attempt {attempt}), the run ended {outcome} (attempt {number})"
+                            "{key:?}: status reads {} (attempt {}), the run ended {outcome} (attempt {number})",
+                            e.status, e.attempt
                         ));
                     }
                 }
-                (None, Some(_)) => {} // still running at the end: caught below as a generation not ended
-                (_, None) => {}
+                // Still running at the end: caught below as a generation not ended.
+                (_, None) | (Some(_), Some(_)) => {}
+                (None, Some(_)) => wrong.push(format!("{key:?}: ran, and nothing of it in history")),
+            }
+        }
+        // A job its run term does not select on the generation's day is skipped, not run.
+        for ((appl, gid), date) in &self.seen.dates {
+            let (Some(app), Ok(date)) = (self.apps.iter().find(|a| &a.name == appl), date.parse()) else {
+                continue;
+            };
+            let Some(generation) = generations.get(&(appl.clone(), gid.clone())) else { continue };
+            for job in &app.jobs {
+                let selected = job.schedule.runs_on(date, &app.calendar);
+                if let State::Ended(e) = generation.state(&job.name)
+                    && e.status == "skipped"
+                    && e.reason.is_none()
+                    && selected
+                {
+                    wrong.push(format!(
+                        "{appl}/{gid}/{}: skipped on {date}, which its run term selects",
+                        job.name
+                    ));
+                }
             }
         }
         for ((appl, gid), at) in &self.seen.triggered {
