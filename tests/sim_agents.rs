@@ -312,7 +312,7 @@ impl World {
                 let req = self.sim.request(client, message);
                 self.agents[a].waiting.insert(req, Waiting::Answer(token));
             }
-            Output::Write { token, publication } => {
+            Output::Write { token, publication, .. } => {
                 let req = self.sim.request(client, Message::Publish(publication));
                 self.agents[a].waiting.insert(req, Waiting::Published(token));
             }
@@ -600,11 +600,17 @@ impl World {
                     ));
                 }
                 for w in attempts.windows(2) {
-                    let ((t0, a0, _), (t1, a1, _)) = (w[0], w[1]);
+                    let ((t0, a0, n0), (t1, a1, _)) = (w[0], w[1]);
                     let fault = self.seen.faults.iter().any(|t| (t0..=t1).contains(t));
                     if a0 != a1 && !fault {
                         wrong.push(format!(
                             "{key:?}: run again on another member at {t1} with no fault since {t0}"
+                        ));
+                    }
+                    let succeeded = outcomes.iter().any(|(n, s)| *n == n0 && *s == "succeeded");
+                    if succeeded && !fault {
+                        wrong.push(format!(
+                            "{key:?}: run again at {t1} after attempt {n0} succeeded, with no fault"
                         ));
                     }
                 }
@@ -673,9 +679,37 @@ impl World {
                         ));
                     }
                 }
-                // Still running at the end: caught below as a generation not ended.
-                (_, None) | (Some(_), Some(_)) => {}
+                (Some(state), Some((number, outcome))) => {
+                    // Unless its last attempt still runs (caught below as a generation not
+                    // ended), status shows the end.
+                    let last = attempts.last().map_or(0, |(_, _, n)| *n);
+                    if number == last {
+                        wrong.push(format!(
+                            "{key:?}: status reads {}, the run ended {outcome} (attempt {number})",
+                            state.word()
+                        ));
+                    }
+                }
+                (_, None) => {}
                 (None, Some(_)) => wrong.push(format!("{key:?}: ran, and nothing of it in history")),
+            }
+        }
+        // A generation ends after all its jobs: each has a final status in history no later
+        // than the first of its `APPL_END`.
+        for ((appl, gid), generation) in &generations {
+            let Some(app) = self.apps.iter().find(|a| &a.name == appl) else { continue };
+            let end = (appl.clone(), gid.clone(), APPL_END.to_owned());
+            let Some(ended) = finals.get(&end) else { continue };
+            for job in &app.jobs {
+                let key = (appl.clone(), gid.clone(), job.name.clone());
+                match finals.get(&key) {
+                    Some(t) if t <= ended => {}
+                    other => wrong.push(format!(
+                        "{appl}/{gid}: {APPL_END} at {ended}, before {} ended ({other:?}, {})",
+                        job.name,
+                        generation.state(&job.name).word()
+                    )),
+                }
             }
         }
         // A job its run term does not select on the generation's day is skipped, not run.

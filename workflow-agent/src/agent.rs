@@ -247,8 +247,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
                 Output::Request { token, message } => {
                     let _ = requests.send((token, message));
                 }
-                Output::Write { token, publication } => {
-                    let _ = writes.send((token, publication));
+                Output::Write { token, publication, round } => {
+                    let _ = writes.send((token, publication, round));
                 }
                 Output::Attempt { key, info, date, number, die_with_agent } => {
                     let (inputs, work_dir) = (inputs.clone(), work_dir.clone());
@@ -341,12 +341,13 @@ fn requests(
 
 /// Writes the publications it is given in order, and hands back the broker's answers
 /// (awaited in the order of the writes: the broker answers in that order; a lost session
-/// fails them all).
+/// fails them all). After a write fails, the rest of its round is answered not sent,
+/// unwritten ([`Output::Write`]).
 fn writes(
     client: Arc<Client>,
     inputs: mpsc::UnboundedSender<Input>,
-) -> mpsc::UnboundedSender<(u64, Publication)> {
-    let (writes, mut to_write) = mpsc::unbounded_channel::<(u64, Publication)>();
+) -> mpsc::UnboundedSender<(u64, Publication, u64)> {
+    let (writes, mut to_write) = mpsc::unbounded_channel::<(u64, Publication, u64)>();
     let (acks, mut to_await) = mpsc::unbounded_channel::<(u64, padres_client::Ack)>();
     let answers = inputs.clone();
     tokio::spawn(async move {
@@ -358,12 +359,19 @@ fn writes(
         }
     });
     tokio::spawn(async move {
-        while let Some((token, publication)) = to_write.recv().await {
+        let mut failed: Option<u64> = None;
+        while let Some((token, publication, round)) = to_write.recv().await {
+            if failed.is_some_and(|f| round <= f) {
+                let answer = Err(PublishFailure::NotSent("one before it could not be written".to_owned()));
+                let _ = inputs.send(Input::Published { token, answer });
+                continue;
+            }
             match client.publish_acked_later(publication).await {
                 Ok(ack) => {
                     let _ = acks.send((token, ack));
                 }
                 Err(e) => {
+                    failed = Some(round);
                     let _ = inputs.send(Input::Published { token, answer: Err(e.into()) });
                 }
             }

@@ -95,8 +95,10 @@ pub enum Output {
     /// Send `message` to the broker and hand its answer back as [`Input::Answer`].
     Request { token: u64, message: Message },
     /// Publish `publication`, after those asked before, and hand the broker's answer back
-    /// as [`Input::Published`].
-    Write { token: u64, publication: Publication },
+    /// as [`Input::Published`]. After a write of round `round` fails, the later writes of
+    /// that round are answered [`PublishFailure::NotSent`] without being written (they go
+    /// again in a later round, in order).
+    Write { token: u64, publication: Publication, round: u64 },
     /// Run attempt `number` of job `key` (as [`crate::job::Run::attempt`] does) and hand
     /// its end back as [`Input::AttemptEnded`].
     Attempt { key: Key, info: Arc<JobInfo>, date: String, number: u32, die_with_agent: bool },
@@ -215,6 +217,8 @@ pub struct AgentCore {
     immediate: VecDeque<(u64, Result<Option<MessageId>, String>)>,
     /// Inputs held back while the agent waits for answers.
     deferred: VecDeque<Input>,
+    /// Generations whose trigger the broker refused, to let go once the agent is idle.
+    refused: VecDeque<(String, String)>,
     /// The next reading of what catching up has due, and the next load report.
     next_check: Instant,
     next_load: Instant,
@@ -267,6 +271,7 @@ impl AgentCore {
             waiting_for: 0,
             immediate: VecDeque::new(),
             deferred: VecDeque::new(),
+            refused: VecDeque::new(),
             next_check: now.at + CHECK_EVERY,
             out: VecDeque::new(),
         };
@@ -297,6 +302,9 @@ impl AgentCore {
     /// When [`AgentCore::handle_timeout`] is due next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let publisher = self.publisher.poll_timeout().map(|ms| self.epoch + Duration::from_millis(ms));
+        if self.stage == Stage::Stopped {
+            return publisher.into_iter().chain(self.runs.poll_timeout()).min();
+        }
         if self.busy() {
             return publisher;
         }
@@ -351,6 +359,15 @@ impl AgentCore {
     /// the attempts running and the answers to its publications are handed in from now on.
     pub fn stop(&mut self) {
         self.stage = Stage::Stopped;
+        // Answers will not come: what waited for them is let go, but the ends of attempts
+        // held back meanwhile are taken.
+        self.waiting_for = 0;
+        for input in std::mem::take(&mut self.deferred) {
+            if let Input::AttemptEnded { key, number, outcome } = input {
+                self.runs.attempt_ended(&key, number, outcome, self.now.at);
+                self.run_steps();
+            }
+        }
     }
 
     /// No job is running or waiting for a slot, and nothing waits to be published.
@@ -385,6 +402,10 @@ impl AgentCore {
             if !self.later.is_empty() {
                 let later = std::mem::take(&mut self.later);
                 self.carry_out(later);
+                continue;
+            }
+            if let Some((appl, gid)) = self.refused.pop_front() {
+                self.trigger_refused(&appl, &gid);
                 continue;
             }
             let Some(input) = self.deferred.pop_front() else { return };
@@ -602,8 +623,11 @@ impl AgentCore {
     /// The answer to request `token`.
     fn answered(&mut self, token: u64, answer: Result<Option<MessageId>, String>) {
         let Some(then) = self.asked.remove(&token) else { return };
+        if self.stage == Stage::Stopped {
+            return;
+        }
         if !matches!(then, Then::Nothing) {
-            self.waiting_for -= 1;
+            self.waiting_for = self.waiting_for.saturating_sub(1);
         }
         match then {
             Then::Nothing => {}
@@ -734,8 +758,8 @@ impl AgentCore {
     pub(super) fn pump_publisher(&mut self) {
         while let Some(action) = self.publisher.poll_action() {
             match action {
-                super::outbox::Action::Write { token, publication } => {
-                    self.out.push_back(Output::Write { token, publication });
+                super::outbox::Action::Write { token, publication, round } => {
+                    self.out.push_back(Output::Write { token, publication, round });
                 }
                 super::outbox::Action::Done { seq, what } => {
                     if let Err(e) = self.journal.outbox_done(seq) {
@@ -744,7 +768,8 @@ impl AgentCore {
                         );
                     }
                 }
-                super::outbox::Action::Tell((appl, gid)) => self.trigger_refused(&appl, &gid),
+                // Taken once the agent waits for nothing (not in the middle of a deploy).
+                super::outbox::Action::Tell(refused) => self.refused.push_back(refused),
             }
         }
     }

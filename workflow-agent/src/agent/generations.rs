@@ -58,6 +58,15 @@ impl AgentCore {
                     if let Err(e) = self.journal().release(&appl, &gid) {
                         tracing::warn!("{appl}/{gid}: journal: {e}");
                     }
+                    // (A start held back across a restart, of a generation that ended
+                    // meanwhile: its id is not used again, and its place goes to the next.)
+                    if self.store().generation_ended(&appl, &gid).unwrap_or(false) {
+                        tracing::warn!("{appl}/{gid}: not started, the generation has run and ended");
+                        let mut next = Vec::new();
+                        self.starts.ended(&appl, &gid, &mut next);
+                        self.carry_out(next);
+                        continue;
+                    }
                     let Some(application) = self.applications.get(&appl) else {
                         // (No version is current: a new one failed to deploy after the
                         // old one was replaced.) It does not hold a place in flight.
@@ -78,6 +87,11 @@ impl AgentCore {
                 Step::Held { appl, gid, date } => {
                     if let Err(e) = self.journal().hold(&appl, &gid, &date) {
                         tracing::warn!("{appl}/{gid}: held back, but not kept in the journal: {e}");
+                    }
+                }
+                Step::Unheld { appl, gid } => {
+                    if let Err(e) = self.journal().release(&appl, &gid) {
+                        tracing::warn!("{appl}/{gid}: journal: {e}");
                     }
                 }
             }

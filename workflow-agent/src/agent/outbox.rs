@@ -224,8 +224,11 @@ impl From<ClientError> for Failure {
 #[derive(Debug)]
 pub(super) enum Action {
     /// Write `publication`, after those asked before; its answer comes back through
-    /// [`Publisher::answered`] with `token`.
-    Write { token: u64, publication: Publication },
+    /// [`Publisher::answered`] with `token`. `round` counts the times publications were
+    /// written again: after a write of round `r` fails, the driver answers the writes of
+    /// round `r` after it [`Failure::NotSent`] without writing them, so that none goes
+    /// ahead of it (the client may have reconnected meanwhile).
+    Write { token: u64, publication: Publication, round: u64 },
     /// Taken by the broker, or refused: it leaves the journal's outbox.
     Done { seq: i64, what: String },
     /// Told to the agent: the broker refused the trigger of (appl, gid).
@@ -261,6 +264,8 @@ pub(super) struct Publisher {
     /// It has been written again and is not yet settled: nothing new is written
     /// meanwhile, so that what else was not sent goes again before anything new.
     resending: bool,
+    /// How many times publications were written again ([`Action::Write`]'s `round`).
+    round: u64,
     actions: VecDeque<Action>,
 }
 
@@ -273,6 +278,7 @@ impl Default for Publisher {
             resend_at: None,
             wait: ms(RESEND_FIRST),
             resending: false,
+            round: 0,
             actions: VecDeque::new(),
         }
     }
@@ -305,6 +311,7 @@ impl Publisher {
             return;
         }
         self.resend_at = None;
+        self.round += 1;
         for flight in &mut self.in_flight {
             // (One sent now or never is dropped when its turn comes.)
             if flight.not_sent() && !flight.queued.now_or_never {
@@ -312,7 +319,7 @@ impl Publisher {
                 self.next_token += 1;
                 flight.answer = None;
                 let publication = flight.queued.publication.clone();
-                self.actions.push_back(Action::Write { token: flight.token, publication });
+                self.actions.push_back(Action::Write { token: flight.token, publication, round: self.round });
             }
         }
         self.wait = (self.wait * 2).min(ms(RESEND_MOST));
@@ -375,7 +382,8 @@ impl Publisher {
             let Some(queued) = self.waiting.pop_front() else { break };
             let token = self.next_token;
             self.next_token += 1;
-            self.actions.push_back(Action::Write { token, publication: queued.publication.clone() });
+            let publication = queued.publication.clone();
+            self.actions.push_back(Action::Write { token, publication, round: self.round });
             self.in_flight.push_back(Flight { token, queued, answer: None });
         }
     }
@@ -407,7 +415,7 @@ mod tests {
         let mut seen = Seen::default();
         while let Some(action) = p.poll_action() {
             match action {
-                Action::Write { token, publication } => {
+                Action::Write { token, publication, .. } => {
                     let Some(Value::Int(n)) = publication.get("n") else { panic!("no n") };
                     seen.written.push((*n, token));
                 }

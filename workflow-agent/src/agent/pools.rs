@@ -343,14 +343,11 @@ impl AgentCore {
         let taken = self.journal().take_assignment(&key.0, &key.1, &key.2, attempt);
         match taken {
             Ok(Claim::New) => {}
-            Ok(Claim::Ended { attempt: last, .. }) if dispatched <= last => {
-                // A dispatch this member has run already (delivered again: a reconnection
-                // replays them).
-                return self.not_running(&key);
-            }
             Ok(Claim::Ended { status, exit, attempt }) => {
                 // Dispatched again after it ended here (its status was late, or lost to
-                // the home agent): said again, not run again.
+                // the home agent, which publishes an unanswered dispatch again), or the
+                // same dispatch delivered again (a reconnection replays them): said again,
+                // not run again.
                 self.not_running(&key);
                 let status = match status.as_str() {
                     "succeeded" => "succeeded",
@@ -516,6 +513,7 @@ impl AgentCore {
                     if let Some(dispatch) = self.dispatches.get_mut(&key) {
                         dispatch.accept_from = d.attempt;
                         dispatch.d = d;
+                        dispatch.sent = self.now.at;
                     }
                     self.run_own(&key);
                 }

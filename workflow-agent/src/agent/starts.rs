@@ -36,6 +36,9 @@ pub(crate) enum Step {
     /// Write to the journal that generation `gid` of `appl`, run on `date`, waits to start
     /// (a [`Step::Start`] of it releases it).
     Held { appl: String, gid: String, date: String },
+    /// Generation `gid` of `appl` no longer waits, and is not started from here (it was
+    /// started meanwhile): its journal row goes.
+    Unheld { appl: String, gid: String },
 }
 
 /// A cron trigger of an application.
@@ -186,6 +189,7 @@ impl Starts {
             if !home.in_flight.contains(&gid) {
                 return self.start(appl, gid, date, out);
             }
+            out.push(Step::Unheld { appl: appl.to_owned(), gid });
         }
     }
 
@@ -272,7 +276,7 @@ mod tests {
         out.iter()
             .filter_map(|s| match s {
                 Step::Start { gid, .. } => Some(gid.as_str()),
-                Step::CronFired { .. } | Step::Held { .. } => None,
+                Step::CronFired { .. } | Step::Held { .. } | Step::Unheld { .. } => None,
             })
             .collect()
     }
@@ -333,6 +337,7 @@ mod tests {
         starts.home("a", 1, ["g2".to_owned()], []);
         starts.ended("a", "g1", &mut out);
         assert_eq!(started(&out), ["g1"], "g2 is in flight, g3 waits for room");
+        assert!(out.contains(&Step::Unheld { appl: "a".into(), gid: "g2".into() }), "g2's row goes: {out:?}");
         starts.ended("a", "g2", &mut out);
         assert_eq!(started(&out), ["g1", "g3"]);
     }
