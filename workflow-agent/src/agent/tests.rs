@@ -1,6 +1,6 @@
 //! [`AgentCore`] driven in virtual time by a bench that answers every request at once:
-//! rules that need the whole agent (deployments and their versions) rather than one of
-//! its parts.
+//! rules that need the whole agent (deployments and their versions, pool dispatch) rather
+//! than one of its parts.
 
 use std::time::Duration;
 
@@ -19,6 +19,8 @@ struct Bench {
     next_id: u64,
     /// Every request made, with the id given.
     requests: Vec<(Message, Option<MessageId>)>,
+    /// Every publication written, with when.
+    written: Vec<(tokio::time::Instant, Publication)>,
 }
 
 impl Bench {
@@ -27,7 +29,7 @@ impl Bench {
         let mut options = Options::new(name, std::path::PathBuf::new());
         options.catch_up = Duration::from_secs(5);
         let core = AgentCore::new(options, Box::new(MemoryJournal::default()), now, "B1".to_owned());
-        let mut bench = Self { core, now, next_id: 0, requests: Vec::new() };
+        let mut bench = Self { core, now, next_id: 0, requests: Vec::new(), written: Vec::new() };
         bench.pump();
         bench
     }
@@ -47,7 +49,10 @@ impl Bench {
                     self.requests.push((message, id.clone()));
                     Input::Answer { token, answer: Ok(id) }
                 }
-                Output::Write { token, .. } => Input::Published { token, answer: Ok(()) },
+                Output::Write { token, publication, .. } => {
+                    self.written.push((self.now.at, publication));
+                    Input::Published { token, answer: Ok(()) }
+                }
                 Output::Fatal(why) => panic!("{why}"),
                 Output::Attempt { .. } | Output::Command { .. } | Output::Leave => continue,
             };
@@ -80,6 +85,22 @@ impl Bench {
             Input::Notification(Notification::Publication { subs: vec![sub], publication }),
         );
         self.pump();
+    }
+
+    /// A publication delivered to the agent for its subscription `sub`.
+    fn deliver(&mut self, sub: &MessageId, publication: Publication) {
+        let notification = Notification::Publication { subs: vec![sub.clone()], publication };
+        self.core.handle(self.now, Input::Notification(notification));
+        self.pump();
+    }
+
+    /// The id given to the first subscription whose text contains `part`.
+    fn subscription(&self, part: &str) -> MessageId {
+        self.requests
+            .iter()
+            .filter(|(m, _)| matches!(m, Message::Subscribe(_)) && m.to_string().contains(part))
+            .find_map(|(_, id)| id.clone())
+            .unwrap_or_else(|| panic!("no subscription with {part}"))
     }
 
     /// The subscriptions withdrawn so far.
@@ -149,4 +170,93 @@ fn a_version_deployed_again_unchanged_changes_nothing() {
         asked.iter().all(|m| !matches!(m, Message::CompositeSubscribe(_) | Message::Unsubscribe(_))),
         "{asked:?}"
     );
+}
+
+/// A home agent dispatching a pool job: to whom each `dispatched` status sends it, with why,
+/// as (when, member, reason).
+fn dispatches(bench: &Bench) -> Vec<(tokio::time::Instant, String, Option<String>)> {
+    let text = |p: &Publication, a: &str| p.get(a).and_then(padres_lang::Value::as_str).map(str::to_owned);
+    bench
+        .written
+        .iter()
+        .filter(|(_, p)| text(p, "status").as_deref() == Some("dispatched"))
+        .map(|(at, p)| (*at, text(p, "to").unwrap_or_default(), text(p, "reason")))
+        .collect()
+}
+
+#[test]
+fn a_pool_job_goes_to_another_member_only_after_its_member_is_silent_for_silence_periods() {
+    const XML: &str = r#"<application name="nightly" version="1" tz="UTC" max-generations="2" home="home">
+        <job name="P" run="daily" pool="ledger"><command>true</command></job>
+        <job name="Q" run="daily" agent="home"><command>true</command><after job="P"/></job>
+    </application>"#;
+    let app = parse_application(XML).expect("valid");
+    let deployment = translate(&app).expect("translates");
+    let envelope = deployment.envelopes.iter().find(|e| e.agent == "home").expect("the home agent's");
+    let mut bench = Bench::new("home");
+    bench.command(&envelope.control("nightly", "r"));
+    let loads = bench.subscription("agent_load");
+    let report = |bench: &Bench, agent: &str| {
+        crate::pool::Load {
+            agent: agent.to_owned(),
+            broker: "B1".to_owned(),
+            pools: vec!["ledger".to_owned()],
+            incarnation: 7,
+            state: crate::pool::MemberState::Up,
+            period_ms: 1000,
+            capacity: 4,
+            running: 0,
+            queued: 0,
+            delay_short_ms: 0.0,
+            delay_long_ms: 0.0,
+            arrivals: 0.0,
+        }
+        .publication()
+        .expect("a report")
+        .with_time(padres_lang::Timestamp::from_millis(bench.now.wall_ms).expect("a time"))
+    };
+    // Both members report (the pool's policy picks one of them).
+    for agent in ["m1", "m2"] {
+        let publication = report(&bench, agent);
+        bench.deliver(&loads, publication);
+    }
+    // A generation: its trigger, then P's dependency matched (the trigger and APPL_START).
+    let trigger = Control {
+        agent: "home".to_owned(),
+        appl: "nightly".to_owned(),
+        reference: String::new(),
+        command: Command::Trigger { gid: "g1".to_owned(), date: "2026-11-27".to_owned() },
+    };
+    bench.command(&trigger);
+    let published =
+        padres_workflow::control::trigger_publication("nightly", &deployment.version, "g1", "2026-11-27")
+            .expect("a trigger");
+    let dependencies = bench.dependencies();
+    for sub in &dependencies[..2] {
+        // (APPL_START's, then P's: each needs the trigger; P's also APPL_START's status,
+        // which a composite match carries with it.)
+        let pubs = vec![(0, published.clone())];
+        bench.core.handle(bench.now, Input::Notification(Notification::Composite { sub: sub.clone(), pubs }));
+        bench.pump();
+    }
+    let first = dispatches(&bench);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let member = first[0].1.clone();
+    let other = if member == "m1" { "m2" } else { "m1" };
+    // The other member keeps reporting; the chosen one falls silent. Silence is 3 periods
+    // of 1 s (its own): before that the job stays where it is.
+    let start = bench.now.at;
+    for _ in 0..12 {
+        bench.advance(Duration::from_millis(500));
+        let publication = report(&bench, other);
+        bench.deliver(&loads, publication);
+    }
+    let again = dispatches(&bench);
+    assert_eq!(again.len(), 2, "dispatched again once: {again:?}");
+    let (at, to, reason) = &again[1];
+    assert_eq!(to, other);
+    assert!(reason.as_deref().is_some_and(|r| r.contains("silent")), "{reason:?}");
+    let waited = at.saturating_duration_since(start);
+    assert!(waited >= Duration::from_secs(3), "dispatched again after {waited:?}, before 3 silent periods");
+    assert!(waited <= Duration::from_secs(5), "dispatched again only after {waited:?}");
 }
