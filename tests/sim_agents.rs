@@ -6,8 +6,9 @@
 //! good and made again, a broker restarting under agents (their sessions lost: what they
 //! awaited fails, their clients reconnect and issue again what they had issued, with new
 //! ids mapped back, as the client does), deliveries delayed and reordered across links,
-//! and the agents' clocks up to 3 s apart. Two seeds in five run payroll, one month-end (with its ledger
-//! pool), two a random DAG of 5 to 60 jobs; one to three generations each.
+//! and the agents' clocks up to 3 s apart. Two seeds in five run payroll, one month-end
+//! (with its ledger pool), two a random DAG of 5 to 60 jobs; one to three generations
+//! each.
 //!
 //! The oracle ([`World::check`]), for every generation triggered:
 //! - each job runs at most once (a run counts from its first attempt's start: attempts
