@@ -808,15 +808,25 @@ impl World {
                 (None, Some(_)) => wrong.push(format!("{key:?}: ran, and nothing of it in history")),
             }
         }
-        // A generation ends after all its jobs: each has a final status in history no later
-        // than the first of its `APPL_END`.
+        // A generation ends after all its jobs: each has an end in history (final, or
+        // `failed`/`timeout`, which a successor waiting for `any` takes) no later than the
+        // first of its `APPL_END`.
+        let mut ends: BTreeMap<&Key, u64> = BTreeMap::new();
+        for (key, statuses) in &history {
+            for (t, status, _, _) in statuses {
+                if status != "started" && status != "dispatched" {
+                    let first = ends.entry(key).or_insert(*t);
+                    *first = (*first).min(*t);
+                }
+            }
+        }
         for ((appl, gid), generation) in &generations {
             let Some(app) = self.apps.iter().find(|a| &a.name == appl) else { continue };
             let end = (appl.clone(), gid.clone(), APPL_END.to_owned());
             let Some(ended) = finals.get(&end) else { continue };
             for job in &app.jobs {
                 let key = (appl.clone(), gid.clone(), job.name.clone());
-                match finals.get(&key) {
+                match ends.get(&key) {
                     Some(t) if t <= ended => {}
                     other => wrong.push(format!(
                         "{appl}/{gid}: {APPL_END} at {ended}, before {} ended ({other:?}, {})",
