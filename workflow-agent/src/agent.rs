@@ -236,8 +236,8 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
     let requests = requests(client.clone(), inputs.clone());
     let writes = writes(client.clone(), inputs.clone());
     let work_dir = options.work_dir.clone();
-    let mut broker = client.broker_name().to_string();
-    let mut core = AgentCore::new(options, Box::new(journal), Now::read(), broker.clone());
+    let mut broker = client.broker_name();
+    let mut core = AgentCore::new(options, Box::new(journal), Now::read(), broker.to_string());
     // A notification taken while gathering a batch of matches, handled next.
     let mut deferred: Option<Notification> = None;
     let mut stopping = false;
@@ -313,10 +313,10 @@ pub async fn serve(mut client: Client, options: Options) -> Result<(), AgentErro
             Some(input) = from_tasks.recv() => core.handle(Now::read(), input),
             () = until(deadline) => core.handle_timeout(Now::read(), notifications.is_empty()),
         }
-        let now_on = client.broker_name().to_string();
+        let now_on = client.broker_name();
         if now_on != broker {
-            broker.clone_from(&now_on);
-            core.handle(Now::read(), Input::Broker(now_on));
+            core.handle(Now::read(), Input::Broker(now_on.to_string()));
+            broker = now_on;
         }
     }
     Ok(())

@@ -375,11 +375,6 @@ impl AgentCore {
         self.runs.is_idle() && self.publisher.is_idle()
     }
 
-    /// No job is running or waiting for a slot.
-    pub fn runs_idle(&self) -> bool {
-        self.runs.is_idle()
-    }
-
     /// Whether other inputs wait: for answers, or for the agent to have started.
     fn busy(&self) -> bool {
         self.waiting_for > 0 || self.stage != Stage::Running

@@ -113,9 +113,7 @@ pub(super) enum Origin {
 pub(super) struct Deploying {
     body: EnvelopeBody,
     at_ms: i64,
-    calendar: Arc<Calendar>,
-    schedules: Vec<Option<Schedule>>,
-    crons: Vec<(String, CronTrigger)>,
+    parts: Parts,
     roles: Vec<Role>,
     answers: Vec<Option<Result<Option<MessageId>, String>>>,
     origin: Origin,
@@ -125,7 +123,10 @@ impl AgentCore {
     /// Deploys again a deployment kept in the journal.
     pub(super) fn restore(&mut self, appl: &str, body: &str, at_ms: i64) {
         match EnvelopeBody::from_json(body) {
-            Ok(body) => self.begin_deploy(body, at_ms, Origin::Journal),
+            Ok(body) => match Parts::of(&body) {
+                Ok(parts) => self.begin_deploy(body, parts, at_ms, Origin::Journal),
+                Err(why) => self.deployed(appl, Origin::Journal, Err(why), at_ms, ""),
+            },
             Err(e) => {
                 tracing::error!("{appl}: the deployment kept in the journal cannot be deployed again: {e}");
             }
@@ -142,10 +143,11 @@ impl AgentCore {
         if self.applications.get(&appl).is_some_and(|a| a.body == *body) {
             return Some(Ok(()));
         }
-        if let Err(why) = check_body(body) {
+        let parts = match Parts::of(body) {
+            Ok(parts) => parts,
             // Refused before anything changes: the deployed version stays.
-            return Some(Err(why));
-        }
+            Err(why) => return Some(Err(why)),
+        };
         self.replace(&appl);
         // A version deployed again while still kept for its generations (a rollback): the
         // copy kept goes, the new one catches up in them.
@@ -163,47 +165,14 @@ impl AgentCore {
             self.withdraw(&application);
         }
         let at_ms = self.now.wall_ms;
-        self.begin_deploy(body.clone(), at_ms, Origin::Control(control));
+        self.begin_deploy(body.clone(), parts, at_ms, Origin::Control(control));
         // Answered once deployed.
         None
     }
 
     /// Deploys `body` (deployed at `at_ms`, epoch milliseconds: the generations followed
     /// start from then): every advertisement and subscription asked at once.
-    fn begin_deploy(&mut self, body: EnvelopeBody, at_ms: i64, origin: Origin) {
-        let parts = (|| -> Result<_, String> {
-            let calendar = Arc::new(Calendar {
-                name: body.appl.clone(),
-                workdays: parse_weekdays(&body.workdays)?,
-                holidays: body
-                    .holidays
-                    .iter()
-                    .map(|d| {
-                        NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|e| format!("holiday {d}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?,
-            });
-            let schedules = body
-                .jobs
-                .iter()
-                .map(|job| job.info.as_ref().map(schedule_of).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
-            let crons = body
-                .triggers
-                .iter()
-                .filter_map(|t| match t {
-                    TriggerSpec::Cron(pattern) => {
-                        Some(CronTrigger::new(pattern, &body.tz).map(|c| (pattern.clone(), c)))
-                    }
-                    TriggerSpec::Event(_) => None,
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((calendar, schedules, crons))
-        })();
-        let (calendar, schedules, crons) = match parts {
-            Ok(parts) => parts,
-            Err(why) => return self.deployed(&body.appl, origin, Err(why), at_ms, ""),
-        };
+    fn begin_deploy(&mut self, body: EnvelopeBody, parts: Parts, at_ms: i64, origin: Origin) {
         let home = body.jobs.iter().any(|j| j.job == APPL_START);
         let mut asks: Vec<(Role, Result<Message, String>)> = Vec::new();
         if home {
@@ -267,7 +236,7 @@ impl AgentCore {
             self.ask(message, Then::Deploy(index));
         }
         let answers = roles.iter().map(|_| None).collect();
-        self.deploying = Some(Deploying { body, at_ms, calendar, schedules, crons, roles, answers, origin });
+        self.deploying = Some(Deploying { body, at_ms, parts, roles, answers, origin });
     }
 
     /// The answer to request `index` of the deployment in progress; once all are in, the
@@ -280,8 +249,14 @@ impl AgentCore {
         if deploying.answers.iter().any(Option::is_none) {
             return;
         }
-        let Some(Deploying { body, at_ms, calendar, schedules, crons, roles, answers, origin }) =
-            self.deploying.take()
+        let Some(Deploying {
+            body,
+            at_ms,
+            parts: Parts { calendar, schedules, crons },
+            roles,
+            answers,
+            origin,
+        }) = self.deploying.take()
         else {
             return;
         };
@@ -570,23 +545,46 @@ impl AgentCore {
     }
 }
 
-/// Whether `body` can be deployed: its calendar, run terms and cron triggers read.
-fn check_body(body: &EnvelopeBody) -> Result<(), String> {
-    parse_weekdays(&body.workdays)?;
-    for day in &body.holidays {
-        NaiveDate::parse_from_str(day, "%Y-%m-%d").map_err(|e| format!("holiday {day}: {e}"))?;
+/// What a body's text reads as: its calendar, each job's schedule (`None` for a virtual
+/// job) and its cron triggers. A body that does not read is refused, in words.
+#[derive(Debug)]
+struct Parts {
+    calendar: Arc<Calendar>,
+    schedules: Vec<Option<Schedule>>,
+    crons: Vec<(String, CronTrigger)>,
+}
+
+impl Parts {
+    fn of(body: &EnvelopeBody) -> Result<Self, String> {
+        let holidays = body
+            .holidays
+            .iter()
+            .map(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|e| format!("holiday {d}: {e}")));
+        let calendar = Arc::new(Calendar {
+            name: body.appl.clone(),
+            workdays: parse_weekdays(&body.workdays)?,
+            holidays: holidays.collect::<Result<_, _>>()?,
+        });
+        let schedules = body
+            .jobs
+            .iter()
+            .map(|job| {
+                let schedule = job.info.as_ref().map(schedule_of).transpose();
+                schedule.map_err(|e| format!("job {}: {e}", job.job))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let crons = body
+            .triggers
+            .iter()
+            .filter_map(|t| match t {
+                TriggerSpec::Cron(pattern) => {
+                    Some(CronTrigger::new(pattern, &body.tz).map(|c| (pattern.clone(), c)))
+                }
+                TriggerSpec::Event(_) => None,
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { calendar, schedules, crons })
     }
-    for job in &body.jobs {
-        if let Some(info) = &job.info {
-            schedule_of(info).map_err(|e| format!("job {}: {e}", job.job))?;
-        }
-    }
-    for trigger in &body.triggers {
-        if let TriggerSpec::Cron(pattern) = trigger {
-            CronTrigger::new(pattern, &body.tz)?;
-        }
-    }
-    Ok(())
 }
 
 /// A job's schedule from its envelope's text.
