@@ -8,7 +8,10 @@
 //! ids mapped back, as the client does), deliveries delayed and reordered across links,
 //! and the agents' clocks up to 3 s apart. Two seeds in five run payroll, one month-end
 //! (with its ledger pool), two a random DAG of 5 to 60 jobs; one to three generations
-//! each.
+//! each. A quarter of the payroll seeds and of the DAGs of 20 jobs at most then play a
+//! second act ([`Act`]): a new version with a cron trigger (every two minutes) and an
+//! event trigger, events published, the home agent down for one to five minutes, then a
+//! version without triggers.
 //!
 //! The oracle ([`World::check`]), for every generation triggered:
 //! - each job runs at most once (a run counts from its first attempt's start: attempts
@@ -21,7 +24,10 @@
 //!   operator, so that its successors go on);
 //! - what the history stores keep of each job agrees with what ran, as `padres workflow
 //!   status` reads it: its last status is the last attempt's outcome (or the operator's
-//!   bypass, or the report of a run its agent's crash interrupted).
+//!   bypass, or the report of a run its agent's crash interrupted);
+//! - in the second act, generations start as the triggers say ([`World::check_act`]):
+//!   each cron occurrence while the home agent is up, of those missed while it was down
+//!   only the latest, none outside the version that has the triggers, one per event.
 //!
 //! A vacuity guard checks that the suite's seeds ran jobs through every kind of fault.
 //!
@@ -130,7 +136,39 @@ struct Seen {
     bypassed: BTreeSet<Key>,
     /// When an agent crashed or a link went down.
     faults: Vec<u64>,
+    /// The second act, when the seed plays it.
+    act: Option<Act>,
 }
+
+/// A seed's second act: a version with a cron trigger (every two minutes) and an event
+/// trigger deployed, events published, the home agent down for a while, then a version
+/// without triggers deployed. Times are the simulator's.
+#[derive(Debug)]
+struct Act {
+    appl: String,
+    /// The home agent.
+    home: usize,
+    /// When the version with the triggers was deployed, and the one without.
+    deployed: u64,
+    withdrawn: u64,
+    /// The home agent crashed and started again.
+    down: (u64, u64),
+    /// When each event was published.
+    events: Vec<u64>,
+}
+
+/// The second act's cron trigger: every two minutes.
+const CRON: &str = "*/2 * * * *";
+const CRON_MS: i64 = 120_000;
+
+/// The second act's event trigger, and the operator's advertisement for its events.
+const EVENT: &str = "[class,eq,'file_arrived'],[dir,eq,'inbox']";
+const EVENT_AD: &str = "[class,eq,'file_arrived'],[dir,isPresent,''],[n,isPresent,0]";
+
+/// What a margin of the oracle's leaves to either side of an instant it cannot pin down
+/// (a trigger fired, an event published or a deployment taken near a crash, a restart or
+/// a deployment).
+const MARGIN_MS: i64 = 1_000;
 
 /// The federation, its agents, an operator, and the jobs running.
 struct World {
@@ -593,6 +631,9 @@ impl World {
         for envelope in &deployment.envelopes {
             self.publish_control(&envelope.control(&deployment.appl, "sim"));
         }
+        // A new version replaces the model (the versions of one application differ only
+        // in their triggers here).
+        self.apps.retain(|a| a.name != app.name);
         self.apps.push(app);
     }
 
@@ -661,8 +702,164 @@ impl World {
         }
     }
 
+    /// Quiet: failed jobs bypassed until every generation has ended (for three hours at
+    /// most), and half a minute more for anything that would still happen.
+    fn quiet(&mut self) {
+        for _ in 0..360 {
+            self.run_until(self.sim.now() + 30_000);
+            if self.all_ended() {
+                break;
+            }
+            self.bypass_failed();
+        }
+        self.run_until(self.sim.now() + 30_000);
+        self.adopt_started();
+    }
+
+    /// The second act ([`Act`]) on application `xml` (its first version deployed).
+    fn second_act(&mut self, xml: &str, rng: &mut fastrand::Rng) {
+        let app = parse_application(xml).expect("a valid application");
+        let home = self.agents.iter().position(|a| a.name == app.home_agent()).expect("its home agent");
+        let ad = EVENT_AD.parse().expect("an advertisement");
+        self.sim.request(self.operator, Message::Advertise(ad));
+        self.run_until(self.sim.now() + 100);
+        let deployed = self.sim.now();
+        log!(self, "second act: version 2, with triggers");
+        let triggers = format!("<trigger cron=\"{CRON}\"/><trigger event=\"{EVENT}\"/>");
+        self.deploy(&versioned(xml, 2, &triggers));
+        // The home agent down for one to five minutes; events now and then.
+        let crash = deployed + rng.u64(10_000..=240_000);
+        let restart = crash + rng.u64(60_000..=300_000);
+        let withdrawn = restart + rng.u64(30_000..=240_000);
+        let mut events: Vec<u64> =
+            (0..rng.usize(1..=4)).map(|_| rng.u64(deployed + 2_000..withdrawn)).collect();
+        events.sort_unstable();
+        events.dedup();
+        let mut plan: Vec<(u64, usize)> = events.iter().map(|t| (*t, 0)).collect();
+        plan.extend([(crash, 1), (restart, 2), (withdrawn, 3)]);
+        plan.sort_unstable();
+        for (n, (at, what)) in plan.into_iter().enumerate() {
+            self.run_until(at);
+            match what {
+                0 => {
+                    let event = format!("[class,'file_arrived'],[dir,'inbox'],[n,{n}]");
+                    log!(self, "operator: event {event}");
+                    let publication = event.parse().expect("a publication");
+                    self.sim.request(self.operator, Message::Publish(publication));
+                }
+                1 => self.crash(home),
+                2 => self.start(home),
+                _ => {
+                    log!(self, "second act: version 3, without triggers");
+                    self.deploy(&versioned(xml, 3, ""));
+                }
+            }
+        }
+        self.seen.act =
+            Some(Act { appl: app.name, home, deployed, withdrawn, down: (crash, restart), events });
+    }
+
+    /// The second act's starts, as the docs say of triggers (`docs/workflows.md`): each
+    /// cron occurrence while the home agent is up starts its generation; of those it
+    /// missed while down, the latest is made up when it starts again and the earlier ones
+    /// are skipped; none starts before the triggers were deployed or after they were
+    /// withdrawn; each event published while the home agent is up starts one generation,
+    /// and none starts but for an event. (That each of them runs its jobs once, in order,
+    /// and ends is checked as for any generation.)
+    fn check_act(&self, wrong: &mut Vec<String>) {
+        let Some(act) = &self.seen.act else { return };
+        let skew = self.agents[act.home].skew_ms;
+        let sim = |t: u64| i64::try_from(t).expect("small");
+        let (deployed, withdrawn) = (sim(act.deployed), sim(act.withdrawn));
+        let (crash, restart) = (sim(act.down.0), sim(act.down.1));
+        let mut fired = BTreeSet::new();
+        let mut by_event: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+        for (appl, gid) in self.seen.triggered.keys() {
+            if *appl != act.appl {
+                continue;
+            }
+            if let Some(occurrence) = gid.strip_prefix("cron-") {
+                let wall = chrono::DateTime::parse_from_str(occurrence, "%Y-%m-%dT%H%M%z")
+                    .map_or(-1, |t| t.timestamp_millis());
+                // When the home agent's clock showed it, in the simulator's time.
+                let at = wall - skew;
+                if wall % CRON_MS != 0 || at < deployed - MARGIN_MS || at > withdrawn + MARGIN_MS {
+                    wrong.push(format!(
+                        "{appl}/{gid}: started for an occurrence of '{CRON}' outside its deployment ({deployed}..{withdrawn}, at {at})"
+                    ));
+                }
+                fired.insert(wall);
+            } else if let Some(rest) = gid.strip_prefix("event-") {
+                let at: i64 = rest.split('-').next().and_then(|t| t.parse().ok()).unwrap_or(-1);
+                match act.events.iter().map(|t| sim(*t)).rfind(|t| (*t..=*t + 50).contains(&at)) {
+                    Some(event) => by_event.entry(event).or_default().push(gid),
+                    None => wrong.push(format!("{appl}/{gid}: started by no event published")),
+                }
+            }
+        }
+        let clear = |t: i64| (t - crash).abs() > MARGIN_MS && (t - restart).abs() > MARGIN_MS;
+        let inside = |t: i64| t > deployed + MARGIN_MS && t < withdrawn - MARGIN_MS;
+        // Occurrences, by the home agent's clock, while the triggers were deployed.
+        let first = (deployed + skew).div_euclid(CRON_MS) * CRON_MS;
+        let occurrences: Vec<i64> =
+            (0..).map(|k| first + k * CRON_MS).take_while(|w| *w - skew <= withdrawn).collect();
+        let missed: Vec<i64> = occurrences
+            .iter()
+            .copied()
+            .filter(|w| inside(*w - skew) && clear(*w - skew) && (crash..restart).contains(&(*w - skew)))
+            .collect();
+        // The latest missed is made up, unless one fell too near the restart to say.
+        let unsure = occurrences.iter().any(|w| (w - skew - restart).abs() <= MARGIN_MS);
+        let made_up = missed.last().copied().filter(|_| !unsure);
+        for w in occurrences {
+            let at = w - skew;
+            if !inside(at) || !clear(at) {
+                continue;
+            }
+            let down = (crash..restart).contains(&at);
+            let gid = format!("the occurrence at {w} (sim {at})");
+            if !down && !fired.contains(&w) {
+                wrong.push(format!("{}: no generation for {gid}, the home agent up", act.appl));
+            }
+            if down && Some(w) == made_up && !fired.contains(&w) {
+                wrong.push(format!("{}: {gid}, missed while down, not made up at {restart}", act.appl));
+            }
+            if down && Some(w) != made_up && !unsure && fired.contains(&w) {
+                wrong.push(format!("{}: {gid}, missed while down and not the latest, ran", act.appl));
+            }
+        }
+        for event in &act.events {
+            let t = sim(*event);
+            let gids = by_event.get(&t).map_or(0, Vec::len);
+            let up = inside(t) && clear(t) && !(crash..restart).contains(&t);
+            if gids > 1 || (up && gids == 0) {
+                wrong.push(format!("{}: the event at {t} started {gids} generations", act.appl));
+            }
+        }
+    }
+
+    /// Generations the home agents started by cron and event triggers, as the history
+    /// stores keep their triggers: followed by the oracle as those an operator triggered.
+    fn adopt_started(&mut self) {
+        for (_, stamped) in &self.sim.stored {
+            let p = &stamped.publication;
+            let text = |a: &str| p.get(a).and_then(Value::as_str).map(str::to_owned);
+            let (Some(appl), Some(gid), Some(date)) = (text("appl"), text("gid"), text("date")) else {
+                continue;
+            };
+            if p.class() != "trigger" || !(gid.starts_with("cron-") || gid.starts_with("event-")) {
+                continue;
+            }
+            let at = p.time().map_or(0, |t| u64::try_from(t.millis()).unwrap_or(0));
+            let first = self.seen.triggered.entry((appl.clone(), gid.clone())).or_insert(at);
+            *first = (*first).min(at);
+            self.seen.dates.insert((appl, gid), date);
+        }
+    }
+
     /// Whether every generation triggered has ended, as the history stores say.
-    fn all_ended(&self) -> bool {
+    fn all_ended(&mut self) -> bool {
+        self.adopt_started();
         let ended: BTreeSet<(String, String)> = self
             .sim
             .stored
@@ -883,8 +1080,21 @@ impl World {
                 wrong.push(format!("{appl}/{gid}: no {APPL_START}"));
             }
         }
+        self.check_act(&mut wrong);
         wrong
     }
+}
+
+/// Version `version` of application `xml`, with `triggers` (elements) for the triggers
+/// it had.
+fn versioned(xml: &str, version: u32, triggers: &str) -> String {
+    let xml = xml.replacen("version=\"1\"", &format!("version=\"{version}\""), 1);
+    let mut xml: String =
+        xml.lines().filter(|l| !l.trim_start().starts_with("<trigger")).map(|l| format!("{l}\n")).collect();
+    let opening = xml.find("<application").expect("an application");
+    let end = opening + xml[opening..].find('>').expect("its tag ends") + 1;
+    xml.insert_str(end, triggers);
+    xml
 }
 
 /// A random application: `jobs` jobs on `agents`, each after up to three earlier ones.
@@ -923,6 +1133,9 @@ struct Exercised {
     bypassed: u64,
     /// Pool jobs run again on another member.
     redispatched: u64,
+    /// Generations started by cron and by event triggers.
+    cron_generations: u64,
+    event_generations: u64,
 }
 
 impl std::ops::AddAssign for Exercised {
@@ -935,6 +1148,8 @@ impl std::ops::AddAssign for Exercised {
         self.sessions_lost += o.sessions_lost;
         self.bypassed += o.bypassed;
         self.redispatched += o.redispatched;
+        self.cron_generations += o.cron_generations;
+        self.event_generations += o.event_generations;
     }
 }
 
@@ -1045,16 +1260,16 @@ fn run_seed(seed: u64) -> (Vec<String>, Exercised, u64) {
             world.reconnect(a);
         }
     }
-    // Then quiet: failed jobs bypassed until every generation has ended (for three hours
-    // at most), and half a minute more for anything that would still happen.
-    for _ in 0..360 {
-        world.run_until(world.sim.now() + 30_000);
-        if world.all_ended() {
-            break;
-        }
-        world.bypass_failed();
+    world.quiet();
+    // A quarter of the payroll seeds and of the random DAGs of 20 jobs at most play a
+    // second act, with cron and event triggers (drawn apart, so that the first act stays
+    // as the seed had it).
+    let mut act = fastrand::Rng::with_seed(seed ^ 0xac7);
+    let small = parse_application(&xml).is_ok_and(|a| a.jobs.len() <= 20);
+    if shape != 1 && small && act.usize(0..4) == 0 {
+        world.second_act(&xml, &mut act);
+        world.quiet();
     }
-    world.run_until(world.sim.now() + 30_000);
     exercised.generations = world.seen.triggered.len() as u64;
     exercised.attempts = world.seen.attempts.values().map(|a| a.len() as u64).sum();
     exercised.bypassed = world.seen.bypassed.len() as u64;
@@ -1064,6 +1279,10 @@ fn run_seed(seed: u64) -> (Vec<String>, Exercised, u64) {
         .values()
         .filter(|a| a.iter().map(|(_, agent, _)| agent).collect::<BTreeSet<_>>().len() > 1)
         .count() as u64;
+    exercised.cron_generations =
+        world.seen.triggered.keys().filter(|(_, g)| g.starts_with("cron-")).count() as u64;
+    exercised.event_generations =
+        world.seen.triggered.keys().filter(|(_, g)| g.starts_with("event-")).count() as u64;
     (world.check(), exercised, world.digest())
 }
 
@@ -1149,6 +1368,8 @@ fn workflows_run_once_in_order_and_end_whatever_the_faults() {
             ("agents' sessions lost", e.sessions_lost),
             ("jobs bypassed after failing", e.bypassed),
             ("pool jobs run again on another member", e.redispatched),
+            ("generations started by cron", e.cron_generations),
+            ("generations started by events", e.event_generations),
         ] {
             assert!(n > 0, "no {what} in {} seeds: {e:?}", seeds.len());
         }
