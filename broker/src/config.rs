@@ -201,6 +201,16 @@ pub struct HistoryStoreConfig {
     pub max_results: u64,
 }
 
+/// What a broker with `workflows` keeps: the classes job agents and `padres workflow`
+/// read back from history (commands and deployments, generations' triggers, jobs'
+/// statuses, agents' load reports).
+pub const WORKFLOW_HISTORY: [&str; 4] =
+    ["[class,eq,'agent_ctl']", "[class,eq,'trigger']", "[class,eq,'job_status']", "[class,eq,'agent_load']"];
+
+/// The attributes a broker with `workflows` indexes: `padres workflow` and the agents ask
+/// for one application's generations, or one generation's statuses.
+pub const WORKFLOW_INDEX: [&str; 2] = ["appl", "gid"];
+
 /// The smallest `history_store.max_bytes` accepted, other than 0 (no limit): an empty
 /// store's tables and indexes take about 100 kB.
 pub const MIN_HISTORY_BYTES: u64 = 1 << 20;
@@ -298,6 +308,9 @@ pub struct Config {
     pub history_store: HistoryStoreConfig,
     /// What the history store keeps: one filter per entry (none: no store).
     pub history: Vec<HistoryFilter>,
+    /// Keep what job agents and `padres workflow` read back ([`WORKFLOW_HISTORY`]), beside
+    /// the `history` filters, with `appl` and `gid` indexed.
+    pub workflows: bool,
     /// Who clients are and what they may do (`crate::auth`).
     pub auth: AuthConfig,
 }
@@ -328,6 +341,7 @@ impl Default for Config {
             composite: CompositeConfig::default(),
             history_store: HistoryStoreConfig::default(),
             history: Vec::new(),
+            workflows: false,
             auth: AuthConfig::default(),
         }
     }
@@ -527,25 +541,31 @@ impl Config {
     fn validate_history(&self) -> Result<Option<HistorySettings>, ConfigError> {
         let h = &self.history_store;
         let invalid = |what: String| ConfigError::Invalid(what);
-        let filters = self
-            .history
-            .iter()
+        let mut entries: Vec<&str> = self.history.iter().map(|h| h.filter.as_str()).collect();
+        if self.workflows {
+            for filter in WORKFLOW_HISTORY {
+                if !entries.contains(&filter) {
+                    entries.push(filter);
+                }
+            }
+        }
+        let filters = entries
+            .into_iter()
             .enumerate()
             .map(|(i, entry)| {
-                let sub: padres_lang::Subscription = entry.filter.parse().map_err(|e: ParseError| {
+                let sub: padres_lang::Subscription = entry.parse().map_err(|e: ParseError| {
                     let why = match &e.kind {
                         ParseErrorKind::Invalid(InvalidMessage::RelativeTime(t)) => format!(
                             "a stored filter is fixed when the broker starts, so it cannot use the relative time '{t}' (resolved when a subscription is issued): write an absolute time, or keep only recent publications with history_store.max_age"
                         ),
                         _ => e.to_string(),
                     };
-                    invalid(format!("history filter {} {:?}: {why}", i + 1, entry.filter))
+                    invalid(format!("history filter {} {entry:?}: {why}", i + 1))
                 })?;
                 if sub.predicates().iter().any(|p| p.variable().is_some()) {
                     return Err(invalid(format!(
-                        "history filter {} {:?}: a stored filter cannot use variables ($S$, $I$)",
+                        "history filter {} {entry:?}: a stored filter cannot use variables ($S$, $I$)",
                         i + 1,
-                        entry.filter
                     )));
                 }
                 Ok(sub)
@@ -553,7 +573,8 @@ impl Config {
             .collect::<Result<Vec<_>, _>>()?;
         // An attribute named twice (in the file and again with --history-index) is one index.
         let mut indexed: Vec<Name> = Vec::new();
-        for attr in &h.index {
+        let extra = if self.workflows { &WORKFLOW_INDEX[..] } else { &[] };
+        for attr in h.index.iter().map(String::as_str).chain(extra.iter().copied()) {
             let name = Name::new(attr).map_err(|e| invalid(format!("history_store.index: {e}")))?;
             if !indexed.contains(&name) {
                 indexed.push(name);
@@ -704,6 +725,11 @@ impl Config {
             "# composite subscriptions), but memory grows in 2 MiB steps and keeps what bursts took."
         );
         let _ = writeln!(out, "huge_pages = {}\n", self.huge_pages);
+        let _ =
+            writeln!(out, "# Keep what job agents and padres workflow read back in the history store (the");
+        let _ = writeln!(out, "# classes agent_ctl, trigger, job_status, agent_load), with appl and gid indexed,");
+        let _ = writeln!(out, "# beside the [[history]] filters. Retention as [history_store] says.");
+        let _ = writeln!(out, "workflows = {}\n", self.workflows);
         let _ = writeln!(out, "[limits]");
         let _ = writeln!(out, "# Largest frame accepted from a peer, in bytes (1024 to 64 MiB).");
         let _ = writeln!(out, "max_frame_bytes = {}", self.limits.max_frame_bytes);
@@ -874,6 +900,7 @@ mod tests {
             accept_brokers: vec!["b2/cert.pem".into(), "b3/cert.pem".into()],
             cert_hosts: vec!["b7.example".into(), "10.0.0.7".into()],
             huge_pages: true,
+            workflows: true,
             ..Config::default()
         };
         let back: Config = toml::from_str(&custom.to_commented_toml()).expect("parses");
@@ -939,6 +966,34 @@ mod tests {
         assert_eq!(indexed.iter().map(Name::as_str).collect::<Vec<_>>(), ["appl", "gid"]);
         assert!(toml::from_str::<Config>("[history_store]\ndurability = \"sometimes\"\n").is_err());
         assert_eq!(Config::default().validate().expect("valid").history, None, "no filter, no store");
+    }
+
+    #[test]
+    fn workflows_keeps_the_workflow_classes_beside_the_filters_given() {
+        let config = Config {
+            workflows: true,
+            history: vec![
+                HistoryFilter { filter: "[class,eq,'stock']".into() },
+                HistoryFilter { filter: "[class,eq,'job_status']".into() },
+            ],
+            history_store: HistoryStoreConfig { index: vec!["gid".into()], ..HistoryStoreConfig::default() },
+            ..Config::default()
+        };
+        let history = config.validate().expect("valid").history.expect("a store");
+        let filters: Vec<String> = history.filters.iter().map(ToString::to_string).collect();
+        let expected: Vec<String> = ["[class,eq,'stock']", "[class,eq,'job_status']", "[class,eq,'agent_ctl']"]
+            .into_iter()
+            .chain(["[class,eq,'trigger']", "[class,eq,'agent_load']"])
+            .map(|f| f.parse::<padres_lang::Subscription>().expect("valid").to_string())
+            .collect();
+        assert_eq!(filters, expected, "each class once, the ones given first");
+        let indexed: Vec<&str> = history.store.indexed.iter().map(Name::as_str).collect();
+        assert_eq!(indexed, ["gid", "appl"]);
+        // Alone, it is a store.
+        let alone = Config { workflows: true, ..Config::default() }.validate().expect("valid");
+        assert_eq!(alone.history.expect("a store").filters.len(), WORKFLOW_HISTORY.len());
+        let back: Config = toml::from_str("workflows = true").expect("parses");
+        assert!(back.workflows);
     }
 
     #[test]

@@ -257,6 +257,11 @@ struct Overrides {
     /// ended by `until` keep their partial matches this much longer [default: 10000].
     #[arg(long, value_name = "MS", global = true)]
     lateness_ms: Option<u64>,
+    /// Keep what job agents and `padres workflow` read back (the classes agent_ctl,
+    /// trigger, job_status and agent_load, with appl and gid indexed) in the history
+    /// store, beside any --history filters.
+    #[arg(long, global = true)]
+    workflows: bool,
     /// Keep the publications this filter selects in the history store,
     /// DATA_DIR/history.sqlite (repeat for several; added to the file's [[history]]).
     #[arg(long = "history", value_name = "FILTER", global = true)]
@@ -377,6 +382,7 @@ impl Overrides {
             }
         }
         config.history.extend(self.history.iter().map(|filter| HistoryFilter { filter: filter.clone() }));
+        config.workflows |= self.workflows;
         let store = &mut config.history_store;
         if let Some(durability) = self.history_durability {
             store.durability = match durability {

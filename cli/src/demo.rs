@@ -33,8 +33,6 @@ use crate::BrokerArgs;
 use crate::workflow::{self, Known};
 use security::Security;
 
-/// What the brokers keep: what `padres workflow status` and the summary read.
-const KEPT: [&str; 3] = ["[class,eq,'agent_ctl']", "[class,eq,'trigger']", "[class,eq,'job_status']"];
 /// The agents, each on its own broker (by index in the chain, wrapping).
 const AGENTS: [&str; 3] = ["agent-1", "agent-2", "agent-3"];
 
@@ -53,7 +51,7 @@ async fn start_broker(
     neighbour: Option<SocketAddr>,
     security: &Security,
 ) -> Result<SocketAddr, String> {
-    let config = security.broker_config(name, root, neighbour, &KEPT)?;
+    let config = security.broker_config(name, root, neighbour)?;
     let (bound, addr) = tokio::sync::oneshot::channel();
     let broker = name.to_owned();
     tokio::spawn(async move {

@@ -6,8 +6,8 @@
 //! What a command needs of the brokers: `status`, `watch`, `wait`, `history`, `rerun`,
 //! `bypass` and `undeploy` read the application's deployments (`agent_ctl`) and statuses
 //! (`job_status`, and `trigger` for the generations' dates) from the brokers' history
-//! stores, so some broker of the federation must keep those classes
-//! (`--history "[class,eq,'agent_ctl']"`, and the same for `job_status` and `trigger`).
+//! stores, so some broker of the federation must keep those classes (`padres-broker
+//! --workflows` keeps them all).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::IsTerminal as _;
@@ -298,7 +298,7 @@ impl Follow {
         if follow.known.plan.jobs.is_empty() {
             return Err(format!(
                 "no deployment of {appl} in the brokers' history: deploy it (padres workflow deploy), and keep \
-                 agent_ctl, trigger and job_status in some broker's history store (--history \"[class,eq,'agent_ctl']\" …)"
+                 what workflows read back in some broker's history store (padres-broker --workflows)"
             ));
         }
         if !follow.missing.is_empty() {

@@ -9,12 +9,10 @@ use std::process::{Child, Command, Output, Stdio};
 
 pub(crate) use padres_tests::broker::{Broker, neighbour_of, start_with};
 
-/// The history filters every broker here keeps.
+/// What every broker here keeps: what agents and `padres workflow` read back, by the one
+/// flag that says so (no other history flag).
 pub(crate) fn history_flags() -> Vec<String> {
-    ["[class,eq,'agent_ctl']", "[class,eq,'trigger']", "[class,eq,'job_status']", "[class,eq,'agent_load']"]
-        .iter()
-        .flat_map(|f| ["--history".to_owned(), (*f).to_owned()])
-        .collect()
+    vec!["--workflows".to_owned()]
 }
 
 /// Five brokers in a chain, B1 - B2 - B3 - B4 - B5.

@@ -135,15 +135,14 @@ impl Security {
         name: &str,
         root: &Path,
         neighbour: Option<SocketAddr>,
-        kept: &[&str],
     ) -> Result<Config, String> {
         let mut config = Config::from_file(&self.dir.join("broker.toml")).map_err(|e| e.to_string())?;
         config.name = name.to_owned();
         config.listen = ([127, 0, 0, 1], 0).into();
         config.data_dir = root.join(name);
         config.neighbours = neighbour.map(|a| format!("quic://{a}")).into_iter().collect();
-        config.history =
-            kept.iter().map(|f| padres_broker::config::HistoryFilter { filter: (*f).to_owned() }).collect();
+        // What agents, `padres workflow status` and the summary read back.
+        config.workflows = true;
         Ok(config)
     }
 
