@@ -134,13 +134,7 @@ impl AuthConfig {
                 }
             }
         }
-        let decoy = if self.tokens.is_empty() {
-            String::new()
-        } else {
-            use std::hash::BuildHasher as _;
-            let secret = std::collections::hash_map::RandomState::new().hash_one(0_u8);
-            hash_token(&format!("{secret:x}"))?
-        };
+        let decoy = if self.tokens.is_empty() { String::new() } else { hash_token(&new_token()?)? };
         Ok(Auth {
             decoy,
             anonymous: self.anonymous,
@@ -414,6 +408,36 @@ impl Rights {
     }
 }
 
+/// Fills `bytes` from the operating system's random generator: every secret the broker
+/// and its tools make (client session ids, link session seeds, tokens) comes from here.
+///
+/// # Errors
+/// The generator cannot be read, in words.
+pub fn os_random(bytes: &mut [u8]) -> Result<(), AuthError> {
+    getrandom::fill(bytes).map_err(|e| AuthError(format!("the operating system's random generator: {e}")))
+}
+
+/// 64 random bits from the operating system's generator.
+///
+/// # Panics
+/// The generator cannot be read: the broker cannot make a secret nobody can guess, and
+/// stops rather than make one somebody could.
+pub fn secret_u64() -> u64 {
+    let mut bytes = [0_u8; 8];
+    os_random(&mut bytes).unwrap_or_else(|e| panic!("{e}"));
+    u64::from_le_bytes(bytes)
+}
+
+/// A token for a client: 24 random bytes, in hex.
+///
+/// # Errors
+/// The generator cannot be read, in words.
+pub fn new_token() -> Result<String, AuthError> {
+    let mut bytes = [0_u8; 24];
+    os_random(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The Argon2id hash of `token`, as a PHC string for `auth.tokens` (a random salt each
 /// time).
 pub fn hash_token(token: &str) -> Result<String, AuthError> {
@@ -427,6 +451,15 @@ pub fn hash_token(token: &str) -> Result<String, AuthError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_are_48_hex_digits_from_the_os_generator_and_differ() {
+        let (a, b) = (new_token().expect("a token"), new_token().expect("a token"));
+        assert_eq!(a.len(), 48);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+        assert_ne!(secret_u64(), secret_u64());
+    }
 
     fn config() -> AuthConfig {
         let hash = |t: &str| hash_token(t).expect("hashed");

@@ -727,7 +727,10 @@ impl Config {
         let _ = writeln!(out, "huge_pages = {}\n", self.huge_pages);
         let _ =
             writeln!(out, "# Keep what job agents and padres workflow read back in the history store (the");
-        let _ = writeln!(out, "# classes agent_ctl, trigger, job_status, agent_load), with appl and gid indexed,");
+        let _ = writeln!(
+            out,
+            "# classes agent_ctl, trigger, job_status, agent_load), with appl and gid indexed,"
+        );
         let _ = writeln!(out, "# beside the [[history]] filters. Retention as [history_store] says.");
         let _ = writeln!(out, "workflows = {}\n", self.workflows);
         let _ = writeln!(out, "[limits]");
@@ -981,11 +984,12 @@ mod tests {
         };
         let history = config.validate().expect("valid").history.expect("a store");
         let filters: Vec<String> = history.filters.iter().map(ToString::to_string).collect();
-        let expected: Vec<String> = ["[class,eq,'stock']", "[class,eq,'job_status']", "[class,eq,'agent_ctl']"]
-            .into_iter()
-            .chain(["[class,eq,'trigger']", "[class,eq,'agent_load']"])
-            .map(|f| f.parse::<padres_lang::Subscription>().expect("valid").to_string())
-            .collect();
+        let expected: Vec<String> =
+            ["[class,eq,'stock']", "[class,eq,'job_status']", "[class,eq,'agent_ctl']"]
+                .into_iter()
+                .chain(["[class,eq,'trigger']", "[class,eq,'agent_load']"])
+                .map(|f| f.parse::<padres_lang::Subscription>().expect("valid").to_string())
+                .collect();
         assert_eq!(filters, expected, "each class once, the ones given first");
         let indexed: Vec<&str> = history.store.indexed.iter().map(Name::as_str).collect();
         assert_eq!(indexed, ["gid", "appl"]);

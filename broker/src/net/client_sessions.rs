@@ -109,8 +109,6 @@ pub(super) enum Left {
 #[derive(Debug)]
 pub(super) struct ClientSessions {
     window: u64,
-    /// Ids minted so far (the input to the next id's hash).
-    minted: u64,
     sessions: HashMap<ClientId, Session>,
     by_id: HashMap<u64, ClientId>,
     /// The current connection of each client (a client without a session is its own).
@@ -126,7 +124,6 @@ impl ClientSessions {
     pub(super) fn new(window: u64) -> Self {
         Self {
             window,
-            minted: 0,
             sessions: HashMap::default(),
             by_id: HashMap::default(),
             conns: HashMap::default(),
@@ -215,11 +212,8 @@ impl ClientSessions {
     /// A new session id: 64 bits no other client can guess (a session's id is what lets a
     /// connection take the session over), never 0, not in use.
     fn mint(&mut self) -> u64 {
-        use std::hash::BuildHasher;
         loop {
-            self.minted += 1;
-            // SipHash under keys the OS made random for this process.
-            let id = std::collections::hash_map::RandomState::new().hash_one(self.minted);
+            let id = crate::auth::secret_u64();
             if id != 0 && !self.by_id.contains_key(&id) {
                 return id;
             }

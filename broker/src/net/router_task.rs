@@ -507,10 +507,9 @@ async fn recv_detected(detected: &mut Option<mpsc::UnboundedReceiver<Detected>>)
 }
 
 /// Random bits for the link sessions' ids (a restarted broker's differ from its last
-/// run's): the standard library's per-process hash keys, which come from the OS.
+/// run's), from the OS.
 fn random_seed() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(SystemTime::now())
+    crate::auth::secret_u64()
 }
 
 async fn tick(timer: &mut Option<tokio::time::Interval>) {

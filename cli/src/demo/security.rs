@@ -11,7 +11,6 @@
 //! reading deployments; and what they allow, the monitor reading statuses from history.
 
 use std::collections::BTreeMap;
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -70,13 +69,9 @@ pub(super) struct Security {
     tokens: BTreeMap<&'static str, String>,
 }
 
-/// A token: 24 bytes from the system's random source, in hex.
+/// A token: 24 bytes from the operating system's random generator, in hex.
 fn new_token() -> Result<String, String> {
-    let mut bytes = [0_u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .map_err(|e| format!("/dev/urandom: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    padres_broker::auth::new_token().map_err(|e| e.to_string())
 }
 
 /// Writes `text` into `path`, readable by its owner only.
