@@ -9,7 +9,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
 use padres_broker::config::{Config, CoveringMode, Detection, HistoryFilter};
 use std::io::Write as _;
 
@@ -135,158 +136,158 @@ enum CertCommand {
 #[derive(Debug, Args)]
 struct Overrides {
     /// Read options from this TOML file first.
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// The broker's name, unique in the federation.
-    #[arg(long, global = true)]
+    #[arg(long)]
     name: Option<String>,
     /// Address and UDP port to listen on, e.g. 0.0.0.0:7700.
-    #[arg(long, value_name = "ADDR:PORT", global = true)]
+    #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
     /// Serve the web monitor (/), Prometheus metrics (/metrics) and a JSON API
     /// (/api/stats, /api/links, /api/routes, /api/detectors, /api/history,
     /// /api/federation) over HTTP on this address and TCP port, e.g. 127.0.0.1:7780
     /// [default: off].
-    #[arg(long, value_name = "ADDR:PORT", global = true)]
+    #[arg(long, value_name = "ADDR:PORT")]
     http: Option<SocketAddr>,
     /// Serve that listener over HTTPS with the broker's own certificate (the one its QUIC
     /// clients verify: e.g. curl --cacert DATA_DIR/cert.pem https://127.0.0.1:7780/metrics).
-    #[arg(long, global = true)]
+    #[arg(long)]
     http_tls: bool,
     /// Also serve the HTTP gateway on that listener: publish (POST /api/publish) and
     /// subscribe (GET /api/subscribe, server-sent events) over HTTP. No authentication yet:
     /// loopback or a trusted network only.
-    #[arg(long, global = true)]
+    #[arg(long)]
     http_gateway: bool,
     /// How often (milliseconds) the broker publishes a report on itself on the reserved
     /// class padres_broker, for monitors and /api/federation; 0: never [default: 5000].
-    #[arg(long, value_name = "MS", global = true)]
+    #[arg(long, value_name = "MS")]
     monitor_interval_ms: Option<u64>,
     /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
-    #[arg(long = "neighbour", visible_alias = "neighbor", value_name = "URI", global = true)]
+    #[arg(long = "neighbour", visible_alias = "neighbor", value_name = "URI")]
     neighbours: Vec<String>,
     /// A certificate (PEM) to trust when connecting to neighbours (repeat for several;
     /// replaces the file's list).
-    #[arg(long = "peer-cert", value_name = "FILE", global = true)]
+    #[arg(long = "peer-cert", value_name = "FILE")]
     peer_certs: Vec<PathBuf>,
     /// The certificate (PEM: its cert.pem) of a broker that may dial in, trusted as itself
     /// only (repeat for several; replaces the file's list). With any, or a federation CA,
     /// every peer is asked for a certificate: other brokers dialling in are refused, and
     /// so are clients presenting a certificate not trusted here.
-    #[arg(long = "accept-broker", value_name = "FILE", global = true)]
+    #[arg(long = "accept-broker", value_name = "FILE")]
     accept_brokers: Vec<PathBuf>,
     /// The federation's CA certificate: broker links then use mutual TLS, and this broker's
     /// cert.pem must be issued by the CA (see `padres-broker cert`).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE")]
     federation_ca: Option<PathBuf>,
     /// Do not verify neighbours' certificates. DEVELOPMENT ONLY: anyone can then pose as a
     /// neighbour.
-    #[arg(long, global = true)]
+    #[arg(long)]
     insecure: bool,
     /// Directory for the certificate, key and history.
-    #[arg(long, value_name = "DIR", global = true)]
+    #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// A DNS name or IP address other hosts reach this broker by, put in the self-signed
     /// certificate it makes on first start (repeat for several; replaces the file's list).
-    #[arg(long = "cert-host", value_name = "HOST", global = true)]
+    #[arg(long = "cert-host", value_name = "HOST")]
     cert_hosts: Vec<String>,
     /// Subscription and advertisement covering.
-    #[arg(long, value_enum, global = true)]
+    #[arg(long, value_enum)]
     covering: Option<CoveringFlag>,
     /// Allow cycles in the overlay (per-advertisement trees).
-    #[arg(long, global = true)]
+    #[arg(long)]
     cycles: bool,
     /// Largest frame accepted from a peer, in bytes.
-    #[arg(long, value_name = "BYTES", global = true)]
+    #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
     /// Most subscriptions one client may hold (a composite one counts one per atomic part).
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, value_name = "N")]
     max_subscriptions_per_client: Option<usize>,
     /// Most simultaneous connections.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Bytes queued for one slow client before it is disconnected.
-    #[arg(long, value_name = "BYTES", global = true)]
+    #[arg(long, value_name = "BYTES")]
     max_queued_bytes_per_client: Option<usize>,
     /// How long (ms) a neighbour's link may be down and return with nothing lost or doubled
     /// (messages for it wait, routes stay); 0: a link that drops is forgotten at once
     /// [default: 10000].
-    #[arg(long, value_name = "MS", global = true)]
+    #[arg(long, value_name = "MS")]
     link_window_ms: Option<u64>,
     /// Estimated bytes kept for one neighbour until it acknowledges them; past this its
     /// link session ends [default: 67108864].
-    #[arg(long, value_name = "BYTES", global = true)]
+    #[arg(long, value_name = "BYTES")]
     link_max_bytes: Option<usize>,
     /// How long (ms) a client whose connection was lost may take to reconnect and resume
     /// with nothing lost or doubled (its subscriptions stay, what is routed to it waits);
     /// 0: a lost connection ends the client at once [default: 10000].
-    #[arg(long, value_name = "MS", global = true)]
+    #[arg(long, value_name = "MS")]
     client_window_ms: Option<u64>,
     /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
     /// fault-injection harnesses. Never on a broker others depend on: any client could then
     /// partition the overlay.
-    #[arg(long, global = true)]
+    #[arg(long)]
     allow_drop_link: bool,
     /// Let the kernel back the broker's memory with transparent huge pages: faster where
     /// many composite subscriptions make large tables, but resident memory then grows in
     /// 2 MiB steps and keeps what bursts of traffic took. Off by default.
-    #[arg(long, global = true)]
+    #[arg(long)]
     huge_pages: bool,
     /// Where clients' composite subscriptions are detected: in the network, where their
     /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
-    #[arg(long, value_enum, value_name = "WHERE", global = true)]
+    #[arg(long, value_enum, value_name = "WHERE")]
     composite_detection: Option<DetectionFlag>,
     /// Run the composite detectors in the router's own thread instead of a thread of
     /// their own (the default uses two cores: matching and routing on one, detection on
     /// the other).
-    #[arg(long, global = true)]
+    #[arg(long)]
     no_detection_thread: bool,
     /// Most partial matches stored per composite subscription at this broker.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, value_name = "N")]
     max_partial_matches_per_subscription: Option<usize>,
     /// Most partial matches stored at this broker in all.
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, value_name = "N")]
     max_partial_matches: Option<usize>,
     /// Most bytes the partial matches stored at this broker may hold, estimated: 512 each
     /// plus the publications each holds; past it the longest stored are evicted
     /// [default: 1073741824].
-    #[arg(long, value_name = "BYTES", global = true)]
+    #[arg(long, value_name = "BYTES")]
     max_partial_match_bytes: Option<u64>,
     /// How late (milliseconds after its stamp) a publication may reach a composite
     /// detector and still pair as if it had come in order; `within` windows and bindings
     /// ended by `until` keep their partial matches this much longer [default: 10000].
-    #[arg(long, value_name = "MS", global = true)]
+    #[arg(long, value_name = "MS")]
     lateness_ms: Option<u64>,
     /// Keep what job agents and `padres workflow` read back (the classes agent_ctl,
     /// trigger, job_status and agent_load, with appl and gid indexed) in the history
     /// store, beside any --history filters.
-    #[arg(long, global = true)]
+    #[arg(long)]
     workflows: bool,
     /// Keep the publications this filter selects in the history store,
     /// DATA_DIR/history.sqlite (repeat for several; added to the file's [[history]]).
-    #[arg(long = "history", value_name = "FILTER", global = true)]
+    #[arg(long = "history", value_name = "FILTER")]
     history: Vec<String>,
     /// When a publication acknowledged through publish_acked at this broker is safe: `full`
     /// (on disk) or `normal` (queued for the writer) [default: normal].
-    #[arg(long, value_enum, value_name = "LEVEL", global = true)]
+    #[arg(long, value_enum, value_name = "LEVEL")]
     history_durability: Option<DurabilityFlag>,
     /// An attribute the history store indexes, e.g. appl (repeat; replaces the file's list).
-    #[arg(long = "history-index", value_name = "ATTR", global = true)]
+    #[arg(long = "history-index", value_name = "ATTR")]
     history_index: Vec<String>,
     /// Delete stored publications older than this (12h, 7d).
-    #[arg(long, value_name = "DURATION", global = true)]
+    #[arg(long, value_name = "DURATION")]
     history_max_age: Option<String>,
     /// Keep at most this many stored publications (0: no limit).
-    #[arg(long, value_name = "N", global = true)]
+    #[arg(long, value_name = "N")]
     history_max_rows: Option<u64>,
     /// Keep the store's pages in use under this many bytes, the oldest stored going first
     /// (0: no limit; the file keeps its largest size, and its journal takes up to 40 MB
     /// more).
-    #[arg(long, value_name = "BYTES", global = true)]
+    #[arg(long, value_name = "BYTES")]
     history_max_bytes: Option<u64>,
     /// How long a historic subscription's query waits for the stores beyond this broker
     /// before its end-of-history marker names those that did not answer [default: 5000].
-    #[arg(long, value_name = "MS", global = true)]
+    #[arg(long, value_name = "MS")]
     history_query_timeout_ms: Option<u64>,
 }
 
@@ -442,7 +443,24 @@ fn main() -> ExitCode {
     // Before anything else takes memory; `run` lets them back if configured
     // (padres_broker::memory).
     let no_huge_pages = padres_broker::memory::use_transparent_huge_pages(false);
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Each subcommand has its own options: the broker's, given before it, would be
+    // ignored, so they are refused (`config` and `history` take them after their name).
+    if let Some((name, _)) = matches.subcommand() {
+        let given: Vec<String> = Cli::command()
+            .get_arguments()
+            .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .map(|arg| format!("--{}", arg.get_long().unwrap_or(arg.get_id().as_str())))
+            .collect();
+        if !given.is_empty() {
+            eprintln!(
+                "padres-broker: {} before '{name}': a subcommand's options go after its name (padres-broker {name} --help)",
+                given.join(" ")
+            );
+            return ExitCode::from(2);
+        }
+    }
     match cli.command {
         Some(Command::Config { options }) => match options.resolve() {
             Ok(config) => {

@@ -38,3 +38,25 @@ fn bad_configuration_is_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("quic://HOST:PORT"));
 }
+
+#[test]
+fn subcommands_show_and_take_only_their_own_options() {
+    let text =
+        |out: std::process::Output| String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
+    // The tools' help is theirs alone, not every broker flag again.
+    for args in
+        [&["cert", "issue", "--help"][..], &["cert", "ca", "--help"], &["auth", "hash-token", "--help"]]
+    {
+        let help = text(broker(args));
+        assert!(!help.contains("--max-frame-bytes") && !help.contains("--history"), "{args:?}: {help}");
+        assert!(help.lines().count() < 30, "{args:?}: {help}");
+    }
+    assert!(text(broker(&["cert", "issue", "--help"])).contains("--ca <DIR>"));
+    // `config` and `history` take the broker's options after their name; given before it,
+    // they would be ignored, so they are refused, in words.
+    let out = broker(&["--name", "B3", "config"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(out);
+    assert!(err.contains("--name before 'config'") && err.contains("after its name"), "{err}");
+    assert!(text(broker(&["config", "--name", "B3", "--workflows"])).contains("workflows = true"));
+}
