@@ -140,7 +140,7 @@ fn a_pool_runs_every_generation_once_through_a_kill_a_join_and_a_drain() {
     // and not ended (the job's own log does not).
     wait_for_runs(&log, 60, 60);
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let killed_in = loop {
         let started = std::fs::read_to_string(dir.join("w1").join("agent.log")).unwrap_or_default();
         let ran = runs(&log);
         let running = started.lines().filter_map(|l| l.split("pooled/").nth(1)).filter_map(|l| {
@@ -148,12 +148,12 @@ fn a_pool_runs_every_generation_once_through_a_kill_a_join_and_a_drain() {
             let (gid, job) = key.split_once('/')?;
             rest.contains("dispatched here").then(|| (gid.to_owned(), job.to_owned()))
         });
-        if running.into_iter().any(|key| !ran.contains_key(&key)) {
-            break;
+        if let Some(key) = running.into_iter().find(|key| !ran.contains_key(key)) {
+            break key;
         }
         assert!(Instant::now() < deadline, "w1 was given no job to run");
         std::thread::sleep(Duration::from_millis(10));
-    }
+    };
     w1.kill();
     // A fourth member joins: nothing is deployed to it.
     let _w4 = member(&brokers[3], "w4", &dir);
@@ -193,6 +193,21 @@ fn a_pool_runs_every_generation_once_through_a_kill_a_join_and_a_drain() {
     for ((gid, job), members) in &runs {
         let again = members.len() == 2 && members[0] == "w1" && members[1] != "w1";
         assert!(members.len() == 1 || again, "{gid}/{job} ran on {members:?}");
+    }
+    // The job w1 was killed running went to another member, and `status --json` says why
+    // (its member's statuses since do not).
+    let (gid, job) = &killed_in;
+    if runs.get(&killed_in).is_some_and(|m| m.iter().any(|x| x != "w1")) {
+        let out = padres(&brokers[4], &["workflow", "status", "pooled", "--gid", gid, "--json"]);
+        let value: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+        let text = value.to_string();
+        let jobs = value.pointer("/generations/0/jobs").or_else(|| value.pointer("/jobs")).cloned();
+        let entry = jobs.and_then(|j| j.as_array()?.iter().find(|x| x["job"] == job.as_str()).cloned());
+        let reason = entry.map(|e| e["dispatch_reason"].to_string()).unwrap_or_default();
+        assert!(
+            reason.contains("dispatched again") && reason.contains("w1"),
+            "{gid}/{job}: {reason}: {text}"
+        );
     }
     let on = |member: &str| runs.values().filter(|m| m.iter().any(|x| x == member)).count();
     assert!(on("w4") > 0, "the member that joined mid-run got work");

@@ -389,6 +389,9 @@ fn generation_json(
                 "attempt": event.map(|e| e.attempt),
                 "exit": event.map(|e| e.exit),
                 "reason": event.and_then(|e| e.reason.clone()),
+                // A pool job's: why it was given to the member that has it (dispatched
+                // again, and why), kept after that member's own statuses.
+                "dispatch_reason": generation.last_dispatch(job).and_then(|e| e.reason.clone()),
                 "output": event.and_then(|e| e.output.clone()),
             })
         })

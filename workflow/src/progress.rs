@@ -227,6 +227,13 @@ impl Generation {
         self.state_by(job, runner)
     }
 
+    /// Pool job `job`'s latest dispatch (the home agent's `dispatched` of its highest
+    /// attempt): to whom and why it was given out, which its member's statuses after it
+    /// no longer say.
+    pub fn last_dispatch(&self, job: &str) -> Option<&StatusEvent> {
+        self.events.iter().filter(|e| e.job == job && e.status == "dispatched").max_by_key(|e| e.attempt)
+    }
+
     fn state_from(latest: Option<&StatusEvent>) -> State {
         match latest {
             None => State::Waiting,
@@ -622,6 +629,8 @@ mod tests {
         assert_eq!(g.state("P").word(), "dispatched");
         g.record(event("P", "succeeded", 2));
         assert_eq!(g.state("P").word(), "succeeded");
+        assert_eq!(g.last_dispatch("P").map(|e| e.attempt), Some(2), "the dispatch its run came from");
+        assert_eq!(g.last_dispatch("Q"), None);
     }
 
     #[test]
