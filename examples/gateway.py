@@ -14,7 +14,14 @@ broker's replies; it exits 1 if the broker refused a line or the text did not pa
 
 A broker started with --http-tls too serves https://; pass its certificate (cert.pem in
 its data dir, or the federation CA) with --cafile FILE.
+
+On a broker whose [auth] gives principals tokens, act as one: --name NAME with its token
+in PADRES_TOKEN (as the padres command takes them); the request then carries
+`Authorization: Bearer NAME:TOKEN` and is held to that principal's permits. Without them
+the requests are anonymous.
 """
+
+import os
 
 import argparse
 import json
@@ -25,10 +32,11 @@ import urllib.parse
 import urllib.request
 
 
-def subscribe(url, text, count, composite, context):
+def subscribe(url, text, count, composite, context, headers):
     query = urllib.parse.urlencode({"cs" if composite else "s": text})
+    request = urllib.request.Request(f"{url}/api/subscribe?{query}", headers=headers)
     try:
-        response = urllib.request.urlopen(f"{url}/api/subscribe?{query}", context=context)
+        response = urllib.request.urlopen(request, context=context)
     except urllib.error.HTTPError as refused:
         print(refused.read().decode(), file=sys.stderr)
         return 1
@@ -48,11 +56,11 @@ def subscribe(url, text, count, composite, context):
     return 0
 
 
-def publish(url, lines, context):
+def publish(url, lines, context, headers):
     request = urllib.request.Request(
         f"{url}/api/publish",
         data=json.dumps(lines).encode("utf-8"),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **headers},
         method="POST",
     )
     try:
@@ -75,6 +83,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="the broker's HTTP listener, e.g. http://127.0.0.1:7781")
     parser.add_argument("--cafile", help="for https://: the broker's certificate or the CA to verify it with")
+    parser.add_argument("--name", help="the principal to act as (its token in PADRES_TOKEN)")
     commands = parser.add_subparsers(dest="command", required=True)
     sub = commands.add_parser("subscribe", help="print notifications as JSON lines")
     sub.add_argument("filter", help="a subscription, e.g. \"[class,eq,'quote']\"")
@@ -85,9 +94,17 @@ def main():
     args = parser.parse_args()
     url = args.url.rstrip("/")
     context = ssl.create_default_context(cafile=args.cafile) if args.cafile else None
+    headers = {}
+    token = os.environ.get("PADRES_TOKEN", "").strip()
+    if args.name and not token:
+        parser.error("--name needs the principal's token in PADRES_TOKEN")
+    if token and not args.name:
+        parser.error("PADRES_TOKEN needs --name, the principal it is the token of")
+    if args.name:
+        headers["Authorization"] = f"Bearer {args.name}:{token}"
     if args.command == "subscribe":
-        return subscribe(url, args.filter, args.count, args.composite, context)
-    return publish(url, args.lines, context)
+        return subscribe(url, args.filter, args.count, args.composite, context, headers)
+    return publish(url, args.lines, context, headers)
 
 
 if __name__ == "__main__":

@@ -450,3 +450,129 @@ fn a_broker_certificate_given_as_the_federation_ca_is_refused_at_start() {
     assert!(stderr.contains("not a CA's"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each byte of `text` that is not a letter or digit, percent-encoded (for a query).
+fn encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+/// What the broker made of session line `line` sent as `name` with `token` through the
+/// HTTP gateway: taken, or refused with the broker's reason (the status before it for a
+/// refusal before the broker, 401 or 403).
+async fn over_http(http: std::net::SocketAddr, name: &str, token: &str, line: &str) -> Result<(), String> {
+    use padres_tests::http::{request, status_of};
+    let auth = vec![format!("Authorization: Bearer {name}:{token}")];
+    let text = match line.split_once(' ') {
+        Some(("s" | "cs", what)) => {
+            let key = if line.starts_with("cs") { "cs" } else { "s" };
+            request("GET", http, &format!("/api/subscribe?{key}={}", encoded(what)), &auth, "")
+        }
+        _ => request("POST", http, "/api/publish", &auth, line),
+    };
+    let (status, response) = status_of(http, &text).await;
+    if status == 200 {
+        return Ok(());
+    }
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let json: serde_json::Value = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    let message = json.get("message").or_else(|| json.get(0).and_then(|e| e.get("message")));
+    let message = message.and_then(serde_json::Value::as_str).unwrap_or(body);
+    Err(if status == 422 { message.to_owned() } else { format!("{status}: {message}") })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_are_their_principal_held_to_the_same_permits_as_quic_clients() {
+    use padres_tests::http::{request, status_of};
+    let http_flags: Vec<String> =
+        ["--http", "127.0.0.1:0", "--http-gateway", "--http-views", "clients"].map(str::to_owned).to_vec();
+    let broker = secured_broker("auth-http", &http_flags);
+    let http = broker.http.expect("the HTTP listener");
+
+    // The same permit cases over QUIC and through the gateway: the same outcome, and a
+    // refusal in the same words.
+    let cases: [(&str, &str, &str); 8] = [
+        ("agent-1", "secret-1", "a [class,eq,'job_status'],[agent,eq,'agent-1'],[job,isPresent,'']"),
+        ("agent-1", "secret-1", "a [class,eq,'job_status'],[agent,eq,'agent-2']"),
+        ("agent-1", "secret-1", "s [class,eq,'agent_ctl'],[agent,eq,'agent-1']"),
+        ("agent-1", "secret-1", "s [class,eq,'agent_ctl'],[agent,eq,'agent-2']"),
+        ("agent-1", "secret-1", "s [class,eq,'agent_ctl'],[agent,eq,'agent-1'],[time,>=,'now-1h']"),
+        (
+            "agent-1",
+            "secret-1",
+            "cs {[class,eq,'agent_ctl'],[agent,eq,'agent-1']} & {[class,eq,'agent_ctl'],[agent,eq,'agent-2']}",
+        ),
+        ("monitor", "secret-mo", "a [class,eq,'job_status']"),
+        ("monitor", "secret-mo", "s [class,eq,'job_status'],[time,>=,'now-1h']"),
+    ];
+    let mut refused = 0;
+    for (name, token, line) in cases {
+        let client = connect(&broker, name, Some(token)).await.expect("connects");
+        let quic = match client.send(line).await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Refused { code: ErrorCode::Forbidden, message }) => Err(message),
+            Err(other) => panic!("{name}: {line}: {other:?}"),
+        };
+        let gateway = over_http(http, name, token, line).await;
+        // The same words, but for a relative time resolved a millisecond apart.
+        let words =
+            |r: &Result<(), String>| r.clone().map_err(|m| m.replace(|c: char| c.is_ascii_digit(), ""));
+        assert_eq!(words(&gateway), words(&quic), "{name}: {line}: {gateway:?}");
+        refused += usize::from(quic.is_err());
+    }
+    assert_eq!(refused, 5, "the cases refuse as many as they allow, nearly");
+
+    // No header where anonymous clients are refused, a wrong token, an unknown principal:
+    // 401, before anything reaches the broker's router.
+    let publish = "a [class,eq,'job_status'],[agent,eq,'agent-1']";
+    let (status, text) = status_of(http, &request("POST", http, "/api/publish", &[], publish)).await;
+    assert_eq!(status, 401, "{text}");
+    assert!(
+        text.contains("Bearer NAME:TOKEN") && text.to_ascii_lowercase().contains("www-authenticate"),
+        "{text}"
+    );
+    for (name, token) in [("agent-1", "secret-2"), ("nobody", "secret-1")] {
+        let refusal = over_http(http, name, token, publish).await.expect_err("refused");
+        assert!(refusal.starts_with("401") && refusal.contains("token"), "{name}: {refusal}");
+    }
+
+    // The routing tables need the `routes` right; the read-only views, with http_views =
+    // "clients", what a client needs.
+    let get = |path: &str, auth: Option<&str>| {
+        let headers: Vec<String> = auth.map(|a| format!("Authorization: Bearer {a}")).into_iter().collect();
+        request("GET", http, path, &headers, "")
+    };
+    let (status, text) = status_of(http, &get("/api/routes", Some("monitor:secret-mo"))).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("principal 'monitor' may not read the routing tables"), "{text}");
+    assert_eq!(status_of(http, &get("/api/routes", Some("operator:secret-op"))).await.0, 200);
+    assert_eq!(status_of(http, &get("/api/routes", None)).await.0, 401);
+    for path in ["/metrics", "/api/stats", "/api/links", "/api/history", "/api/detectors", "/api/federation"]
+    {
+        assert_eq!(status_of(http, &get(path, None)).await.0, 401, "{path} without a token");
+        assert_eq!(status_of(http, &get(path, Some("monitor:secret-mo"))).await.0, 200, "{path}");
+    }
+    // The monitor's page holds no data: anyone gets it (it asks for a token when its views
+    // answer 401).
+    assert_eq!(status_of(http, &get("/", None)).await.0, 200);
+
+    // The Python example authenticates: as agent-1, its own status advertisement is taken;
+    // without a principal, the broker refuses it.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gateway.py");
+    let python = |name: Option<&str>, token: &str| {
+        let mut command = Command::new("python3");
+        command.arg(&script).args(["--url", &format!("http://{http}")]);
+        if let Some(name) = name {
+            command.args(["--name", name]);
+        }
+        command.env("PADRES_TOKEN", token).args(["publish", publish]);
+        command.output().expect("python3 runs (the gateway example needs Python 3)")
+    };
+    let out = python(Some("agent-1"), "secret-1");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"type\": \"reply\""));
+    let out = python(None, "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Bearer NAME:TOKEN"), "{out:?}");
+}

@@ -30,6 +30,20 @@ pub enum CoveringMode {
     Active,
 }
 
+/// Who may read the HTTP listener's read-only views (`/metrics`, the web monitor,
+/// `/api/stats` and the like; `crate::net::http_auth`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpViews {
+    /// Anyone when the listener is on a loopback address; as `clients` otherwise.
+    #[default]
+    Auto,
+    /// Anyone who reaches the listener.
+    Open,
+    /// Those who may connect as clients: a token where anonymous clients are refused.
+    Clients,
+}
+
 impl From<CoveringMode> for Covering {
     fn from(mode: CoveringMode) -> Self {
         match mode {
@@ -254,8 +268,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address and TCP port of the HTTP listener (`/metrics`, `/api/...`); none: off.
     pub http: Option<SocketAddr>,
-    /// Serve the HTTP gateway too (publishing and subscribing over HTTP, unauthenticated).
+    /// Serve the HTTP gateway too (publishing and subscribing over HTTP, as the principal
+    /// an `Authorization: Bearer NAME:TOKEN` header names).
     pub http_gateway: bool,
+    /// Who may read the HTTP listener's read-only views (`/metrics`, the monitor).
+    pub http_views: HttpViews,
     /// Serve the HTTP listener over TLS (HTTPS) with the broker's own certificate.
     pub http_tls: bool,
     /// How often the broker publishes its report on the reserved class `padres_broker`
@@ -323,6 +340,7 @@ impl Default for Config {
             http: None,
             http_gateway: false,
             http_tls: false,
+            http_views: HttpViews::Auto,
             monitor_interval_ms: DEFAULT_MONITOR_INTERVAL_MS,
             neighbours: Vec::new(),
             peer_certs: Vec::new(),
@@ -647,8 +665,24 @@ impl Config {
         }
         let _ =
             writeln!(out, "# Also serve the gateway on the HTTP listener: publish (POST /api/publish) and");
-        let _ = writeln!(out, "# subscribe (GET /api/subscribe) over HTTP, with no authentication yet.");
+        let _ = writeln!(out, "# subscribe (GET /api/subscribe) over HTTP, as the principal and token of an");
+        let _ = writeln!(out, "# 'Authorization: Bearer NAME:TOKEN' header (anonymous without one), held to");
+        let _ = writeln!(out, "# its permits as a QUIC client is.");
         let _ = writeln!(out, "http_gateway = {}\n", self.http_gateway);
+        let _ =
+            writeln!(out, "# Who may read /metrics, the web monitor and the read-only /api views: \"open\",");
+        let _ = writeln!(
+            out,
+            "# \"clients\" (what a client needs to connect: a token where anonymous clients are"
+        );
+        let _ = writeln!(out, "# refused) or \"auto\" (open on a loopback address, as clients elsewhere).");
+        let _ = writeln!(out, "# /api/routes always needs the routes right, as padres broker routes does.");
+        let views = match self.http_views {
+            HttpViews::Auto => "auto",
+            HttpViews::Open => "open",
+            HttpViews::Clients => "clients",
+        };
+        let _ = writeln!(out, "http_views = {}\n", value(views));
         let _ =
             writeln!(out, "# Serve the HTTP listener over HTTPS with the broker's own certificate (the one");
         let _ =
@@ -904,6 +938,7 @@ mod tests {
             cert_hosts: vec!["b7.example".into(), "10.0.0.7".into()],
             huge_pages: true,
             workflows: true,
+            http_views: HttpViews::Clients,
             ..Config::default()
         };
         let back: Config = toml::from_str(&custom.to_commented_toml()).expect("parses");

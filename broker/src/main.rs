@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand, ValueEnum};
-use padres_broker::config::{Config, CoveringMode, Detection, HistoryFilter};
+use padres_broker::config::{Config, CoveringMode, Detection, HistoryFilter, HttpViews};
 use std::io::Write as _;
 
 use padres_broker::history::{Durability, Reader};
@@ -154,9 +154,15 @@ struct Overrides {
     /// clients verify: e.g. curl --cacert DATA_DIR/cert.pem https://127.0.0.1:7780/metrics).
     #[arg(long)]
     http_tls: bool,
+    /// Who may read /metrics, the web monitor and the read-only /api views: open, clients
+    /// (a token where anonymous clients are refused) or auto (open on a loopback address,
+    /// as clients elsewhere) [default: auto].
+    #[arg(long, value_enum, value_name = "WHO")]
+    http_views: Option<HttpViewsFlag>,
     /// Also serve the HTTP gateway on that listener: publish (POST /api/publish) and
-    /// subscribe (GET /api/subscribe, server-sent events) over HTTP. No authentication yet:
-    /// loopback or a trusted network only.
+    /// subscribe (GET /api/subscribe, server-sent events) over HTTP, as the principal of an
+    /// 'Authorization: Bearer NAME:TOKEN' header (anonymous without one), held to its
+    /// permits as a QUIC client is.
     #[arg(long)]
     http_gateway: bool,
     /// How often (milliseconds) the broker publishes a report on itself on the reserved
@@ -304,6 +310,13 @@ enum DetectionFlag {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+enum HttpViewsFlag {
+    Auto,
+    Open,
+    Clients,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 enum CoveringFlag {
     Off,
     Lazy,
@@ -328,6 +341,13 @@ impl Overrides {
         }
         config.http_gateway |= self.http_gateway;
         config.http_tls |= self.http_tls;
+        if let Some(views) = self.http_views {
+            config.http_views = match views {
+                HttpViewsFlag::Auto => HttpViews::Auto,
+                HttpViewsFlag::Open => HttpViews::Open,
+                HttpViewsFlag::Clients => HttpViews::Clients,
+            };
+        }
         if let Some(ms) = self.monitor_interval_ms {
             config.monitor_interval_ms = ms;
         }

@@ -29,8 +29,22 @@ function element(tag, attrs, text) {
   return node;
 }
 
+// A broker whose views need a principal (http_views, or /api/routes without the routes
+// right) answers 401: the monitor asks once for NAME:TOKEN, kept for this tab only.
+let credentialsAsked = false;
+
 async function api(path) {
-  const response = await fetch(path, { cache: "no-store" });
+  const credentials = sessionStorage.getItem("padres-credentials");
+  const headers = credentials ? { Authorization: `Bearer ${credentials}` } : {};
+  const response = await fetch(path, { cache: "no-store", headers });
+  if (response.status === 401 && !credentialsAsked) {
+    credentialsAsked = true;
+    const given = window.prompt("This broker's views need a principal and its token (NAME:TOKEN):");
+    if (given) {
+      sessionStorage.setItem("padres-credentials", given.trim());
+      return api(path);
+    }
+  }
   if (!response.ok) throw new Error(`${path}: ${response.status} ${await response.text()}`);
   return response.json();
 }

@@ -2,8 +2,9 @@
 //! subscribe with server-sent events, in the text syntax and the JSON shapes of `padres
 //! session` ([`padres_lang::json`]). Served by the HTTP listener (`net/http.rs`) when
 //! `--http-gateway` (`http_gateway = true`) is given as well; otherwise both paths answer
-//! 404 saying so. There is no authentication yet: serve it on loopback or a trusted
-//! network only.
+//! 404 saying so. Each request acts as the principal its `Authorization: Bearer
+//! NAME:TOKEN` header names (anonymous without one), held to its permits exactly as a
+//! QUIC client of that principal is (`net/http_auth.rs`).
 //!
 //! - `POST /api/publish`: the body is session lines, one per line (`text/plain`), or a JSON
 //!   array of them (`application/json`); `a ADV`, `p PUB` and `unadv ID` are taken. Every
@@ -60,9 +61,8 @@ pub(super) struct Gateway {
     pub(super) max_frame: usize,
     /// Whether publishing and subscribing are served (`http_gateway`).
     pub(super) enabled: bool,
-    /// What its clients may do: the gateway has no authentication, so they are anonymous
-    /// (with no rights at all where anonymous clients are refused).
-    pub(super) rights: Arc<Rights>,
+    /// Who each request is, and what it may do (`net/http_auth.rs`).
+    pub(super) auth: Arc<super::http_auth::HttpAuth>,
 }
 
 /// One gateway client of the router task; leaves when dropped.
@@ -91,11 +91,11 @@ enum Answer {
 }
 
 impl Client {
-    async fn open(gateway: &Gateway) -> Option<Self> {
+    /// A client of the router task acting as `rights`' principal.
+    async fn open(gateway: &Gateway, rights: Arc<Rights>) -> Option<Self> {
         let id = gateway.next_client.fetch_add(1, Ordering::Relaxed) + 1;
         let (queue, frames) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
-        let rights = gateway.rights.clone();
         let handle = ClientHandle { queue, queued: queued.clone(), connection: None, rights };
         gateway.events.send(Event::Connected(id, handle)).await.ok()?;
         Some(Self { id, events: gateway.events.clone(), frames, queued, held: VecDeque::new() })
@@ -247,7 +247,11 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
             "nothing to send: give session lines such as p [class,'x']",
         );
     }
-    let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
+    let rights = match gateway.auth.principal(&headers).await {
+        Ok(rights) => rights,
+        Err(denied) => return denied.into_response(),
+    };
+    let Some(mut client) = Client::open(&gateway, rights).await else { return unavailable() };
     let mut answers = Vec::new();
     let mut refused = false;
     // One at a time, in order: an advertisement is in place before the publications after it.
@@ -291,6 +295,7 @@ pub(super) struct SubscribeParams {
 /// `GET /api/subscribe?s=FILTER` or `?cs=PATTERN`.
 pub(super) async fn subscribe(
     State(gateway): State<Gateway>,
+    headers: HeaderMap,
     Query(params): Query<SubscribeParams>,
 ) -> Response {
     if !gateway.enabled {
@@ -312,7 +317,11 @@ pub(super) async fn subscribe(
         return error(StatusCode::BAD_REQUEST, None, &why);
     }
     let op = message.command();
-    let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
+    let rights = match gateway.auth.principal(&headers).await {
+        Ok(rights) => rights,
+        Err(denied) => return denied.into_response(),
+    };
+    let Some(mut client) = Client::open(&gateway, rights).await else { return unavailable() };
     let id = match client.subscribed(1, message).await {
         Ok(id) => id,
         Err(refused) => return refused,
@@ -362,6 +371,7 @@ const WORKFLOW_CLASSES: [(&str, &str, bool); 3] =
 /// classes), the gateway off or on.
 pub(super) async fn workflows(
     State(gateway): State<Gateway>,
+    headers: HeaderMap,
     Query(params): Query<WorkflowParams>,
 ) -> Response {
     let now = now();
@@ -369,7 +379,11 @@ pub(super) async fn workflows(
         Ok(since) => since,
         Err(e) => return error(StatusCode::BAD_REQUEST, None, &format!("since: {e}")),
     };
-    let Some(mut client) = Client::open(&gateway).await else { return unavailable() };
+    let rights = match gateway.auth.principal(&headers).await {
+        Ok(rights) => rights,
+        Err(denied) => return denied.into_response(),
+    };
+    let Some(mut client) = Client::open(&gateway, rights).await else { return unavailable() };
     let mut ids: Vec<(MessageId, &str)> = Vec::new();
     for (req, (key, class, always)) in (1u64..).zip(WORKFLOW_CLASSES) {
         let from = if always { Timestamp::from_millis(0).unwrap_or(since) } else { since };

@@ -17,8 +17,10 @@
 //! Every answer is taken from the router task when asked, as `padres broker stats` is.
 //! The listener speaks HTTP/1.1: plain, for loopback or a trusted network, or with
 //! `--http-tls` over TLS 1.3 with the broker's own certificate (the one its QUIC clients
-//! verify), each handshake in a task of its own with a 10 s limit. It does not yet
-//! authenticate its clients.
+//! verify), each handshake in a task of its own with a 10 s limit. Requests are
+//! authenticated by an `Authorization: Bearer NAME:TOKEN` header, and held to what their
+//! principal may read (`net/http_auth.rs`): the gateway and `/api/workflows` to its
+//! permits, `/api/routes` to the `routes` right, the other views to `http_views`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -39,6 +41,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::{TlsAcceptor, rustls};
 
 use super::gateway::Gateway;
+use super::http_auth::HttpAuth;
 use super::router_task::{Event, Inspect};
 use crate::history::Durability;
 use crate::metrics::{self, LinkSnapshot};
@@ -145,10 +148,13 @@ pub(super) async fn serve(
     gateway: Gateway,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let inspect = axum::Router::new()
+    // The monitor's files hold no data: they are served to anyone, and what they show comes
+    // from the views below, which `guard` keeps to who may read them.
+    let files = axum::Router::new()
         .route("/", get(|| async { asset("text/html; charset=utf-8", MONITOR_HTML) }))
         .route("/monitor.js", get(|| async { asset("text/javascript; charset=utf-8", MONITOR_JS) }))
-        .route("/monitor.css", get(|| async { asset("text/css; charset=utf-8", MONITOR_CSS) }))
+        .route("/monitor.css", get(|| async { asset("text/css; charset=utf-8", MONITOR_CSS) }));
+    let inspect = axum::Router::new()
         .route("/metrics", get(metrics_text))
         .route("/api/stats", get(stats))
         .route("/api/links", get(links))
@@ -156,19 +162,39 @@ pub(super) async fn serve(
         .route("/api/federation", get(federation))
         .route("/api/detectors", get(detectors))
         .route("/api/history", get(history))
+        .route_layer(axum::middleware::from_fn_with_state(gateway.auth.clone(), guard))
         .with_state(gateway.events.clone());
     let app = axum::Router::new()
         .route("/api/publish", post(super::gateway::publish))
         .route("/api/subscribe", get(super::gateway::subscribe))
         .route("/api/workflows", get(super::gateway::workflows))
         .with_state(gateway)
-        .merge(inspect);
+        .merge(inspect)
+        .merge(files);
     let served = match tls {
         Some(tls) => axum::serve(TlsListener::new(listener, tls), app).with_graceful_shutdown(shutdown).await,
         None => axum::serve(listener, app).with_graceful_shutdown(shutdown).await,
     };
     if let Err(error) = served {
         tracing::error!(%error, "the HTTP listener stopped");
+    }
+}
+
+/// Keeps the views to who may read them: `/api/routes` to principals with the `routes`
+/// right, the others as `http_views` says (`net/http_auth.rs`).
+async fn guard(
+    State(auth): State<Arc<HttpAuth>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let allowed = if request.uri().path() == "/api/routes" {
+        auth.routes(request.headers()).await
+    } else {
+        auth.view(request.headers()).await
+    };
+    match allowed {
+        Ok(()) => next.run(request).await,
+        Err(denied) => denied.into_response(),
     }
 }
 

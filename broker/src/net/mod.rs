@@ -57,6 +57,7 @@ mod client_sessions;
 pub mod detection;
 mod gateway;
 mod http;
+pub mod http_auth;
 mod link;
 mod router_task;
 mod session;
@@ -75,7 +76,7 @@ use padres_transport::{FrameError, HandshakeError};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::auth::{Auth, Rights};
+use crate::auth::Auth;
 use crate::config::{Config, ConfigError};
 use crate::history::Store;
 use crate::history::writer::History;
@@ -304,17 +305,16 @@ pub async fn serve_until(
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     // Client ids, for QUIC clients and the gateway's alike.
     let next_client = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let http_task = http.map(|(listener, _, tls)| {
+    let http_task = http.map(|(listener, bound, tls)| {
         let gateway = gateway::Gateway {
             events: events.clone(),
             next_client: next_client.clone(),
             max_frame: limits.max_frame,
             enabled: config.http_gateway,
-            rights: Arc::new(if auth.anonymous() {
-                auth.rights_of(crate::auth::ANONYMOUS.to_owned())
-            } else {
-                Rights::none(crate::auth::ANONYMOUS)
-            }),
+            auth: Arc::new(http_auth::HttpAuth::new(
+                auth.clone(),
+                http_auth::views_open(config.http_views, bound),
+            )),
         };
         tokio::spawn(http::serve(listener, tls, gateway, async move {
             let _ = http_stopped.await;
@@ -453,12 +453,12 @@ fn announce_security(config: &Config, auth: &Auth) {
         )
     };
     tracing::info!(%peers, %clients, "security");
-    if let Some(http) = config.http.filter(|http| !http.ip().is_loopback() && !auth.is_open()) {
+    let views_open = config.http_views == crate::config::HttpViews::Open;
+    if let Some(http) = config.http.filter(|http| !http.ip().is_loopback() && !auth.is_open() && views_open) {
         eprintln!(
-            "padres-broker: WARNING: the HTTP listener on {http} does not authenticate: anyone who reaches it \
-             reads the routing tables (/api/routes: every client's subscriptions) and the broker's counters{}; \
-             keep it on a loopback or management address",
-            if config.http_gateway { ", and publishes and subscribes as principal anonymous" } else { "" }
+            "padres-broker: WARNING: the HTTP listener on {http} serves /metrics and the read-only views to \
+             anyone who reaches it (http_views = open); set http_views = \"auto\" or \"clients\" to require \
+             what clients need"
         );
     }
     // On stderr: scripts read stdout for the listening lines alone.
