@@ -8,7 +8,7 @@
 //! the pairs whose path crossed it waited for their next delivery. Every `advertise` and
 //! `subscribe` is timed; any that takes over 10 s is reported. Runs repeat (`--runs`).
 //!
-//! The brokers are the release binary beside this one (`cargo build --release -p
+//! The brokers are the binary beside this one (`cargo build --profile dist -p
 //! padres-broker -p padres-bench -p padres-cli`; `PADRES_BROKER=PATH` names another;
 //! `PADRES_KEEP=1` keeps their data and logs),
 //! started with their defaults: a killed neighbour is noticed after QUIC's idle timeout
@@ -163,7 +163,7 @@ pub(crate) async fn connect(addr: SocketAddr, who: &str) -> Client {
     }
 }
 
-/// The release binary `name` beside this one, or the one the environment variable `var`
+/// The binary `name` beside this one, or the one the environment variable `var`
 /// names.
 pub(crate) fn sibling(name: &str, var: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(var) {
@@ -172,7 +172,7 @@ pub(crate) fn sibling(name: &str, var: &str) -> PathBuf {
     let binary = std::env::current_exe().expect("this binary's path").with_file_name(name);
     assert!(
         binary.exists(),
-        "{} is missing: cargo build --release -p padres-broker -p padres-bench -p padres-cli -p padres-agent",
+        "{} is missing: cargo build --profile dist -p padres-broker -p padres-bench -p padres-cli -p padres-agent",
         binary.display()
     );
     binary

@@ -2,14 +2,14 @@
 //! next to a baseline measured in the same run.
 //!
 //! ```sh
-//! cargo run --release -p padres-bench -- matching            # W1–W4 at full size
-//! cargo run --release -p padres-bench -- matching --quick    # smaller, under a minute
-//! cargo run --release -p padres-bench -- matching --workload w4
-//! cargo run --release -p padres-bench -- quic                # brokers over QUIC, vs nats-server and mosquitto
-//! cargo run --release -p padres-bench -- quic --quick
-//! cargo run --release -p padres-bench -- history             # the history store (~2 min)
-//! cargo run --release -p padres-bench -- scale               # 100 to 1,000 brokers in the simulator
-//! cargo run --release -p padres-bench -- workflow-scale      # 20 brokers, 20 agents, 20 payrolls
+//! cargo run --profile dist -p padres-bench -- matching            # W1–W4 at full size
+//! cargo run --profile dist -p padres-bench -- matching --quick    # smaller, under a minute
+//! cargo run --profile dist -p padres-bench -- matching --workload w4
+//! cargo run --profile dist -p padres-bench -- quic                # brokers over QUIC, vs nats-server and mosquitto
+//! cargo run --profile dist -p padres-bench -- quic --quick
+//! cargo run --profile dist -p padres-bench -- history             # the history store (~2 min)
+//! cargo run --profile dist -p padres-bench -- scale               # 100 to 1,000 brokers in the simulator
+//! cargo run --profile dist -p padres-bench -- workflow-scale      # 20 brokers, 20 agents, 20 payrolls
 //! sudo scripts/netns-federation                             # probe + impair, brokers in namespaces
 //! ```
 
@@ -178,7 +178,7 @@ enum Command {
         #[arg(long)]
         no_composite: bool,
     },
-    /// Real brokers at scale: `padres-broker` processes on loopback (the release binary
+    /// Real brokers at scale: `padres-broker` processes on loopback (the binary
     /// beside this one) as a random tree and as a cyclic graph, with clients spread over
     /// them: time until linked, resident memory per broker, subscription propagation to
     /// the farthest broker, delivery latency by hop count at a paced rate, a broker killed
@@ -221,7 +221,7 @@ enum Command {
     /// deploy`, then a Friday, a Wednesday and a Saturday generation of each triggered at
     /// once; every generation checked with `padres workflow status --json` against the
     /// calendar, and every job's `started` counted. Exits 1 if any generation was wrong.
-    /// Needs the release binaries: cargo build --release -p padres-broker -p padres-bench
+    /// Needs the binaries beside it: cargo build --profile dist -p padres-broker -p padres-bench
     /// -p padres-cli -p padres-agent.
     WorkflowScale {
         #[arg(long, default_value_t = 20)]
@@ -506,7 +506,12 @@ fn print_machine(how: &str) {
         Ok(false) => "no transparent huge pages",
         Err(_) => "transparent huge pages unknown",
     };
-    println!("machine: {cpu}, {cores} cores; {how}; {pages}; release build");
+    // The profile is the name of the directory the binary was built in (target/dist,
+    // target/release): `dist` has the whole-program optimisation the figures assume.
+    let exe = std::env::current_exe().ok();
+    let profile = exe.as_deref().and_then(std::path::Path::parent).and_then(std::path::Path::file_name);
+    let profile = profile.map_or_else(|| "unknown".into(), |p| p.to_string_lossy());
+    println!("machine: {cpu}, {cores} cores; {how}; {pages}; {profile} build");
 }
 
 /// Median and 99th percentile.

@@ -13,7 +13,7 @@
 //! application is checked: every generation succeeded, every job ran or was skipped as its
 //! calendar says for that day, and no job started twice.
 //!
-//! The binaries are the release builds beside this one (`cargo build --release -p
+//! The binaries are the builds beside this one (`cargo build --profile dist -p
 //! padres-broker -p padres-bench -p padres-cli -p padres-agent`); `PADRES_BROKER`,
 //! `PADRES_AGENT` and `PADRES_CLI` name others; `PADRES_KEEP=1` keeps the work directory.
 
