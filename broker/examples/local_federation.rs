@@ -162,7 +162,7 @@ async fn run(count: usize) -> Result<(), Box<dyn Error>> {
 
 #[cfg(test)]
 mod tests {
-    /// The README's first command, smaller: `cargo test` runs it.
+    /// The brokers alone (`docs/brokers.md`'s first command), smaller: `cargo test` runs it.
     #[tokio::test]
     async fn every_subscriber_receives_exactly_what_its_subscription_matches() {
         super::run(300).await.expect("the federation delivers what each subscription matches");

@@ -42,7 +42,7 @@ fn write_out(line: std::fmt::Arguments<'_>) {
 /// and publication [class,'stock'],[price,120]. `padres check` explains the syntax.
 ///
 /// Every command that talks to a broker takes --broker quic://HOST:PORT (default
-/// quic://127.0.0.1:7700) and --ca FILE: the broker's cert.pem or the federation CA. For a
+/// PADRES_BROKER, or quic://127.0.0.1:7700) and --ca FILE: the broker's cert.pem or the federation CA. For a
 /// broker on this machine --ca can be left out: the broker registered its certificate
 /// locally and it is verified against that.
 #[derive(Debug, Parser)]
@@ -438,8 +438,8 @@ enum BrokerCommand {
 /// Where the broker is and how to trust it.
 #[derive(Debug, Args)]
 pub(crate) struct BrokerArgs {
-    /// The broker, quic://HOST:PORT.
-    #[arg(long, value_name = "URI", default_value = "quic://127.0.0.1:7700")]
+    /// The broker, quic://HOST:PORT (PADRES_BROKER sets it for every command).
+    #[arg(long, value_name = "URI", env = "PADRES_BROKER", default_value = "quic://127.0.0.1:7700")]
     pub(crate) broker: String,
     /// Certificate (PEM) to trust: the broker's cert.pem or the federation CA. Left out,
     /// a broker on this machine is trusted through the certificate it registered locally.
