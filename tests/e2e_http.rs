@@ -629,3 +629,22 @@ async fn the_workflows_api_reads_the_workflow_classes_from_history() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("since"), "{body}");
 }
+
+#[tokio::test]
+async fn the_python_client_library_publishes_subscribes_and_reads_history() {
+    // clients/python, as `pip install ./clients/python` installs it, against a broker keeping
+    // what workflows read back: its unittest suite, with the package on PYTHONPATH.
+    let b1 = start_with("B1", "http-python-client", &with_gateway(vec!["--workflows".to_owned()]));
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
+    let out = tokio::process::Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "tests", "-v"])
+        .current_dir(&root)
+        .env("PYTHONPATH", &root)
+        .env("PADRES_URL", format!("http://{}", http_of(&b1)))
+        .output()
+        .await
+        .expect("python3 runs (the Python client needs Python 3)");
+    let told = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{told}");
+    assert!(told.contains("Ran 4 tests") && told.contains("OK"), "{told}");
+}

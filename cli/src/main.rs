@@ -161,8 +161,8 @@ enum Command {
     /// The federation's agents, from their load reports (agent_load, which every agent
     /// publishes every second or so): state (up, leaving, left, or silent when it missed
     /// 3 reports), pools, capacity, running and queued jobs, recent queueing delays and
-    /// arrivals, and its broker. Reads the reports stored since --since (the history
-    /// stores must keep [class,eq,'agent_load']) and listens 1.5 s for live ones.
+    /// arrivals, and its broker. Reads the reports stored since --since (brokers keep them
+    /// with `padres-broker --workflows`) and listens 1.5 s for live ones.
     ///
     /// `padres agents drain NAME` drains an agent: it takes no new pool jobs, finishes
     /// those it has, says it left, and exits.
