@@ -30,8 +30,8 @@ pub enum CoveringMode {
     Active,
 }
 
-/// Who may read the HTTP listener's read-only views (`/metrics`, the web monitor,
-/// `/api/stats` and the like; `crate::net::http_auth`).
+/// Who may read the HTTP listener's read-only views (`/metrics`, `/api/stats` and the
+/// like, which the web monitor shows; `crate::net::http_auth`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpViews {
@@ -271,7 +271,7 @@ pub struct Config {
     /// Serve the HTTP gateway too (publishing and subscribing over HTTP, as the principal
     /// an `Authorization: Bearer NAME:TOKEN` header names).
     pub http_gateway: bool,
-    /// Who may read the HTTP listener's read-only views (`/metrics`, the monitor).
+    /// Who may read the HTTP listener's read-only views (`/metrics`, the monitor's data).
     pub http_views: HttpViews,
     /// Serve the HTTP listener over TLS (HTTPS) with the broker's own certificate.
     pub http_tls: bool,
@@ -669,14 +669,18 @@ impl Config {
         let _ = writeln!(out, "# 'Authorization: Bearer NAME:TOKEN' header (anonymous without one), held to");
         let _ = writeln!(out, "# its permits as a QUIC client is.");
         let _ = writeln!(out, "http_gateway = {}\n", self.http_gateway);
-        let _ =
-            writeln!(out, "# Who may read /metrics, the web monitor and the read-only /api views: \"open\",");
+        let _ = writeln!(
+            out,
+            "# Who may read /metrics and the read-only /api views (the monitor's data): \"open\","
+        );
         let _ = writeln!(
             out,
             "# \"clients\" (what a client needs to connect: a token where anonymous clients are"
         );
         let _ = writeln!(out, "# refused) or \"auto\" (open on a loopback address, as clients elsewhere).");
-        let _ = writeln!(out, "# /api/routes always needs the routes right, as padres broker routes does.");
+        let _ =
+            writeln!(out, "# /api/routes and /api/detectors always need the routes right, as padres broker");
+        let _ = writeln!(out, "# routes does.");
         let views = match self.http_views {
             HttpViews::Auto => "auto",
             HttpViews::Open => "open",

@@ -154,7 +154,7 @@ struct Overrides {
     /// clients verify: e.g. curl --cacert DATA_DIR/cert.pem https://127.0.0.1:7780/metrics).
     #[arg(long)]
     http_tls: bool,
-    /// Who may read /metrics, the web monitor and the read-only /api views: open, clients
+    /// Who may read /metrics and the read-only /api views (the monitor's data): open, clients
     /// (a token where anonymous clients are refused) or auto (open on a loopback address,
     /// as clients elsewhere) [default: auto].
     #[arg(long, value_enum, value_name = "WHO")]

@@ -29,15 +29,17 @@ function element(tag, attrs, text) {
   return node;
 }
 
-// A broker whose views need a principal (http_views, or /api/routes without the routes
-// right) answers 401: the monitor asks once for NAME:TOKEN, kept for this tab only.
+// A broker whose views need a principal (http_views) answers 401, and the routing tables
+// and detectors answer 403 to a principal without the routes right: the monitor asks
+// once for NAME:TOKEN (if it has none yet), kept for this tab only.
 let credentialsAsked = false;
 
 async function api(path) {
   const credentials = sessionStorage.getItem("padres-credentials");
   const headers = credentials ? { Authorization: `Bearer ${credentials}` } : {};
   const response = await fetch(path, { cache: "no-store", headers });
-  if (response.status === 401 && !credentialsAsked) {
+  const refused = response.status === 401 || (response.status === 403 && !credentials);
+  if (refused && !credentialsAsked) {
     credentialsAsked = true;
     const given = window.prompt("This broker's views need a principal and its token (NAME:TOKEN):");
     if (given) {

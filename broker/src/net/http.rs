@@ -20,7 +20,8 @@
 //! verify), each handshake in a task of its own with a 10 s limit. Requests are
 //! authenticated by an `Authorization: Bearer NAME:TOKEN` header, and held to what their
 //! principal may read (`net/http_auth.rs`): the gateway and `/api/workflows` to its
-//! permits, `/api/routes` to the `routes` right, the other views to `http_views`.
+//! permits, `/api/routes` and `/api/detectors` to the `routes` right, the other views to
+//! `http_views`.
 
 use std::io;
 use std::net::SocketAddr;
@@ -154,22 +155,27 @@ pub(super) async fn serve(
         .route("/", get(|| async { asset("text/html; charset=utf-8", MONITOR_HTML) }))
         .route("/monitor.js", get(|| async { asset("text/javascript; charset=utf-8", MONITOR_JS) }))
         .route("/monitor.css", get(|| async { asset("text/css; charset=utf-8", MONITOR_CSS) }));
-    let inspect = axum::Router::new()
+    let views = axum::Router::new()
         .route("/metrics", get(metrics_text))
         .route("/api/stats", get(stats))
         .route("/api/links", get(links))
-        .route("/api/routes", get(routes))
         .route("/api/federation", get(federation))
-        .route("/api/detectors", get(detectors))
         .route("/api/history", get(history))
-        .route_layer(axum::middleware::from_fn_with_state(gateway.auth.clone(), guard))
+        .route_layer(axum::middleware::from_fn_with_state(gateway.auth.clone(), views_guard))
+        .with_state(gateway.events.clone());
+    // What shows clients' subscriptions: the `routes` right.
+    let tables = axum::Router::new()
+        .route("/api/routes", get(routes))
+        .route("/api/detectors", get(detectors))
+        .route_layer(axum::middleware::from_fn_with_state(gateway.auth.clone(), routes_guard))
         .with_state(gateway.events.clone());
     let app = axum::Router::new()
         .route("/api/publish", post(super::gateway::publish))
         .route("/api/subscribe", get(super::gateway::subscribe))
         .route("/api/workflows", get(super::gateway::workflows))
         .with_state(gateway)
-        .merge(inspect)
+        .merge(views)
+        .merge(tables)
         .merge(files);
     let served = match tls {
         Some(tls) => axum::serve(TlsListener::new(listener, tls), app).with_graceful_shutdown(shutdown).await,
@@ -180,19 +186,27 @@ pub(super) async fn serve(
     }
 }
 
-/// Keeps the views to who may read them: `/api/routes` to principals with the `routes`
-/// right, the others as `http_views` says (`net/http_auth.rs`).
-async fn guard(
+/// Keeps the read-only views to who may read them, as `http_views` says
+/// (`net/http_auth.rs`).
+async fn views_guard(
     State(auth): State<Arc<HttpAuth>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let allowed = if request.uri().path() == "/api/routes" {
-        auth.routes(request.headers()).await
-    } else {
-        auth.view(request.headers()).await
-    };
-    match allowed {
+    match auth.view(request.headers()).await {
+        Ok(()) => next.run(request).await,
+        Err(denied) => denied.into_response(),
+    }
+}
+
+/// Keeps the routing tables and detectors (every client's subscriptions) to principals
+/// with the `routes` right.
+async fn routes_guard(
+    State(auth): State<Arc<HttpAuth>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match auth.routes(request.headers()).await {
         Ok(()) => next.run(request).await,
         Err(denied) => denied.into_response(),
     }

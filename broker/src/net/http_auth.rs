@@ -11,14 +11,17 @@
 //!   a QUIC client of that principal is.
 //! - **`/api/routes`** (every client's subscriptions) needs the `routes` right, as `padres
 //!   broker routes` does; 403 names the right missing.
-//! - **The read-only views** (`/metrics`, the web monitor's files, `/api/stats`, `links`,
-//!   `federation`, `detectors`, `history`) follow `http_views`: `open`, `clients` (a
+//! - **`/api/detectors`** shows clients' composite subscriptions: the `routes` right too.
+//! - **The read-only views** (`/metrics`, `/api/stats`, `links`, `federation`, `history`;
+//!   the web monitor's page and scripts hold no data and are served to anyone) follow
+//!   `http_views`: `open`, `clients` (a
 //!   request needs what a client needs to connect: a token where anonymous clients are
 //!   refused), or `auto` (the default: open when the listener is on a loopback address,
 //!   as `clients` otherwise).
 //!
 //! A token is checked with Argon2id (tens of milliseconds), off the async threads, two at
-//! a time; a principal and token that passed are remembered (by the token's SHA-256) for
+//! a time with QUIC hellos, at most 64 waiting (more: 503); a principal and token that
+//! passed are remembered (by the token's SHA-256) for
 //! [`REMEMBERED`], so a script that publishes in a loop pays for the check once.
 
 use std::collections::HashMap;
@@ -49,8 +52,9 @@ pub(super) struct HttpAuth {
     views_open: bool,
     /// (principal, SHA-256 of its token) → its rights, and when they were checked.
     passed: Mutex<HashMap<Credentials, (Arc<Rights>, Instant)>>,
-    /// Checks under way at once.
-    verifying: tokio::sync::Semaphore,
+    /// Token checks under way at once, and those waiting too (shared with QUIC hellos).
+    verifying: Arc<tokio::sync::Semaphore>,
+    waiting: Arc<tokio::sync::Semaphore>,
 }
 
 /// Why a request is not served.
@@ -60,6 +64,8 @@ pub(super) enum Denied {
     Unauthenticated(String),
     /// The principal lacks the right: 403.
     Forbidden(String),
+    /// Too many tokens wait to be checked: 503, to try again shortly.
+    Busy(String),
 }
 
 impl IntoResponse for Denied {
@@ -67,6 +73,7 @@ impl IntoResponse for Denied {
         let (status, why) = match self {
             Self::Unauthenticated(why) => (StatusCode::UNAUTHORIZED, why),
             Self::Forbidden(why) => (StatusCode::FORBIDDEN, why),
+            Self::Busy(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
         };
         let body = serde_json::json!({ "type": "error", "message": why }).to_string();
         let challenge = (header::WWW_AUTHENTICATE, "Bearer realm=\"padres\"");
@@ -89,8 +96,11 @@ pub fn views_open(views: HttpViews, addr: SocketAddr) -> bool {
 /// A header that is not `Bearer NAME:TOKEN`, in words.
 pub fn credentials(value: Option<&str>) -> Result<Option<(&str, &str)>, String> {
     let Some(value) = value else { return Ok(None) };
+    // The scheme's name is case-insensitive (RFC 9110).
     let bearer = value
-        .strip_prefix("Bearer ")
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, rest)| rest)
         .ok_or_else(|| "the Authorization header takes `Bearer NAME:TOKEN`".to_owned())?;
     match bearer.trim().split_once(':') {
         Some((name, token)) if !name.is_empty() && !token.is_empty() => Ok(Some((name, token))),
@@ -100,8 +110,13 @@ pub fn credentials(value: Option<&str>) -> Result<Option<(&str, &str)>, String> 
 }
 
 impl HttpAuth {
-    pub(super) fn new(auth: Arc<Auth>, views_open: bool) -> Self {
-        Self { auth, views_open, passed: Mutex::default(), verifying: tokio::sync::Semaphore::new(2) }
+    pub(super) fn new(
+        auth: Arc<Auth>,
+        views_open: bool,
+        verifying: Arc<tokio::sync::Semaphore>,
+        waiting: Arc<tokio::sync::Semaphore>,
+    ) -> Self {
+        Self { auth, views_open, passed: Mutex::default(), verifying, waiting }
     }
 
     /// The rights of the request with `headers`, or why it has none.
@@ -117,6 +132,11 @@ impl HttpAuth {
             })?;
             return Ok(Arc::new(rights));
         };
+        // A name as a QUIC hello's must be.
+        padres_lang::Name::new(name)
+            .map_err(|e| e.to_string())
+            .and_then(|_| crate::auth::valid_principal(name).map_err(|e| e.0))
+            .map_err(|why| Denied::Unauthenticated(format!("the Authorization header's principal: {why}")))?;
         if self.auth.is_open() {
             return Ok(Arc::new(Rights::unrestricted(name)));
         }
@@ -124,11 +144,18 @@ impl HttpAuth {
         if let Some(rights) = self.remembered(&key) {
             return Ok(rights);
         }
+        let _waiting = self.waiting.try_acquire().map_err(|_| {
+            Denied::Busy("too many clients' tokens are being checked already: try again shortly".to_owned())
+        })?;
         let _permit = self
             .verifying
             .acquire()
             .await
             .map_err(|_| Denied::Unauthenticated("the broker is shutting down".to_owned()))?;
+        // Checked meanwhile by a request that waited before this one.
+        if let Some(rights) = self.remembered(&key) {
+            return Ok(rights);
+        }
         let (auth, name, token) = (self.auth.clone(), name.to_owned(), token.to_owned());
         let checked = tokio::task::spawn_blocking(move || auth.authenticate(&name, Some(&token)))
             .await
@@ -226,7 +253,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_is_its_principal_held_to_its_permits() {
-        let closed = HttpAuth::new(auth(false), false);
+        let semaphores =
+            || (Arc::new(tokio::sync::Semaphore::new(2)), Arc::new(tokio::sync::Semaphore::new(64)));
+        let (verifying, waiting) = semaphores();
+        let closed = HttpAuth::new(auth(false), false, verifying, waiting);
         // No header where anonymous clients are refused: 401, saying how to give one.
         let Err(Denied::Unauthenticated(why)) = closed.principal(&HeaderMap::new()).await else {
             panic!("anonymous accepted")
@@ -245,16 +275,30 @@ mod tests {
         assert_eq!(rights.principal, "ops");
         assert_eq!(closed.routes(&bearer("Bearer ops:t-ops")).await, Ok(()));
         assert!(closed.remembered(&("ops".to_owned(), sha256("t-ops"))).is_some());
-        assert!(closed.remembered(&("ops".to_owned(), sha256("wrong"))).is_none());
+        // A wrong token after the right one passed: still refused (the cache keys the token).
+        assert!(matches!(
+            closed.principal(&bearer("Bearer ops:wrong")).await,
+            Err(Denied::Unauthenticated(_))
+        ));
+        // The scheme's case does not matter; a name no hello could give is refused.
+        assert!(closed.principal(&bearer("bearer ops:t-ops")).await.is_ok());
+        assert!(matches!(
+            closed.principal(&bearer("Bearer any one:t-ops")).await,
+            Err(Denied::Unauthenticated(_))
+        ));
         assert_eq!(closed.view(&bearer("Bearer ops:t-ops")).await, Ok(()));
 
         // Where anonymous clients are accepted, a request without a header is one, with
         // anonymous's permits: no `routes` right.
-        let open = HttpAuth::new(auth(true), true);
+        let (verifying, waiting) = semaphores();
+        let open = HttpAuth::new(auth(true), true, verifying, waiting.clone());
         let anonymous = open.principal(&HeaderMap::new()).await.expect("anonymous");
         assert_eq!(anonymous.principal, ANONYMOUS);
         let Err(Denied::Forbidden(why)) = open.routes(&HeaderMap::new()).await else { panic!("routes read") };
         assert!(why.contains("routes = true"), "{why}");
         assert_eq!(open.view(&HeaderMap::new()).await, Ok(()), "views open");
+        // With every waiting place taken, a token is not checked: 503, to try again.
+        let _taken = waiting.acquire_many(64).await.expect("the places");
+        assert!(matches!(open.principal(&bearer("Bearer ops:t-ops")).await, Err(Denied::Busy(_))));
     }
 }

@@ -305,6 +305,10 @@ pub async fn serve_until(
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     // Client ids, for QUIC clients and the gateway's alike.
     let next_client = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Tokens are checked two at a time, and at most TOKENS_WAITING wait, QUIC hellos and
+    // HTTP requests together.
+    let verifying = Arc::new(tokio::sync::Semaphore::new(2));
+    let waiting = Arc::new(tokio::sync::Semaphore::new(accept::TOKENS_WAITING));
     let http_task = http.map(|(listener, bound, tls)| {
         let gateway = gateway::Gateway {
             events: events.clone(),
@@ -314,19 +318,16 @@ pub async fn serve_until(
             auth: Arc::new(http_auth::HttpAuth::new(
                 auth.clone(),
                 http_auth::views_open(config.http_views, bound),
+                verifying.clone(),
+                waiting.clone(),
             )),
         };
         tokio::spawn(http::serve(listener, tls, gateway, async move {
             let _ = http_stopped.await;
         }))
     });
-    let gate = accept::Gate {
-        auth: auth.clone(),
-        verifying: Arc::new(tokio::sync::Semaphore::new(2)),
-        waiting: Arc::new(tokio::sync::Semaphore::new(accept::TOKENS_WAITING)),
-        connections: Arc::default(),
-        certificates,
-    };
+    let gate =
+        accept::Gate { auth: auth.clone(), verifying, waiting, connections: Arc::default(), certificates };
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -453,6 +454,14 @@ fn announce_security(config: &Config, auth: &Auth) {
         )
     };
     tracing::info!(%peers, %clients, "security");
+    if let Some(http) =
+        config.http.filter(|http| !http.ip().is_loopback() && !config.http_tls && auth.principals() > 0)
+    {
+        eprintln!(
+            "padres-broker: WARNING: the HTTP listener on {http} is plain HTTP and clients' tokens are configured: \
+             a request's Authorization header crosses the network in clear; set http_tls = true (--http-tls)"
+        );
+    }
     let views_open = config.http_views == crate::config::HttpViews::Open;
     if let Some(http) = config.http.filter(|http| !http.ip().is_loopback() && !auth.is_open() && views_open) {
         eprintln!(
