@@ -273,11 +273,17 @@ async fn a_principal_is_held_to_its_connections_subscriptions_and_publication_ra
                   advertise = [\"[class,eq,'t']\"]\nsubscribe = [\"[class,eq,'t']\"]\n\
                   max_connections = 2\nmax_subscriptions = 3\nmax_publish_rate = 5\n";
     std::fs::write(&file, config).expect("config written");
-    let broker = start_with("B1", test, &["--config".into(), file.display().to_string()]);
+    let flags = ["--config", &file.display().to_string(), "--http", "127.0.0.1:0", "--http-gateway"];
+    let broker = start_with("B1", test, &flags.map(str::to_owned));
     let _ = std::fs::remove_dir_all(&conf);
+    let http = broker.http.expect("the HTTP listener");
+    let gateway_publish =
+        || padres_tests::http::request("POST", http, "/api/publish", &[], "a [class,eq,'t'],[n,isPresent,0]");
 
-    // Connections: two at once; a third is refused until one closes.
+    // Connections: two at once; a third is refused until one closes, and so is a gateway
+    // request of the same principal, which counts as one while it lasts.
     let a = connect(&broker, "a", None).await.expect("first");
+    assert_eq!(padres_tests::http::status_of(http, &gateway_publish()).await.0, 200, "one of two");
     let b = connect(&broker, "b", None).await.expect("second");
     match connect(&broker, "c", None).await {
         Err(ClientError::Refused { code: ErrorCode::LimitExceeded, message }) => {
@@ -285,6 +291,9 @@ async fn a_principal_is_held_to_its_connections_subscriptions_and_publication_ra
         }
         other => panic!("a third connection: {other:?}"),
     }
+    let (status, text) = padres_tests::http::status_of(http, &gateway_publish()).await;
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("max_connections"), "{text}");
 
     // Subscriptions over both connections: three.
     a.send("s [class,eq,'t'],[n,=,1]").await.expect("1");

@@ -28,16 +28,20 @@ pub(super) struct Gate {
     /// Tokens waiting or being verified, at most [`TOKENS_WAITING`].
     pub(super) waiting: Arc<Semaphore>,
     /// Connections open per principal, for `max_connections`.
-    pub(super) connections: Arc<Mutex<HashMap<String, usize>>>,
+    pub(super) connections: Connections,
     /// Whose certificates are trusted (the federation CA, `accept_brokers`); `None`: no
     /// peer is asked for one.
     pub(super) certificates: Option<Arc<PeerCertificates>>,
 }
 
+/// Connections open per principal (QUIC clients and gateway requests together), for
+/// `max_connections`.
+pub(super) type Connections = Arc<Mutex<HashMap<String, usize>>>;
+
 /// One connection of a principal, counted while it lasts.
 #[derive(Debug)]
-struct Counted {
-    connections: Arc<Mutex<HashMap<String, usize>>>,
+pub(super) struct Counted {
+    connections: Connections,
     principal: String,
 }
 
@@ -53,23 +57,29 @@ impl Drop for Counted {
     }
 }
 
+/// Counts a connection of `rights`' principal in `connections`, unless it holds the most
+/// its permits allow already.
+pub(super) fn count(connections: &Connections, rights: &Rights) -> Result<Option<Counted>, String> {
+    let Some(max) = rights.limits().connections else { return Ok(None) };
+    let mut open = connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let n = open.entry(rights.principal.clone()).or_default();
+    if *n >= max {
+        return Err(format!(
+            "principal '{}' has {n} connections to this broker, the most its permits allow \
+             (max_connections)",
+            rights.principal
+        ));
+    }
+    *n += 1;
+    Ok(Some(Counted { connections: connections.clone(), principal: rights.principal.clone() }))
+}
+
 impl Gate {
     /// Counts a connection of `rights`' principal, unless it holds the most its permits
     /// allow already (a connection lost without being closed counts until the broker
     /// notices, within the QUIC idle timeout).
     fn count(&self, rights: &Rights) -> Result<Option<Counted>, String> {
-        let Some(max) = rights.limits().connections else { return Ok(None) };
-        let mut open = self.connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = open.entry(rights.principal.clone()).or_default();
-        if *n >= max {
-            return Err(format!(
-                "principal '{}' has {n} connections to this broker, the most its permits allow \
-                 (max_connections)",
-                rights.principal
-            ));
-        }
-        *n += 1;
-        Ok(Some(Counted { connections: self.connections.clone(), principal: rights.principal.clone() }))
+        count(&self.connections, rights)
     }
 
     /// The rights of the client that said hello as `name` with `token`, having presented

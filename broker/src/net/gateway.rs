@@ -63,6 +63,9 @@ pub(super) struct Gateway {
     pub(super) enabled: bool,
     /// Who each request is, and what it may do (`net/http_auth.rs`).
     pub(super) auth: Arc<super::http_auth::HttpAuth>,
+    /// Connections open per principal, shared with the QUIC listener: a request counts as
+    /// one against `max_connections` while it lasts.
+    pub(super) connections: super::accept::Connections,
 }
 
 /// One gateway client of the router task; leaves when dropped.
@@ -75,6 +78,8 @@ struct Client {
     /// Frames that came while a reply was awaited (a subscription's first notifications
     /// arrive before its reply, which waits for it to settle), in order.
     held: VecDeque<Frame>,
+    /// Its place among its principal's connections, given back when it leaves.
+    _counted: Option<super::accept::Counted>,
 }
 
 /// What became of a request.
@@ -91,14 +96,19 @@ enum Answer {
 }
 
 impl Client {
-    /// A client of the router task acting as `rights`' principal.
-    async fn open(gateway: &Gateway, rights: Arc<Rights>) -> Option<Self> {
+    /// A client of the router task acting as `rights`' principal, counted among its
+    /// connections; or the response refusing it (the most connections its permits allow
+    /// are open, or the broker is shutting down).
+    async fn open(gateway: &Gateway, rights: Arc<Rights>) -> Result<Self, Response> {
+        let counted = super::accept::count(&gateway.connections, &rights)
+            .map_err(|why| error(StatusCode::TOO_MANY_REQUESTS, None, &why))?;
         let id = gateway.next_client.fetch_add(1, Ordering::Relaxed) + 1;
         let (queue, frames) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let handle = ClientHandle { queue, queued: queued.clone(), connection: None, rights };
-        gateway.events.send(Event::Connected(id, handle)).await.ok()?;
-        Some(Self { id, events: gateway.events.clone(), frames, queued, held: VecDeque::new() })
+        gateway.events.send(Event::Connected(id, handle)).await.map_err(|_| unavailable())?;
+        let events = gateway.events.clone();
+        Ok(Self { id, events, frames, queued, held: VecDeque::new(), _counted: counted })
     }
 
     async fn request(&self, req: u64, message: Message) -> bool {
@@ -251,7 +261,10 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
         Ok(rights) => rights,
         Err(denied) => return denied.into_response(),
     };
-    let Some(mut client) = Client::open(&gateway, rights).await else { return unavailable() };
+    let mut client = match Client::open(&gateway, rights).await {
+        Ok(client) => client,
+        Err(refused) => return refused,
+    };
     let mut answers = Vec::new();
     let mut refused = false;
     // One at a time, in order: an advertisement is in place before the publications after it.
@@ -321,7 +334,10 @@ pub(super) async fn subscribe(
         Ok(rights) => rights,
         Err(denied) => return denied.into_response(),
     };
-    let Some(mut client) = Client::open(&gateway, rights).await else { return unavailable() };
+    let mut client = match Client::open(&gateway, rights).await {
+        Ok(client) => client,
+        Err(refused) => return refused,
+    };
     let id = match client.subscribed(1, message).await {
         Ok(id) => id,
         Err(refused) => return refused,
@@ -383,7 +399,10 @@ pub(super) async fn workflows(
         Ok(rights) => rights,
         Err(denied) => return denied.into_response(),
     };
-    let Some(mut client) = Client::open(&gateway, rights).await else { return unavailable() };
+    let mut client = match Client::open(&gateway, rights).await {
+        Ok(client) => client,
+        Err(refused) => return refused,
+    };
     let mut ids: Vec<(MessageId, &str)> = Vec::new();
     for (req, (key, class, always)) in (1u64..).zip(WORKFLOW_CLASSES) {
         let from = if always { Timestamp::from_millis(0).unwrap_or(since) } else { since };

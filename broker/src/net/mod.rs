@@ -309,12 +309,14 @@ pub async fn serve_until(
     // HTTP requests together.
     let verifying = Arc::new(tokio::sync::Semaphore::new(2));
     let waiting = Arc::new(tokio::sync::Semaphore::new(accept::TOKENS_WAITING));
+    let connections = accept::Connections::default();
     let http_task = http.map(|(listener, bound, tls)| {
         let gateway = gateway::Gateway {
             events: events.clone(),
             next_client: next_client.clone(),
             max_frame: limits.max_frame,
             enabled: config.http_gateway,
+            connections: connections.clone(),
             auth: Arc::new(http_auth::HttpAuth::new(
                 auth.clone(),
                 http_auth::views_open(config.http_views, bound),
@@ -326,8 +328,7 @@ pub async fn serve_until(
             let _ = http_stopped.await;
         }))
     });
-    let gate =
-        accept::Gate { auth: auth.clone(), verifying, waiting, connections: Arc::default(), certificates };
+    let gate = accept::Gate { auth: auth.clone(), verifying, waiting, connections, certificates };
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
