@@ -96,6 +96,13 @@ enum Answer {
 }
 
 impl Client {
+    /// A client acting as the principal of the request with `headers`; or the response
+    /// refusing it (`net/http_auth.rs`, and [`Self::open`]).
+    async fn of_request(gateway: &Gateway, headers: &HeaderMap) -> Result<Self, Response> {
+        let rights = gateway.auth.principal(headers).await.map_err(IntoResponse::into_response)?;
+        Self::open(gateway, rights).await
+    }
+
     /// A client of the router task acting as `rights`' principal, counted among its
     /// connections; or the response refusing it (the most connections its permits allow
     /// are open, or the broker is shutting down).
@@ -257,11 +264,7 @@ pub(super) async fn publish(State(gateway): State<Gateway>, headers: HeaderMap, 
             "nothing to send: give session lines such as p [class,'x']",
         );
     }
-    let rights = match gateway.auth.principal(&headers).await {
-        Ok(rights) => rights,
-        Err(denied) => return denied.into_response(),
-    };
-    let mut client = match Client::open(&gateway, rights).await {
+    let mut client = match Client::of_request(&gateway, &headers).await {
         Ok(client) => client,
         Err(refused) => return refused,
     };
@@ -330,11 +333,7 @@ pub(super) async fn subscribe(
         return error(StatusCode::BAD_REQUEST, None, &why);
     }
     let op = message.command();
-    let rights = match gateway.auth.principal(&headers).await {
-        Ok(rights) => rights,
-        Err(denied) => return denied.into_response(),
-    };
-    let mut client = match Client::open(&gateway, rights).await {
+    let mut client = match Client::of_request(&gateway, &headers).await {
         Ok(client) => client,
         Err(refused) => return refused,
     };
@@ -395,11 +394,7 @@ pub(super) async fn workflows(
         Ok(since) => since,
         Err(e) => return error(StatusCode::BAD_REQUEST, None, &format!("since: {e}")),
     };
-    let rights = match gateway.auth.principal(&headers).await {
-        Ok(rights) => rights,
-        Err(denied) => return denied.into_response(),
-    };
-    let mut client = match Client::open(&gateway, rights).await {
+    let mut client = match Client::of_request(&gateway, &headers).await {
         Ok(client) => client,
         Err(refused) => return refused,
     };
