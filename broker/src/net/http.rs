@@ -42,7 +42,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::{TlsAcceptor, rustls};
 
 use super::gateway::Gateway;
-use super::http_auth::HttpAuth;
+use super::http_auth::{HttpAuth, Need};
 use super::router_task::{Event, Inspect};
 use crate::history::Durability;
 use crate::metrics::{self, LinkSnapshot};
@@ -161,13 +161,13 @@ pub(super) async fn serve(
         .route("/api/links", get(links))
         .route("/api/federation", get(federation))
         .route("/api/history", get(history))
-        .route_layer(axum::middleware::from_fn_with_state(gateway.auth.clone(), views_guard))
+        .route_layer(axum::middleware::from_fn_with_state((gateway.auth.clone(), Need::View), guard))
         .with_state(gateway.events.clone());
     // What shows clients' subscriptions: the `routes` right.
     let tables = axum::Router::new()
         .route("/api/routes", get(routes))
         .route("/api/detectors", get(detectors))
-        .route_layer(axum::middleware::from_fn_with_state(gateway.auth.clone(), routes_guard))
+        .route_layer(axum::middleware::from_fn_with_state((gateway.auth.clone(), Need::Routes), guard))
         .with_state(gateway.events.clone());
     let app = axum::Router::new()
         .route("/api/publish", post(super::gateway::publish))
@@ -186,27 +186,19 @@ pub(super) async fn serve(
     }
 }
 
-/// Keeps the read-only views to who may read them, as `http_views` says
-/// (`net/http_auth.rs`).
-async fn views_guard(
-    State(auth): State<Arc<HttpAuth>>,
+/// Keeps a router's routes to who may read them (`net/http_auth.rs`): the read-only views
+/// as `http_views` says, the routing tables and detectors (every client's subscriptions)
+/// to principals with the `routes` right.
+async fn guard(
+    State((auth, need)): State<(Arc<HttpAuth>, Need)>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match auth.view(request.headers()).await {
-        Ok(()) => next.run(request).await,
-        Err(denied) => denied.into_response(),
-    }
-}
-
-/// Keeps the routing tables and detectors (every client's subscriptions) to principals
-/// with the `routes` right.
-async fn routes_guard(
-    State(auth): State<Arc<HttpAuth>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    match auth.routes(request.headers()).await {
+    let allowed = match need {
+        Need::View => auth.view(request.headers()).await,
+        Need::Routes => auth.routes(request.headers()).await,
+    };
+    match allowed {
         Ok(()) => next.run(request).await,
         Err(denied) => denied.into_response(),
     }

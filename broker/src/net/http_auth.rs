@@ -57,6 +57,15 @@ pub(super) struct HttpAuth {
     waiting: Arc<tokio::sync::Semaphore>,
 }
 
+/// What a route asks of a request ([`HttpAuth::view`], [`HttpAuth::routes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Need {
+    /// A read-only view.
+    View,
+    /// The `routes` right.
+    Routes,
+}
+
 /// Why a request is not served.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Denied {
