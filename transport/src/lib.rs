@@ -7,11 +7,14 @@
 //!   configurations that QUIC endpoints use.
 //! - [`local`]: the local broker registry, where a broker leaves its certificate so that
 //!   clients on the same machine find and verify it with no flags.
+//! - [`x509`]: the fields of a certificate that trust decisions read (names, validity,
+//!   CA or not), from its DER.
 
 pub mod frames;
 pub mod handshake;
 pub mod local;
 pub mod tls;
+pub mod x509;
 
 pub use frames::{FrameError, finish, read_frame, write_frame};
 pub use handshake::HandshakeError;

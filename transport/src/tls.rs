@@ -22,6 +22,8 @@ use quinn::rustls::server::WebPkiClientVerifier;
 use quinn::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use quinn::rustls::{self, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
+use crate::x509::Certificate;
+
 /// Why a TLS configuration could not be made.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -337,14 +339,16 @@ impl PeerCertificates {
 
 /// Whether `der` is a CA's certificate (basicConstraints CA:TRUE).
 fn is_ca(der: &CertificateDer<'_>) -> bool {
-    x509_parser::parse_x509_certificate(der).is_ok_and(|(_, cert)| cert.is_ca())
+    Certificate::parse(der).is_some_and(|cert| cert.is_ca)
 }
 
 /// Whether `der` is within its validity period now.
 fn current(der: &CertificateDer<'_>) -> Result<(), String> {
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(der).map_err(|e| format!("it cannot be parsed: {e}"))?;
-    if cert.validity().is_valid() { Ok(()) } else { Err("it has expired or is not valid yet".to_owned()) }
+    let cert = Certificate::parse(der).ok_or_else(|| "it cannot be parsed".to_owned())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if cert.valid_at(now) { Ok(()) } else { Err("it has expired or is not valid yet".to_owned()) }
 }
 
 /// The names the certificate of the server at the other end of `connection` is for (its
@@ -362,23 +366,9 @@ pub fn server_names(connection: &quinn::Connection) -> Vec<String> {
 /// The host names a certificate is for (its common name and DNS subject alternative
 /// names), and the principal it names as a client; `None` if it cannot be parsed.
 fn names_in(der: &CertificateDer<'_>) -> Option<(Vec<String>, Option<String>)> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let mut names: Vec<String> =
-        cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok()).map(str::to_owned).collect();
-    let mut client = None;
-    if let Ok(Some(alt)) = cert.subject_alternative_name() {
-        for name in &alt.value.general_names {
-            match name {
-                x509_parser::extensions::GeneralName::DNSName(dns) => names.push((*dns).to_owned()),
-                x509_parser::extensions::GeneralName::URI(uri) => {
-                    if let Some(principal) = uri.strip_prefix(CLIENT_URI_PREFIX) {
-                        client.get_or_insert_with(|| principal.to_owned());
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
+    let cert = Certificate::parse(der)?;
+    let names = cert.common_names().chain(cert.dns_names.iter().copied()).map(str::to_owned).collect();
+    let client = cert.uris.iter().find_map(|uri| uri.strip_prefix(CLIENT_URI_PREFIX)).map(str::to_owned);
     Some((names, client))
 }
 
@@ -452,20 +442,19 @@ impl Pinning {
 /// Whether `der` is for `server`: a DNS name among its DNS subject alternative names
 /// (ASCII case ignored), an IP address among its IP ones.
 fn names_server(der: &CertificateDer<'_>, server: &ServerName<'_>) -> bool {
-    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return false };
-    let Ok(Some(alt)) = cert.subject_alternative_name() else { return false };
-    alt.value.general_names.iter().any(|name| match (name, server) {
-        (x509_parser::extensions::GeneralName::DNSName(dns), ServerName::DnsName(wanted)) => {
-            dns.eq_ignore_ascii_case(wanted.as_ref())
+    let Some(cert) = Certificate::parse(der) else { return false };
+    match server {
+        ServerName::DnsName(wanted) => {
+            cert.dns_names.iter().any(|dns| dns.eq_ignore_ascii_case(wanted.as_ref()))
         }
-        (x509_parser::extensions::GeneralName::IPAddress(bytes), ServerName::IpAddress(ip)) => {
-            match std::net::IpAddr::from(*ip) {
+        ServerName::IpAddress(ip) => {
+            cert.ip_addresses.iter().any(|bytes| match std::net::IpAddr::from(*ip) {
                 std::net::IpAddr::V4(v4) => *bytes == v4.octets().as_slice(),
                 std::net::IpAddr::V6(v6) => *bytes == v6.octets().as_slice(),
-            }
+            })
         }
         _ => false,
-    })
+    }
 }
 
 impl ServerCertVerifier for Pinning {

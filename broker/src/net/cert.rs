@@ -10,9 +10,12 @@
 use std::path::Path;
 
 use padres_transport::Identity;
+use padres_transport::x509::Certificate;
+use quinn::rustls::pki_types::CertificateDer;
+use quinn::rustls::pki_types::pem::PemObject as _;
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 use crate::config::Config;
@@ -184,16 +187,44 @@ fn sign(ca_dir: &Path, params: CertificateParams, out: &Path, force: bool) -> Re
     let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
     let ca_key = KeyPair::from_pem(&ca_key_pem)
         .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_key.display())))?;
-    let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key)
-        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_cert.display())))?;
+    let bad_ca = |why: &str| CertError::Invalid(format!("{}: {why}", ca_cert.display()));
+    let ca_der = CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .map_err(|e| bad_ca(&format!("no certificate in it: {e}")))?;
+    let ca = Certificate::parse(&ca_der).ok_or_else(|| bad_ca("the certificate cannot be parsed"))?;
+    let mut issuer_params = CertificateParams::default();
+    issuer_params.distinguished_name = subject_of(&ca).map_err(|why| bad_ca(&why))?;
+    let issuer = Issuer::new(issuer_params, ca_key);
     let cert_path = out.join("cert.pem");
     let key_path = out.join("key.pem");
     refuse_overwrite(&[&cert_path, &key_path], force)?;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let key = KeyPair::generate().map_err(invalid)?;
     let cert = params.signed_by(&key, &issuer).map_err(invalid)?;
+    // A verifier finds the CA by the issuer name, byte for byte.
+    if Certificate::parse(cert.der()).map(|issued| issued.issuer_name) != Some(ca.subject_name) {
+        return Err(bad_ca(
+            "its subject name cannot be written again as it is; make the CA with `padres-broker cert ca`",
+        ));
+    }
     write_private(&key_path, &key.serialize_pem())?;
     std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
+}
+
+/// The distinguished name of `ca`'s subject, to issue under (its attributes in order, each
+/// with its string type).
+fn subject_of(ca: &Certificate<'_>) -> Result<DistinguishedName, String> {
+    let mut name = DistinguishedName::new();
+    for attribute in &ca.subject {
+        let arcs = attribute.oid_arcs().ok_or("its subject has a malformed attribute type")?;
+        let text = attribute.text().ok_or("its subject has a value that is not text")?.to_owned();
+        let value = match attribute.tag {
+            0x13 => DnValue::PrintableString(text.try_into().map_err(|e| format!("its subject: {e}"))?),
+            0x16 => DnValue::Ia5String(text.try_into().map_err(|e| format!("its subject: {e}"))?),
+            _ => DnValue::Utf8String(text),
+        };
+        name.push(DnType::from_oid(&arcs), value);
+    }
+    Ok(name)
 }
 
 /// Which life of the broker with data directory `dir` this is: one more than the last,
