@@ -21,8 +21,9 @@ use padres_lang::Timestamp;
 /// A padres-rs broker: routes publications by content between clients and neighbour
 /// brokers.
 ///
-/// Options come from a TOML file (--config) and then from the flags below, which win.
-/// `padres-broker config` prints every option with its default and a comment.
+/// Options come from a TOML file (--config) and then from the flags below, which win
+/// (an on/off flag can only switch an option on). `padres-broker config` prints every
+/// option with its default and a comment.
 #[derive(Debug, Parser)]
 #[command(name = "padres-broker", version)]
 struct Cli {
@@ -38,7 +39,7 @@ enum Command {
     /// --config and flags. The output is itself a valid configuration file.
     Config {
         #[command(flatten)]
-        options: Overrides,
+        options: Box<Overrides>,
     },
     /// Make a federation CA and issue broker or client certificates from it.
     ///
@@ -63,9 +64,11 @@ enum Command {
         #[command(subcommand)]
         command: AuthCommand,
     },
-    /// Print what this broker's history store (DATA_DIR/history.sqlite) holds that FILTER
-    /// selects, oldest first, one publication a line. Reads the file directly, so it works
-    /// whether or not the broker runs; a subscriber asks the federation with `padres sub`.
+    /// Print what this broker's history store holds that FILTER selects.
+    ///
+    /// Reads DATA_DIR/history.sqlite directly, oldest first, one publication a line, so it
+    /// works whether or not the broker runs; a subscriber asks the federation with `padres
+    /// sub --since`.
     ///
     ///   padres-broker history --data-dir b1 "[class,eq,'job_status'],[appl,eq,'payroll'],[time,>=,'now-1h']"
     ///   padres-broker history --data-dir b1 --check "[class,eq,'job_status']"
@@ -73,16 +76,17 @@ enum Command {
     History {
         /// What to select, in subscription syntax (relative times such as 'now-1h' allowed).
         filter: String,
-        /// Print at most this many.
+        /// Print at most this many (the oldest).
         #[arg(long, value_name = "N")]
         limit: Option<usize>,
         /// Check the whole file's integrity first (SQLite's quick_check reads all of it: for
-        /// 1,000,000 job statuses, 166 MB, about 2 s from a cold cache). Without it only the pages the query reads are looked at, and
-        /// damage there is reported as an error.
+        /// 1,000,000 job statuses, 166 MB, about 2 s from a cold cache). Without it only
+        /// the pages the query reads are looked at, and damage there is reported as an
+        /// error.
         #[arg(long)]
         check: bool,
         #[command(flatten)]
-        options: Overrides,
+        store: StoreArgs,
     },
 }
 
@@ -116,7 +120,8 @@ enum CertCommand {
         /// The broker's name (with --client: the principal's).
         #[arg(long)]
         name: String,
-        /// A DNS name or IP address the broker is reached by (repeat for several).
+        /// A DNS name or IP address the broker is reached by (repeat for several; not with
+        /// --client).
         #[arg(long = "host", value_name = "HOST", conflicts_with = "client")]
         hosts: Vec<String>,
         /// A client's certificate instead: for client authentication only, naming the
@@ -133,40 +138,67 @@ enum CertCommand {
     },
 }
 
+/// Which history store `padres-broker history` reads.
+#[derive(Debug, Args)]
+struct StoreArgs {
+    /// The broker's configuration file, for its data_dir.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The broker's data directory (over the configuration's) [default: padres-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    fn data_dir(&self) -> Result<PathBuf, String> {
+        if let Some(dir) = &self.data_dir {
+            return Ok(dir.clone());
+        }
+        match &self.config {
+            Some(path) => Config::from_file(path).map(|config| config.data_dir).map_err(|e| e.to_string()),
+            None => Ok(Config::default().data_dir),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 struct Overrides {
     /// Read options from this TOML file first.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The broker's name, unique in the federation.
+    /// The broker's name, unique in the federation [default: broker].
     #[arg(long)]
     name: Option<String>,
-    /// Address and UDP port to listen on, e.g. 0.0.0.0:7700.
+    /// Address and UDP port to listen on, e.g. 0.0.0.0:7700 for every interface [default:
+    /// 127.0.0.1:7700, this machine only].
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<SocketAddr>,
     /// Serve the web monitor (/), Prometheus metrics (/metrics) and a JSON API
     /// (/api/stats, /api/links, /api/routes, /api/detectors, /api/history,
-    /// /api/federation) over HTTP on this address and TCP port, e.g. 127.0.0.1:7780
-    /// [default: off].
+    /// /api/federation, /api/workflows) over HTTP on this address and TCP port, e.g.
+    /// 127.0.0.1:7780 [default: off].
     #[arg(long, value_name = "ADDR:PORT")]
     http: Option<SocketAddr>,
     /// Serve that listener over HTTPS with the broker's own certificate (the one its QUIC
     /// clients verify: e.g. curl --cacert DATA_DIR/cert.pem https://127.0.0.1:7780/metrics).
+    /// Needs --http.
     #[arg(long)]
     http_tls: bool,
     /// Who may read /metrics and the read-only /api views (the monitor's data): open, clients
     /// (a token where anonymous clients are refused) or auto (open on a loopback address,
-    /// as clients elsewhere) [default: auto].
+    /// as clients elsewhere) [default: auto]. /api/routes and /api/detectors always need
+    /// the routes right.
     #[arg(long, value_enum, value_name = "WHO")]
     http_views: Option<HttpViewsFlag>,
     /// Also serve the HTTP gateway on that listener: publish (POST /api/publish) and
     /// subscribe (GET /api/subscribe, server-sent events) over HTTP, as the principal of an
     /// 'Authorization: Bearer NAME:TOKEN' header (anonymous without one), held to its
-    /// permits as a QUIC client is.
+    /// permits as a QUIC client is. Needs --http.
     #[arg(long)]
     http_gateway: bool,
     /// How often (milliseconds) the broker publishes a report on itself on the reserved
-    /// class padres_broker, for monitors and /api/federation; 0: never [default: 5000].
+    /// class padres_broker, for monitors and /api/federation: 0 (never) or 100 to
+    /// 86400000 [default: 5000].
     #[arg(long, value_name = "MS")]
     monitor_interval_ms: Option<u64>,
     /// A neighbour broker, quic://HOST:PORT (repeat for several; replaces the file's list).
@@ -190,43 +222,47 @@ struct Overrides {
     /// neighbour.
     #[arg(long)]
     insecure: bool,
-    /// Directory for the certificate, key and history.
+    /// Directory for the certificate, key and history [default: padres-data].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// A DNS name or IP address other hosts reach this broker by, put in the self-signed
     /// certificate it makes on first start (repeat for several; replaces the file's list).
     #[arg(long = "cert-host", value_name = "HOST")]
     cert_hosts: Vec<String>,
-    /// Subscription and advertisement covering.
-    #[arg(long, value_enum)]
+    /// Subscription and advertisement covering: off, lazy (covered subscriptions are held
+    /// back from neighbours) or active (they are also withdrawn once covered); the same
+    /// deliveries, fewer subscriptions on links [default: off].
+    #[arg(long, value_enum, value_name = "MODE")]
     covering: Option<CoveringFlag>,
     /// Allow cycles in the overlay (per-advertisement trees).
     #[arg(long)]
     cycles: bool,
-    /// Largest frame accepted from a peer, in bytes.
+    /// Largest frame accepted from a peer, in bytes: 1024 to 64 MiB [default: 1048576].
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
-    /// Most subscriptions one client may hold (a composite one counts one per atomic part).
+    /// Most subscriptions one client may hold (a composite one counts one per atomic part)
+    /// [default: 100000].
     #[arg(long, value_name = "N")]
     max_subscriptions_per_client: Option<usize>,
-    /// Most simultaneous connections.
+    /// Most simultaneous connections, clients' (HTTP gateway requests included) and
+    /// brokers' together [default: 10000].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
-    /// Bytes queued for one slow client before it is disconnected.
+    /// Bytes queued for one slow client before it is disconnected [default: 67108864].
     #[arg(long, value_name = "BYTES")]
     max_queued_bytes_per_client: Option<usize>,
     /// How long (ms) a neighbour's link may be down and return with nothing lost or doubled
-    /// (messages for it wait, routes stay); 0: a link that drops is forgotten at once
-    /// [default: 10000].
+    /// (messages for it wait, routes stay), at most an hour; 0: a link that drops is
+    /// forgotten at once [default: 10000].
     #[arg(long, value_name = "MS")]
     link_window_ms: Option<u64>,
     /// Estimated bytes kept for one neighbour until it acknowledges them; past this its
-    /// link session ends [default: 67108864].
+    /// link session ends; at least 1048576 [default: 67108864].
     #[arg(long, value_name = "BYTES")]
     link_max_bytes: Option<usize>,
     /// How long (ms) a client whose connection was lost may take to reconnect and resume
-    /// with nothing lost or doubled (its subscriptions stay, what is routed to it waits);
-    /// 0: a lost connection ends the client at once [default: 10000].
+    /// with nothing lost or doubled (its subscriptions stay, what is routed to it waits),
+    /// at most an hour; 0: a lost connection ends the client at once [default: 10000].
     #[arg(long, value_name = "MS")]
     client_window_ms: Option<u64>,
     /// Let clients drop this broker's links on purpose (`padres broker drop-link`), for
@@ -240,7 +276,8 @@ struct Overrides {
     #[arg(long)]
     huge_pages: bool,
     /// Where clients' composite subscriptions are detected: in the network, where their
-    /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare).
+    /// parts' publications meet, or at the subscriber's broker (PADRES 2.1, to compare)
+    /// [default: network].
     #[arg(long, value_enum, value_name = "WHERE")]
     composite_detection: Option<DetectionFlag>,
     /// Run the composite detectors in the router's own thread instead of a thread of
@@ -248,10 +285,11 @@ struct Overrides {
     /// the other).
     #[arg(long)]
     no_detection_thread: bool,
-    /// Most partial matches stored per composite subscription at this broker.
+    /// Most partial matches stored per composite subscription at this broker [default:
+    /// 10000].
     #[arg(long, value_name = "N")]
     max_partial_matches_per_subscription: Option<usize>,
-    /// Most partial matches stored at this broker in all.
+    /// Most partial matches stored at this broker in all [default: 1000000].
     #[arg(long, value_name = "N")]
     max_partial_matches: Option<usize>,
     /// Most bytes the partial matches stored at this broker may hold, estimated: 512 each
@@ -266,29 +304,31 @@ struct Overrides {
     lateness_ms: Option<u64>,
     /// Keep what job agents and `padres workflow` read back (the classes agent_ctl,
     /// trigger, job_status and agent_load, with appl and gid indexed) in the history
-    /// store, beside any --history filters.
+    /// store, beside any --history filters; kept for ever unless --history-max-age
+    /// (30d covers the agents' catch-up).
     #[arg(long)]
     workflows: bool,
     /// Keep the publications this filter selects in the history store,
     /// DATA_DIR/history.sqlite (repeat for several; added to the file's [[history]]).
     #[arg(long = "history", value_name = "FILTER")]
     history: Vec<String>,
-    /// When a publication acknowledged through publish_acked at this broker is safe: `full`
-    /// (on disk) or `normal` (queued for the writer) [default: normal].
+    /// When a publication this broker acknowledges to its publisher (`padres pub`,
+    /// `Client::publish_acked`) is safe: `full` (on disk) or `normal` (queued for the
+    /// writer) [default: normal].
     #[arg(long, value_enum, value_name = "LEVEL")]
     history_durability: Option<DurabilityFlag>,
     /// An attribute the history store indexes, e.g. appl (repeat; replaces the file's list).
     #[arg(long = "history-index", value_name = "ATTR")]
     history_index: Vec<String>,
-    /// Delete stored publications older than this (12h, 7d).
+    /// Delete stored publications older than this (12h, 7d) [default: keep for ever].
     #[arg(long, value_name = "DURATION")]
     history_max_age: Option<String>,
-    /// Keep at most this many stored publications (0: no limit).
+    /// Keep at most this many stored publications (0: no limit) [default: 0].
     #[arg(long, value_name = "N")]
     history_max_rows: Option<u64>,
     /// Keep the store's pages in use under this many bytes, the oldest stored going first
-    /// (0: no limit; the file keeps its largest size, and its journal takes up to 40 MB
-    /// more).
+    /// (0: no limit, or at least 1048576; the file keeps its largest size, and its journal
+    /// takes up to 40 MB more) [default: 0].
     #[arg(long, value_name = "BYTES")]
     history_max_bytes: Option<u64>,
     /// How long a historic subscription's query waits for the stores beyond this broker
@@ -466,7 +506,7 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Each subcommand has its own options: the broker's, given before it, would be
-    // ignored, so they are refused (`config` and `history` take them after their name).
+    // ignored, so they are refused (`config` takes them after its name).
     if let Some((name, _)) = matches.subcommand() {
         let given: Vec<String> = Cli::command()
             .get_arguments()
@@ -542,8 +582,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Some(Command::History { filter, limit, check, options }) => {
-            match history(&options, &filter, limit, check) {
+        Some(Command::History { filter, limit, check, store }) => {
+            match history(&store, &filter, limit, check) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("padres-broker: {error}");
@@ -562,14 +602,14 @@ fn main() -> ExitCode {
 }
 
 /// `padres-broker history`: a query of the store, printed.
-fn history(options: &Overrides, filter: &str, limit: Option<usize>, check: bool) -> Result<(), String> {
-    let config = options.resolve()?;
+fn history(store: &StoreArgs, filter: &str, limit: Option<usize>, check: bool) -> Result<(), String> {
+    let data_dir = store.data_dir()?;
     let millis =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let now = i64::try_from(millis).ok().and_then(Timestamp::from_millis).unwrap_or(Timestamp::MAX);
     let sub =
         padres_lang::Parser::default().at(now).subscription(filter).map_err(|e| format!("{filter}: {e}"))?;
-    let reader = Reader::open_with(&config.data_dir, check).map_err(|e| e.to_string())?;
+    let reader = Reader::open_with(&data_dir, check).map_err(|e| e.to_string())?;
     let found = reader.query(&sub, limit.unwrap_or(usize::MAX)).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();
     for stamped in &found {

@@ -36,15 +36,16 @@ fn write_out(line: std::fmt::Arguments<'_>) {
 }
 
 /// The padres-rs command-line tool: publish, subscribe, script a client, inspect brokers,
-/// and check messages.
+/// check messages, run and follow workflows, and run the demo.
 ///
 /// Messages use the PADRES text syntax, e.g. subscription [class,eq,'stock'],[price,>,100]
-/// and publication [class,'stock'],[price,120]. `padres check` explains the syntax.
+/// and publication [class,'stock'],[price,120] (docs/language.md); `padres check` validates
+/// them.
 ///
 /// Every command that talks to a broker takes --broker quic://HOST:PORT (default
-/// PADRES_BROKER, or quic://127.0.0.1:7700) and --ca FILE: the broker's cert.pem or the federation CA. For a
-/// broker on this machine --ca can be left out: the broker registered its certificate
-/// locally and it is verified against that.
+/// PADRES_BROKER, or quic://127.0.0.1:7700) and --ca FILE: the broker's cert.pem or the
+/// federation CA. For a broker on this machine --ca can be left out: the broker registered
+/// its certificate locally and it is verified against that.
 #[derive(Debug, Parser)]
 #[command(name = "padres", version)]
 struct Cli {
@@ -54,24 +55,28 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Validate messages and print each in canonical form.
+    /// Validate messages and print each in canonical form
     ///
     /// Each message is one line in command form:
     ///   a [class,eq,'stock'],[price,>,0]                   advertisement
     ///   s [class,eq,'stock'],[price,>,100]                 subscription
-    ///   cs {[class,eq,'a'],[k,eq,$S$x]}&{[class,eq,'b'],[k,eq,$S$x]}
+    ///   cs {[class,eq,a],[k,eq,$S$x]}&{[class,eq,b],[k,eq,$S$x]}   composite subscription
     ///   p [class,'stock'],[price,120]                      publication
     ///   unsub B1/7     unadv B1/3
     /// Messages come from the arguments, or from standard input (one per line; blank lines
-    /// and lines starting with '#' are skipped). Exits 1 if any message is invalid.
+    /// and lines starting with '#' are skipped). Exits 1 if any message is invalid. In a
+    /// shell, quote a message holding $ with single quotes.
     #[command(verbatim_doc_comment)]
+    #[command(display_order = 1)]
     Check {
         /// Messages to check; read standard input when none are given.
         messages: Vec<String>,
     },
-    /// Subscribe and print matching publications as they arrive (until --count or Ctrl-C).
-    /// A composite subscription (a pattern in braces) prints one line per match: the
-    /// publications used, each after its leaf number, e.g. "[0] [class,'a']  [1] [class,'b']".
+    /// Subscribe and print matching publications (live, or stored ones first with --since)
+    ///
+    /// Prints them as they arrive, until --count or Ctrl-C. A composite subscription (a
+    /// pattern: in braces, or Times(...)) prints one line per match: the publications
+    /// used, each after its leaf number, e.g. "[0] [class,'a']  [1] [class,'b']".
     ///
     /// With --since, the stored publications from then on come first (from the brokers'
     /// history stores, oldest first), then a line "end of history: N stored publications"
@@ -80,9 +85,11 @@ enum Command {
     /// With --until too, it exits after the stored ones, or, if --until is still ahead,
     /// after the live ones up to then.
     #[command(verbatim_doc_comment)]
+    #[command(display_order = 3)]
     Sub {
-        /// The subscription, e.g. "[class,eq,'stock'],[price,>,100]", or a composite one,
-        /// e.g. "{[class,eq,'a'],[k,eq,$S$k]} & {[class,eq,'b'],[k,eq,$S$k]} within 10m".
+        /// The subscription, e.g. "[class,eq,'stock'],[price,>,100]", or a composite one
+        /// in single quotes (so that the shell leaves $ alone), e.g.
+        /// '{[class,eq,a],[k,eq,$S$k]} & {[class,eq,b],[k,eq,$S$k]} within 10m'.
         subscription: String,
         /// Stop after this many notifications.
         #[arg(long, value_name = "N")]
@@ -91,19 +98,25 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Start in the past: a duration ago (1h, 30m, 7d), now-DURATION, epoch
-        /// milliseconds, or an RFC 3339 timestamp.
+        /// milliseconds, or an RFC 3339 timestamp. Atomic subscriptions only: in a
+        /// pattern, bound a leaf with [time,>=,'now-1h'].
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
-        /// End there (same forms as --since): exit once the stored publications are in and,
-        /// if it is still ahead, once that time has passed (and a second more, for
-        /// publications on their way). It must be after --since.
+        /// End there (the forms of --since, where a bare duration is in the past: now+10m
+        /// for a future end): exit once the stored publications are in and, if it is still
+        /// ahead, once that time has passed (and a second more, for publications on their
+        /// way). It must be after --since.
         #[arg(long, value_name = "WHEN")]
         until: Option<String>,
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Advertise, and hold the advertisement until Ctrl-C or --hold SECS pass (a broker
-    /// withdraws a client's advertisements when it disconnects).
+    /// Advertise, and hold the advertisement until Ctrl-C or --hold SECS pass.
+    ///
+    /// A broker withdraws a client's advertisements when it disconnects, and an
+    /// advertisement lets only its own client publish: it does not let another (`padres
+    /// pub`) publish; for that, `padres pub --advertise`.
+    #[command(display_order = 4)]
     Adv {
         /// The advertisement, e.g. "[class,eq,'stock'],[price,>,0]".
         advertisement: String,
@@ -113,38 +126,45 @@ enum Command {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// A scripted client: commands on standard input, one JSON object per line out.
+    /// A scripted client: commands on standard input, one JSON object per line out
     ///
     /// Commands, one per line:
     ///   a ADV          advertise              s SUB          subscribe
     ///   cs COMPOSITE   composite subscribe    p PUB          publish
     ///   unsub ID       unsubscribe            unadv ID       unadvertise
     ///   sleep MILLIS   wait, printing notifications meanwhile
-    ///   quit           end (so does the end of input)
+    ///   quit, exit     end (so does the end of input)
     /// Output lines:
     ///   {"type":"reply","op":"s","id":"B1/1","line":2}
     ///   {"type":"notification","sub":"B1/1","subs":["B1/1"],"attrs":{"class":"stock","price":100}}
     ///   {"type":"notification","sub":"B1/2","pubs":[{"leaf":0,"attrs":{...}},{"leaf":1,"attrs":{...}}]}
+    ///   {"type":"end_of_history","sub":"B1/1","count":12,"missing":[],"truncated":false}
     ///   {"type":"error","line":3,"message":"..."}
     /// Blank lines and lines starting with '#' are skipped; an error answers its line and
     /// the session goes on. Example:
     ///   printf "s [class,eq,'stock']\nsleep 5000\n" | padres session
     #[command(verbatim_doc_comment)]
+    #[command(display_order = 5)]
     Session {
         #[command(flatten)]
         broker: BrokerArgs,
     },
     /// Workflows: check and translate definitions (XML), deploy them to agents, trigger
     /// generations, follow them and act on their jobs.
+    #[command(display_order = 8)]
     Workflow {
         #[command(subcommand)]
         command: WorkflowCommand,
     },
-    /// Run the payroll workflow (examples/payroll.xml) on a local federation: brokers in
-    /// a chain on loopback ports, keeping the workflow classes' history, and three agents
-    /// running its jobs as shell scripts; deploy it, trigger a Friday and a Wednesday
-    /// generation at once, show them live, and end with a summary checked against the
-    /// dependencies and calendar. Exits 0 if every check holds.
+    /// Run the payroll workflow on a local federation, and check what it did.
+    ///
+    /// Brokers in a chain on loopback ports, with security on (a federation CA, tokens and
+    /// permits, in DIR/security) and keeping the workflow classes' history, and three
+    /// agents running the jobs of examples/payroll.xml as shell scripts. It deploys the
+    /// workflow, triggers a Friday and a Wednesday generation at once, shows them live, and
+    /// ends with a summary checked against the dependencies and calendar, and a check that
+    /// what the permits forbid is refused. Exits 0 if every check holds.
+    #[command(display_order = 10)]
     Demo {
         /// Where the brokers', agents' and jobs' files go (must be new or empty) [default:
         /// a new directory under the system's temporary directory].
@@ -154,23 +174,25 @@ enum Command {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(3..=5))]
         brokers: u8,
         /// Keep the federation and agents running after the summary, until Ctrl-C, to try
-        /// `padres workflow` commands on it.
+        /// `padres workflow` commands on it, as the operator: --name operator, with
+        /// PADRES_TOKEN from DIR/security/operator.token (the summary prints the commands).
         #[arg(long)]
         stay: bool,
     },
-    /// The federation's agents, from their load reports (agent_load, which every agent
-    /// publishes every second or so): state (up, leaving, left, or silent when it missed
-    /// 3 reports), pools, capacity, running and queued jobs, recent queueing delays and
-    /// arrivals, and its broker. Reads the reports stored since --since (brokers keep them
-    /// with `padres-broker --workflows`) and listens 1.5 s for live ones.
+    /// The federation's agents and their load; `padres agents drain NAME` drains one.
     ///
-    /// `padres agents drain NAME` drains an agent: it takes no new pool jobs, finishes
-    /// those it has, says it left, and exits.
+    /// From their load reports (agent_load, which every agent publishes every second or
+    /// so): state (up, leaving, left, or silent when it missed 3 reports), pools,
+    /// capacity, running and queued jobs, recent queueing delays and arrivals, and its
+    /// broker. Reads the reports stored since --since (brokers keep them with
+    /// `padres-broker --workflows`) and listens 1.5 s for live ones.
     #[command(args_conflicts_with_subcommands = true)]
+    #[command(display_order = 9)]
     Agents {
         #[command(subcommand)]
         command: Option<AgentsCommand>,
-        /// How far back to read reports (1h, 30m, an RFC 3339 time …).
+        /// How far back to read reports: a duration ago (1h, 30m), now-DURATION, epoch
+        /// milliseconds or an RFC 3339 time [default: 10m].
         #[arg(long, value_name = "WHEN")]
         since: Option<String>,
         /// Print one JSON object instead of a table.
@@ -179,26 +201,30 @@ enum Command {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Inspect a broker: its counters or its routing tables.
+    /// Inspect a broker (counters, routing tables), or drop one of its links.
+    #[command(display_order = 7)]
     Broker {
         #[command(subcommand)]
         command: BrokerCommand,
     },
     /// Publish publications (advertising first with --advertise).
+    #[command(display_order = 2)]
     Pub {
         /// Publications, e.g. "[class,'stock'],[price,120]".
         #[arg(required = true)]
         publications: Vec<String>,
-        /// Advertise this first (a broker only accepts advertised publications), e.g.
-        /// "[class,eq,'stock'],[price,isPresent,0]".
+        /// Advertise this first, e.g. "[class,eq,'stock'],[price,isPresent,0]": a broker
+        /// accepts a client's publication only if it conforms to one of that client's own
+        /// advertisements.
         #[arg(long, value_name = "ADVERTISEMENT")]
         advertise: Option<String>,
         #[command(flatten)]
         broker: BrokerArgs,
     },
     /// Wait until the broker answers; exit 0 once it does, 1 if it does not in time.
+    #[command(display_order = 6)]
     Ping {
-        /// How long to keep trying.
+        /// How long to keep trying (0: one attempt).
         #[arg(long, value_name = "SECS", default_value_t = 0.0)]
         wait: f64,
         #[command(flatten)]
@@ -225,7 +251,9 @@ enum WorkflowCommand {
     /// Deploy a definition: one agent_ctl command per agent it names, sent again until
     /// every agent has answered. Exits 0 once all have deployed, 1 naming those that
     /// refused (with their reasons) or did not answer in time. Deploying an application
-    /// again replaces it on each agent; an unchanged agent's part is left as it is.
+    /// again replaces it on each agent; an unchanged agent's part is left as it is, and
+    /// agents the new version no longer names (found in the brokers' history of
+    /// agent_ctl) are sent an undeploy.
     Deploy {
         /// The XML file.
         file: PathBuf,
@@ -248,11 +276,12 @@ enum WorkflowCommand {
     },
     /// Start a generation: its home agent (the one running APPL_START, found in the
     /// brokers' history of agent_ctl, or --agent) publishes its trigger; prints its gid.
+    /// Waits up to 30 s for the agent's answer.
     Trigger {
         /// The application.
         appl: String,
         /// The generation's run day (its jobs' run terms are read against it) [default:
-        /// today, UTC].
+        /// today in UTC, not in the application's time zone].
         #[arg(long, value_name = "YYYY-MM-DD")]
         date: Option<String>,
         /// The generation's id [default: the date and a unique suffix].
@@ -269,10 +298,11 @@ enum WorkflowCommand {
     Status {
         /// The application.
         appl: String,
-        /// Only this generation.
+        /// Only this generation, whenever it started (--since is then ignored).
         #[arg(long)]
         gid: Option<String>,
-        /// Generations with a status or trigger since then (1h, 7d, an RFC 3339 time).
+        /// Generations with a status or trigger since then: a duration ago (1h, 7d),
+        /// now-DURATION, epoch milliseconds or an RFC 3339 time.
         #[arg(long, value_name = "WHEN", default_value = "1d")]
         since: String,
         /// Print one JSON object.
@@ -282,28 +312,28 @@ enum WorkflowCommand {
         broker: BrokerArgs,
     },
     /// Follow generations live: a table redrawn in place on a terminal, one line per status
-    /// otherwise. With --gid, exits when that generation ends.
+    /// otherwise. With --gid, exits when that generation ends; without, runs until Ctrl-C.
     Watch {
         /// The application.
         appl: String,
-        /// Only this generation.
+        /// Only this generation, whenever it started (--since is then ignored).
         #[arg(long)]
         gid: Option<String>,
-        /// Start from generations seen since then.
+        /// Start from generations seen since then (the forms of status --since).
         #[arg(long, value_name = "WHEN", default_value = "1h")]
         since: String,
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Wait for a generation to end: exit 0 when it succeeded, 1 when a job failed and
-    /// nothing can proceed, 2 on timeout.
+    /// Wait for a generation to end: exit 0 when it succeeded, 1 when it is stuck (a job
+    /// failed, or nothing can proceed) or on an error, 2 when --timeout passes.
     Wait {
         /// The application.
         appl: String,
         /// The generation.
         #[arg(long)]
         gid: String,
-        /// Longest wait [default: none].
+        /// Longest wait, counted once the history is read [default: none].
         #[arg(long, value_name = "SECS")]
         timeout: Option<f64>,
         #[command(flatten)]
@@ -313,7 +343,7 @@ enum WorkflowCommand {
     History {
         /// The application.
         appl: String,
-        /// Generations since then.
+        /// Generations since then (the forms of status --since).
         #[arg(long, value_name = "WHEN", default_value = "7d")]
         since: String,
         /// Print one JSON object.
@@ -322,9 +352,11 @@ enum WorkflowCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Locality advice: per job, the broker whose agents would put the least traffic on
-    /// the overlay's links, and what moving the job there would save a generation (the
-    /// Bauer–Dadam cost model, docs/workflows.md). Reads the brokers' reports (their
+    /// Locality advice: per job, the broker where it would put the least traffic on links.
+    ///
+    /// For each job, the broker whose agents would put the least traffic on the overlay's
+    /// links, and what moving the job there would save a generation (the Bauer–Dadam cost
+    /// model, docs/workflows.md). Reads the brokers' reports (their
     /// links and per-class link counters), the agents' load reports and the history of
     /// the application's statuses; moves nothing.
     Place {
@@ -333,8 +365,8 @@ enum WorkflowCommand {
         /// Count how often each job publishes over generations since then.
         #[arg(long, value_name = "WHEN", default_value = "7d")]
         since: String,
-        /// Longest wait for every broker's report (they come every monitor_interval_ms,
-        /// 5 s by default).
+        /// Longest wait for every broker's report (they come every
+        /// --monitor-interval-ms, monitor_interval_ms in a configuration, 5 s by default).
         #[arg(long, value_name = "SECS", default_value_t = 12)]
         wait: u64,
         /// Print one JSON object.
@@ -343,7 +375,8 @@ enum WorkflowCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Run a job of a generation that failed or timed out again, on its agent.
+    /// Run a job of a generation that failed or timed out again, on its agent (a pool
+    /// job: dispatched again by its home agent). Waits up to 30 s for the agent's answer.
     Rerun {
         #[command(flatten)]
         target: GenerationJob,
@@ -351,7 +384,8 @@ enum WorkflowCommand {
         broker: BrokerArgs,
     },
     /// Mark a job of a generation succeeded without running it (published with the reason
-    /// "bypassed"), so that its successors proceed.
+    /// "bypassed"), so that its successors proceed. Waits up to 30 s for the agent's
+    /// answer.
     Bypass {
         #[command(flatten)]
         target: GenerationJob,
@@ -399,8 +433,9 @@ enum BrokerCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Neighbours and routing tables: advertisements (SRT) and subscriptions (PRT), each
-    /// with the hop it came from (and, for subscriptions, the brokers it went to).
+    /// Neighbours and routing tables: advertisements (SRT), subscriptions (PRT) and
+    /// composite subscriptions, each with the hop it came from (and, for subscriptions,
+    /// the brokers it went to).
     Routes {
         /// Most rows listed per table (the broker lists at most 10,000).
         #[arg(long, value_name = "N", default_value_t = 100)]
@@ -410,7 +445,7 @@ enum BrokerCommand {
         offset: u32,
         /// Only rows whose id, text, origin or destinations contain TEXT (ASCII case
         /// ignored; at most 256 bytes), e.g. `--filter job_status` or `--filter "broker B2"`.
-        #[arg(long, value_name = "TEXT", default_value = "", value_parser = short_filter)]
+        #[arg(long, value_name = "TEXT", default_value = "", hide_default_value = true, value_parser = short_filter)]
         filter: String,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -418,9 +453,11 @@ enum BrokerCommand {
         #[command(flatten)]
         broker: BrokerArgs,
     },
-    /// Fault injection: make the broker close its link to a neighbour at once, as a broken
-    /// network would (what is queued on it is not written), and keep it down for a while.
-    /// Within the brokers' link-session window (link_sessions.window_ms, 10 s by default)
+    /// Fault injection: make the broker close its link to a neighbour at once.
+    ///
+    /// As a broken network would: what is queued on it is not written; with --for MS the
+    /// link stays down that long. Within the brokers' link-session window
+    /// (--link-window-ms, link_sessions.window_ms in a configuration, 10 s by default)
     /// nothing is lost when it returns. The broker must run with --allow-drop-link. Exits 1
     /// if no link to that neighbour was up.
     DropLink {
@@ -438,7 +475,7 @@ enum BrokerCommand {
 /// Where the broker is and how to trust it.
 #[derive(Debug, Args)]
 pub(crate) struct BrokerArgs {
-    /// The broker, quic://HOST:PORT (PADRES_BROKER sets it for every command).
+    /// The broker, quic://HOST:PORT.
     #[arg(long, value_name = "URI", env = "PADRES_BROKER", default_value = "quic://127.0.0.1:7700")]
     pub(crate) broker: String,
     /// Certificate (PEM) to trust: the broker's cert.pem or the federation CA. Left out,
@@ -454,7 +491,8 @@ pub(crate) struct BrokerArgs {
     pub(crate) name: String,
     /// The token proving this client is the principal --name (the broker's auth.tokens
     /// holds its hash). Without one the client is anonymous, which a broker may refuse.
-    /// Never sent with --insecure: whoever answered could keep it.
+    /// Refused with --insecure, even from PADRES_TOKEN: a token is never sent to a broker
+    /// whose certificate is not verified.
     #[arg(
         long,
         env = "PADRES_TOKEN",

@@ -18,9 +18,11 @@ use padres_client::{Connect, Trust};
 /// runs each job as a real process when its dependencies are met in a generation, and
 /// publishes the job's status.
 ///
-/// Each job of each generation runs at most once (the journal in --work-dir survives
-/// restarts; a job running when the agent stopped is reported failed, not run again). Its
-/// output is in WORK_DIR/output/APPL/GID/JOB/ATTEMPT.stdout and .stderr (when it wrote any).
+/// Each of its own jobs runs at most once per generation (the journal in --work-dir
+/// survives restarts; a job running when the agent stopped is reported failed, not run
+/// again); a pool job may be dispatched again to another member when its member goes
+/// silent (docs/pools.md). A job's output is in
+/// WORK_DIR/output/APPL/GID/JOB/ATTEMPT.stdout and .stderr (when it wrote any).
 #[derive(Debug, Parser)]
 #[command(name = "padres-agent", version)]
 struct Args {
@@ -28,11 +30,11 @@ struct Args {
     #[arg(long)]
     name: String,
     /// The broker, as quic://HOST:PORT.
-    #[arg(long, default_value = "quic://127.0.0.1:7700")]
+    #[arg(long, value_name = "URI", env = "PADRES_BROKER", default_value = "quic://127.0.0.1:7700")]
     broker: String,
     /// The broker's cert.pem or the federation CA. For a broker on this machine it can be
     /// left out: the broker registered its certificate.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     ca: Option<PathBuf>,
     /// The token proving this agent is the principal --name (the brokers' auth.tokens hold
     /// its hash); without one it connects anonymously, which a broker may refuse.
@@ -47,15 +49,15 @@ struct Args {
     key: Option<PathBuf>,
     /// Where the journal and the jobs' output go (created if missing); relative working
     /// directories of jobs are taken from here.
-    #[arg(long, default_value = "padres-agent")]
+    #[arg(long, value_name = "DIR", default_value = "padres-agent")]
     work_dir: PathBuf,
     /// Most jobs running at once.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8)]
     max_parallel: usize,
-    /// Seconds after a generation starts before the agent first reads its statuses from the
-    /// brokers' history stores, to run jobs of its own whose dependencies are met but whose
-    /// match was lost (a broker restarted, a pattern moved); then again, twice as long
-    /// after each check that finds nothing new, up to 32 times this. 0: never.
+    /// Seconds after a generation starts before the first read of its statuses from the
+    /// brokers' history stores, to run jobs of its own whose dependencies are met but
+    /// whose match was lost (a broker restarted, a pattern moved); then at doubling
+    /// intervals up to 32 times this. 0: never.
     #[arg(long, value_name = "SECS", default_value_t = padres_agent::agent::CATCH_UP.as_secs())]
     catch_up: u64,
     /// A pool the agent is a member of (repeat for several): it runs the pool's jobs that
@@ -83,28 +85,30 @@ struct Args {
     /// member has been under --under-load percent of its capacity for --under-for seconds.
     #[arg(long, value_name = "POOL", value_parser = pool_name)]
     provision: Option<String>,
-    /// Command run (by `sh -c`, in the work directory) on a scale-up advice, e.g. one that
-    /// starts `padres-agent --pool POOL`; PADRES_POOL, PADRES_ADVICE and PADRES_MEMBERS are
-    /// set. Its output goes to WORK_DIR/provision.log.
+    /// With --provision: a command run (by `sh -c`, in the work directory) on a scale-up
+    /// advice, e.g. one that starts `padres-agent --pool POOL`; PADRES_POOL, PADRES_ADVICE
+    /// and PADRES_MEMBERS are set. Its output goes to WORK_DIR/provision.log.
     #[arg(long, value_name = "CMD", requires = "provision")]
     scale_up: Option<String>,
-    /// Command run on a scale-down advice, e.g. `padres agents drain "$PADRES_MEMBER"`
-    /// (PADRES_MEMBER names the member to stop).
+    /// With --provision: as --scale-up, on a scale-down advice, e.g. `padres agents drain
+    /// "$PADRES_MEMBER"` (PADRES_MEMBER also names the member to stop).
     #[arg(long, value_name = "CMD", requires = "provision")]
     scale_down: Option<String>,
-    /// Seconds every member stays at its limit before a scale-up.
+    /// With --provision: seconds every member stays at its limit before a scale-up.
     #[arg(long, value_name = "SECS", default_value_t = 60.0, requires = "provision")]
     over_for: f64,
-    /// Seconds every member stays under --under-load before a scale-down.
+    /// With --provision: seconds every member stays under --under-load before a
+    /// scale-down.
     #[arg(long, value_name = "SECS", default_value_t = 300.0, requires = "provision")]
     under_for: f64,
-    /// Percent of its capacity a member's jobs stay under for a scale-down.
+    /// With --provision: percent of its capacity a member's jobs stay under for a
+    /// scale-down.
     #[arg(long, value_name = "PERCENT", default_value_t = 50.0, requires = "provision")]
     under_load: f64,
-    /// Fewest members of the provisioned pool.
+    /// With --provision: fewest members of the pool.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "provision")]
     min_members: usize,
-    /// Most members of the provisioned pool.
+    /// With --provision: most members of the pool.
     #[arg(long, value_name = "N", default_value_t = 10, requires = "provision")]
     max_members: usize,
 }
