@@ -3,8 +3,10 @@
 //! period, whether it is a CA (basicConstraints), and the subject alternative names (DNS,
 //! IP, URI).
 //!
-//! A reader of DER over a byte slice: every length is checked against what is left, a
-//! malformed certificate gives `None`, and nothing is allocated but the lists of names.
+//! A reader of DER over a byte slice: every length is checked against what is left, every
+//! part read must end where its length says, an extension may appear once, booleans are
+//! DER's (`00` or `FF`), and a malformed certificate gives `None`. Nothing is allocated but
+//! the lists of names.
 //! Signatures are not its business: rustls and webpki verify them; this reads
 //! certificates that were verified, pinned byte for byte, or named by the operator.
 
@@ -16,6 +18,8 @@ pub struct Certificate<'a> {
     /// The subject's distinguished name as written: a certificate it issues carries these
     /// bytes as its issuer.
     pub subject_name: &'a [u8],
+    /// The subject public key info, the whole DER element.
+    pub public_key_info: &'a [u8],
     /// The subject's attributes in order: each one's OID (its DER contents), the tag of
     /// its value's string type, and the value's bytes.
     pub subject: Vec<Attribute<'a>>,
@@ -51,6 +55,7 @@ const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 
 const BOOLEAN: u8 = 0x01;
 const INTEGER: u8 = 0x02;
+const BIT_STRING: u8 = 0x03;
 const OCTET_STRING: u8 = 0x04;
 const OID: u8 = 0x06;
 const UTC_TIME: u8 = 0x17;
@@ -70,7 +75,13 @@ impl<'a> Certificate<'a> {
         if !rest.is_empty() {
             return None;
         }
-        let (tbs, _signature) = expect(certificate, SEQUENCE)?;
+        let mut outer = Reader(certificate);
+        let tbs = outer.expect(SEQUENCE)?;
+        outer.expect(SEQUENCE)?; // signature algorithm
+        outer.expect(BIT_STRING)?; // signature
+        if !outer.0.is_empty() {
+            return None;
+        }
         let mut fields = Reader(tbs);
         if fields.peek() == Some(VERSION) {
             fields.next()?;
@@ -83,10 +94,11 @@ impl<'a> Certificate<'a> {
         let not_after = time(validity.next()?)?;
         let subject_name = fields.expect(SEQUENCE)?;
         let subject = attributes(subject_name)?;
-        fields.expect(SEQUENCE)?; // subject public key info
+        let public_key_info = fields.element(SEQUENCE)?;
         let mut certificate = Self {
             issuer_name,
             subject_name,
+            public_key_info,
             subject,
             not_before,
             not_after,
@@ -95,8 +107,21 @@ impl<'a> Certificate<'a> {
             ip_addresses: Vec::new(),
             uris: Vec::new(),
         };
-        // Issuer and subject unique ids ([1], [2]) may come before the extensions ([3]).
-        while let Some((tag, contents)) = fields.next() {
+        // Then the issuer's and subject's unique ids ([1], [2]) and the extensions ([3]),
+        // each at most once, in that order, and nothing else.
+        let mut last = 0;
+        while !fields.0.is_empty() {
+            let (tag, contents) = fields.next()?;
+            let rank = match tag {
+                0x81 | 0xa1 => 1,
+                0x82 | 0xa2 => 2,
+                EXTENSIONS => 3,
+                _ => return None,
+            };
+            if rank <= last {
+                return None;
+            }
+            last = rank;
             if tag == EXTENSIONS {
                 certificate.extensions(contents)?;
             }
@@ -121,32 +146,44 @@ impl<'a> Certificate<'a> {
             return None;
         }
         let mut list = Reader(list);
+        // RFC 5280 4.2: no extension twice (a second basicConstraints or subjectAltName
+        // could say otherwise than the first).
+        let mut seen: Vec<&[u8]> = Vec::new();
         while !list.0.is_empty() {
             let mut extension = Reader(list.expect(SEQUENCE)?);
             let oid = extension.expect(OID)?;
+            if seen.contains(&oid) {
+                return None;
+            }
+            seen.push(oid);
             if extension.peek() == Some(BOOLEAN) {
-                extension.next()?; // critical
+                boolean(extension.expect(BOOLEAN)?)?; // critical
             }
             let value = extension.expect(OCTET_STRING)?;
+            if !extension.0.is_empty() {
+                return None;
+            }
             if oid == BASIC_CONSTRAINTS {
-                let (constraints, _) = expect(value, SEQUENCE)?;
-                let mut constraints = Reader(constraints);
+                let mut constraints = Reader(whole(value, SEQUENCE)?);
                 if constraints.peek() == Some(BOOLEAN) {
-                    self.is_ca = constraints.expect(BOOLEAN)?.first().is_some_and(|b| *b != 0);
+                    self.is_ca = boolean(constraints.expect(BOOLEAN)?)?;
+                }
+                if constraints.peek() == Some(INTEGER) {
+                    constraints.expect(INTEGER)?; // pathLenConstraint
+                }
+                if !constraints.0.is_empty() {
+                    return None;
                 }
             } else if oid == SUBJECT_ALT_NAME {
-                let (names, _) = expect(value, SEQUENCE)?;
-                let mut names = Reader(names);
-                while let Some((tag, name)) = names.next() {
+                let mut names = Reader(whole(value, SEQUENCE)?);
+                while !names.0.is_empty() {
+                    let (tag, name) = names.next()?;
                     match tag {
                         DNS_NAME => self.dns_names.push(std::str::from_utf8(name).ok()?),
                         URI => self.uris.push(std::str::from_utf8(name).ok()?),
                         IP_ADDRESS => self.ip_addresses.push(name),
-                        _ => {}
+                        _ => {} // otherName, rfc822Name, directoryName, …: not read here
                     }
-                }
-                if !names.0.is_empty() {
-                    return None;
                 }
             }
         }
@@ -156,9 +193,9 @@ impl<'a> Certificate<'a> {
 
 impl<'a> Attribute<'a> {
     /// The value as text, if its type is one of the text ones (UTF8String,
-    /// PrintableString, IA5String) and it is valid UTF-8.
+    /// NumericString, PrintableString, IA5String) and it is valid UTF-8.
     pub fn text(&self) -> Option<&'a str> {
-        matches!(self.tag, 0x0c | 0x13 | 0x16).then(|| std::str::from_utf8(self.value).ok()).flatten()
+        matches!(self.tag, 0x0c | 0x12 | 0x13 | 0x16).then(|| std::str::from_utf8(self.value).ok()).flatten()
     }
 
     /// The OID's arcs, e.g. `[2, 5, 4, 3]`; `None` if the encoding is bad.
@@ -166,6 +203,9 @@ impl<'a> Attribute<'a> {
         let mut arcs = Vec::new();
         let mut arc: u64 = 0;
         for (i, byte) in self.oid.iter().enumerate() {
+            if arc == 0 && *byte == 0x80 {
+                return None; // a subidentifier in more bytes than it needs
+            }
             arc = arc.checked_mul(128)?.checked_add(u64::from(byte & 0x7f))?;
             if byte & 0x80 == 0 {
                 arcs.push(arc);
@@ -176,6 +216,9 @@ impl<'a> Attribute<'a> {
         }
         // The first subidentifier holds two arcs: 40 × the first (0, 1 or 2) + the second.
         let first = *arcs.first()?;
+        if first == u64::MAX {
+            return None; // its second arc, 2**64 - 81, is more than rcgen writes
+        }
         let top = (first / 40).min(2);
         arcs[0] = first - 40 * top;
         arcs.insert(0, top);
@@ -219,7 +262,15 @@ fn time((tag, text): (u8, &[u8])) -> Option<i64> {
     }
     let (month, day) = (digits(at, 2)?, digits(at + 2, 2)?);
     let (hour, minute, second) = (digits(at + 4, 2)?, digits(at + 6, 2)?, digits(at + 8, 2)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        1..=12 => 31,
+        _ => return None,
+    };
+    if !(1..=days_in_month).contains(&day) || hour > 23 || minute > 59 || second > 59 {
         return None;
     }
     Some(days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second)
@@ -260,6 +311,20 @@ fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     (rest.len() >= length).then(|| (tag, &rest[..length], &rest[length..]))
 }
 
+/// A DER boolean's contents: `FF` true, `00` false, anything else refused.
+fn boolean(contents: &[u8]) -> Option<bool> {
+    match contents {
+        [0xff] => Some(true),
+        [0x00] => Some(false),
+        _ => None,
+    }
+}
+
+/// The contents of `input`, which must be one element with `tag` and nothing after it.
+fn whole(input: &[u8], tag: u8) -> Option<&[u8]> {
+    expect(input, tag).and_then(|(contents, rest)| rest.is_empty().then_some(contents))
+}
+
 /// The element at the start of `input`, which must have `tag`: its contents and the rest.
 fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
     element(input).and_then(|(found, contents, rest)| (found == tag).then_some((contents, rest)))
@@ -283,6 +348,13 @@ impl<'a> Reader<'a> {
         let (contents, rest) = expect(self.0, tag)?;
         self.0 = rest;
         Some(contents)
+    }
+
+    /// As [`Reader::expect`], but the whole element: tag, length and contents.
+    fn element(&mut self, tag: u8) -> Option<&'a [u8]> {
+        let before = self.0;
+        self.expect(tag)?;
+        Some(&before[..before.len() - self.0.len()])
     }
 }
 
@@ -347,12 +419,167 @@ mod tests {
     }
 
     #[test]
+    fn a_certificate_names_its_issuer_as_the_issuer_names_itself() {
+        use rcgen::PublicKeyData as _;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "fed CA");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().expect("a key");
+        let ca_der = ca_params.self_signed(&ca_key).expect("signed").der().to_vec();
+        let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+        let leaf_key = rcgen::KeyPair::generate().expect("a key");
+        let mut leaf_params = rcgen::CertificateParams::new(vec!["b1.example".to_owned()]).expect("params");
+        leaf_params.distinguished_name.push(rcgen::DnType::CommonName, "B1");
+        let leaf_der = leaf_params.signed_by(&leaf_key, &issuer).expect("signed").der().to_vec();
+        let ca = Certificate::parse(&ca_der).expect("parses");
+        let leaf = Certificate::parse(&leaf_der).expect("parses");
+        assert_eq!(leaf.issuer_name, ca.subject_name);
+        assert_ne!(leaf.subject_name, ca.subject_name);
+        assert_eq!(ca.issuer_name, ca.subject_name, "self-signed");
+        assert!(ca.is_ca && !leaf.is_ca);
+        assert_eq!(leaf.public_key_info, leaf_key.subject_public_key_info());
+        assert_eq!(ca.public_key_info, ca_key.subject_public_key_info());
+    }
+
+    /// One DER element: `tag`, the length in DER's form, `contents`.
+    fn tlv(tag: u8, contents: &[u8]) -> Vec<u8> {
+        let n = contents.len();
+        let mut out = vec![tag];
+        match u8::try_from(n) {
+            Ok(short) if short < 0x80 => out.push(short),
+            Ok(one) => out.extend([0x81, one]),
+            Err(_) => out.extend([0x82, (n >> 8) as u8, (n & 0xff) as u8]),
+        }
+        out.extend_from_slice(contents);
+        out
+    }
+
+    /// A certificate written by hand (its signature is not read here): version 3 or none
+    /// (version 1), `after_key` after the public key info, and the signature or not.
+    fn written(version: bool, after_key: &[Vec<u8>], signature: bool) -> Vec<u8> {
+        let algorithm = tlv(SEQUENCE, &tlv(OID, &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02]));
+        let name =
+            tlv(SEQUENCE, &tlv(SET, &tlv(SEQUENCE, &[tlv(OID, COMMON_NAME), tlv(0x0c, b"B1")].concat())));
+        let validity =
+            tlv(SEQUENCE, &[tlv(UTC_TIME, b"260101000000Z"), tlv(UTC_TIME, b"360101000000Z")].concat());
+        let key = tlv(SEQUENCE, &[algorithm.clone(), tlv(BIT_STRING, &[0, 4, 1, 2])].concat());
+        let mut tbs = Vec::new();
+        if version {
+            tbs.push(tlv(VERSION, &tlv(INTEGER, &[2])));
+        }
+        tbs.extend([tlv(INTEGER, &[1]), algorithm.clone(), name.clone(), validity, name, key]);
+        tbs.extend_from_slice(after_key);
+        let mut outer = vec![tlv(SEQUENCE, &tbs.concat()), algorithm];
+        if signature {
+            outer.push(tlv(BIT_STRING, &[0, 1]));
+        }
+        tlv(SEQUENCE, &outer.concat())
+    }
+
+    fn read(after_key: &[Vec<u8>]) -> Option<Certificate<'static>> {
+        let der: &'static [u8] = Box::leak(written(true, after_key, true).into_boxed_slice());
+        Certificate::parse(der)
+    }
+
+    fn extensions(list: &[Vec<u8>]) -> Vec<u8> {
+        tlv(EXTENSIONS, &tlv(SEQUENCE, &list.concat()))
+    }
+
+    fn extension(oid: &[u8], critical: Option<u8>, value: &[u8]) -> Vec<u8> {
+        let mut parts = vec![tlv(OID, oid)];
+        parts.extend(critical.map(|c| tlv(BOOLEAN, &[c])));
+        parts.push(tlv(OCTET_STRING, value));
+        tlv(SEQUENCE, &parts.concat())
+    }
+
+    fn ca(flag: u8) -> Vec<u8> {
+        extension(BASIC_CONSTRAINTS, Some(0xff), &tlv(SEQUENCE, &tlv(BOOLEAN, &[flag])))
+    }
+
+    fn san(names: &[Vec<u8>]) -> Vec<u8> {
+        extension(SUBJECT_ALT_NAME, None, &tlv(SEQUENCE, &names.concat()))
+    }
+
+    #[test]
+    fn basic_constraints_are_read_as_der_writes_them_only() {
+        let plain = read(&[]).expect("no extensions");
+        assert!(!plain.is_ca && plain.dns_names.is_empty());
+        assert_eq!(plain.common_names().collect::<Vec<_>>(), ["B1"]);
+        assert!(Certificate::parse(&written(false, &[], true)).is_some(), "version 1: no [0]");
+        assert_eq!(Certificate::parse(&written(true, &[], false)), None, "no signature");
+
+        assert!(read(&[extensions(&[ca(0xff)])]).expect("a CA").is_ca);
+        assert!(!read(&[extensions(&[ca(0x00)])]).expect("CA:FALSE written out").is_ca);
+        let empty = extension(BASIC_CONSTRAINTS, None, &tlv(SEQUENCE, &[]));
+        assert!(!read(&[extensions(&[empty])]).expect("CA:FALSE by default").is_ca);
+        let path = tlv(SEQUENCE, &[tlv(BOOLEAN, &[0xff]), tlv(INTEGER, &[1])].concat());
+        assert!(
+            read(&[extensions(&[extension(BASIC_CONSTRAINTS, None, &path)])]).expect("a path length").is_ca
+        );
+
+        assert_eq!(read(&[extensions(&[ca(0x01)])]), None, "a boolean DER does not allow");
+        assert_eq!(read(&[extensions(&[ca(0xff), ca(0xff)])]), None, "basicConstraints twice");
+        let more = [tlv(SEQUENCE, &tlv(BOOLEAN, &[0xff])), vec![0]].concat();
+        assert_eq!(
+            read(&[extensions(&[extension(BASIC_CONSTRAINTS, None, &more)])]),
+            None,
+            "a byte after it"
+        );
+        let critical = extension(BASIC_CONSTRAINTS, Some(0x01), &tlv(SEQUENCE, &[]));
+        assert_eq!(read(&[extensions(&[critical])]), None, "critical as 01");
+    }
+
+    #[test]
+    fn alternative_names_of_the_three_kinds_read_here_and_others_skipped() {
+        let names = [
+            tlv(0xa0, &[tlv(OID, &[0x2b, 0x06]), tlv(0xa0, &tlv(0x0c, b"x"))].concat()), // otherName
+            tlv(0x81, b"ops@b1.example"),                                                // rfc822Name
+            tlv(0xa4, &tlv(SEQUENCE, &[])),                                              // directoryName
+            tlv(DNS_NAME, b"b1.example"),
+            tlv(URI, b"padres-client:ops"),
+            tlv(IP_ADDRESS, &[10, 0, 0, 1]),
+        ];
+        let cert = read(&[extensions(&[san(&names)])]).expect("names");
+        assert_eq!(cert.dns_names, ["b1.example"]);
+        assert_eq!(cert.uris, ["padres-client:ops"]);
+        assert_eq!(cert.ip_addresses, [&[10u8, 0, 0, 1][..]]);
+        let dns = |name: &[u8]| tlv(DNS_NAME, name);
+        assert_eq!(
+            read(&[extensions(&[san(&[dns(b"a.example")]), san(&[dns(b"b.example")])])]),
+            None,
+            "twice"
+        );
+        assert_eq!(read(&[extensions(&[san(&[dns(&[0xff, 0xfe])])])]), None, "a DNS name that is not UTF-8");
+    }
+
+    #[test]
+    fn what_follows_the_public_key_is_read_in_order_or_refused() {
+        let with_ca = extensions(&[ca(0xff)]);
+        assert!(
+            read(&[tlv(0x81, &[0]), tlv(0x82, &[0]), with_ca.clone()]).expect("ids, then extensions").is_ca
+        );
+        assert_eq!(read(&[with_ca.clone(), tlv(0x81, &[0])]), None, "an id after the extensions");
+        assert_eq!(read(&[with_ca.clone(), with_ca.clone()]), None, "extensions twice");
+        assert_eq!(read(&[with_ca.clone(), tlv(OCTET_STRING, &[0])]), None, "something else");
+        assert_eq!(read(&[with_ca, vec![SEQUENCE]]), None, "an element cut short");
+    }
+
+    #[test]
     fn times_of_both_forms() {
         assert_eq!(time((UTC_TIME, b"700101000000Z")), Some(0));
         assert_eq!(time((UTC_TIME, b"491231235959Z")), Some(2_524_607_999));
         assert_eq!(time((GENERALIZED_TIME, b"20260301120000Z")), Some(1_772_366_400));
         assert_eq!(time((GENERALIZED_TIME, b"19691231235959Z")), Some(-1));
-        for bad in [&b"700101000000"[..], b"701301000000Z", b"70010100000aZ", b"7001010000Z"] {
+        assert_eq!(time((GENERALIZED_TIME, b"20240229000000Z")), Some(1_709_164_800), "a leap day");
+        for bad in [
+            &b"700101000000"[..],
+            b"701301000000Z",
+            b"70010100000aZ",
+            b"7001010000Z",
+            b"250229000000Z", // no 29 February in 2025
+            b"700431000000Z",
+            b"700101000060Z",
+        ] {
             assert_eq!(time((UTC_TIME, bad)), None, "{bad:?}");
         }
     }
@@ -364,6 +591,9 @@ mod tests {
         assert_eq!(element(&[0x04, 0x80]), None, "indefinite length");
         assert_eq!(element(&[0x04, 0x03, 1, 2]), None, "longer than what is left");
         assert_eq!(element(&[0x1f, 0x01, 0x00]), None, "a multi-byte tag");
+        assert_eq!(element(&[0x04, 0x82, 0x00, 0x80]), None, "a leading zero in the length");
+        assert_eq!(element(&[0x04, 0x85, 1, 0, 0, 0, 0]), None, "five length bytes");
+        assert_eq!(element(&[0x04, 0x84, 0x7f, 0xff, 0xff, 0xff, 1]), None, "longer than the input");
     }
 
     #[test]
@@ -375,5 +605,11 @@ mod tests {
             Some(vec![1, 2, 840, 113_549])
         );
         assert_eq!(attribute(&[0x2a, 0x86]).oid_arcs(), None, "an arc cut short");
+        assert_eq!(attribute(&[0x88, 0x37, 0x01]).oid_arcs(), Some(vec![2, 999, 1]));
+        assert_eq!(attribute(&[0x55, 0x80, 0x04]).oid_arcs(), None, "a subidentifier with a leading 0x80");
+        let largest = [0x81, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        assert_eq!(attribute(&largest).oid_arcs(), None, "2**64 - 1");
+        let larger = [0x82, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        assert_eq!(attribute(&larger).oid_arcs(), None, "past 64 bits");
     }
 }

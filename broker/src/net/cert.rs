@@ -15,7 +15,7 @@ use quinn::rustls::pki_types::CertificateDer;
 use quinn::rustls::pki_types::pem::PemObject as _;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, DnValue, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData as _, SanType,
 };
 
 use crate::config::Config;
@@ -185,19 +185,22 @@ fn sign(ca_dir: &Path, params: CertificateParams, out: &Path, force: bool) -> Re
     let ca_key = ca_dir.join("ca-key.pem");
     let ca_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
     let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
+    let ca_key_path = ca_key;
     let ca_key = KeyPair::from_pem(&ca_key_pem)
-        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_key.display())))?;
+        .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_key_path.display())))?;
     let bad_ca = |why: &str| CertError::Invalid(format!("{}: {why}", ca_cert.display()));
     let ca_der = CertificateDer::from_pem_slice(ca_pem.as_bytes())
         .map_err(|e| bad_ca(&format!("no certificate in it: {e}")))?;
     let ca = Certificate::parse(&ca_der).ok_or_else(|| bad_ca("the certificate cannot be parsed"))?;
+    if ca.public_key_info != ca_key.subject_public_key_info() {
+        return Err(bad_ca(&format!("{} is not the key of this certificate", ca_key_path.display())));
+    }
     let mut issuer_params = CertificateParams::default();
     issuer_params.distinguished_name = subject_of(&ca).map_err(|why| bad_ca(&why))?;
     let issuer = Issuer::new(issuer_params, ca_key);
     let cert_path = out.join("cert.pem");
     let key_path = out.join("key.pem");
     refuse_overwrite(&[&cert_path, &key_path], force)?;
-    std::fs::create_dir_all(out).map_err(io(out))?;
     let key = KeyPair::generate().map_err(invalid)?;
     let cert = params.signed_by(&key, &issuer).map_err(invalid)?;
     // A verifier finds the CA by the issuer name, byte for byte.
@@ -206,6 +209,7 @@ fn sign(ca_dir: &Path, params: CertificateParams, out: &Path, force: bool) -> Re
             "its subject name cannot be written again as it is; make the CA with `padres-broker cert ca`",
         ));
     }
+    std::fs::create_dir_all(out).map_err(io(out))?;
     write_private(&key_path, &key.serialize_pem())?;
     std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))
 }
@@ -283,6 +287,13 @@ mod tests {
         assert!(missing.contains("padres-broker cert issue"), "{missing}");
         issue(&ca, "B1", &["b1.example".into()], &data, false).expect("issued");
         identity(&config).expect("the issued certificate is used");
+        // Another CA's key beside this CA's certificate: refused, nothing written.
+        let other = dir.join("other");
+        make_ca(&other, "another federation", false).expect("CA made");
+        std::fs::copy(other.join("ca-key.pem"), ca.join("ca-key.pem")).expect("copied");
+        let refused = issue(&ca, "B2", &[], &dir.join("b2"), false).expect_err("the wrong key").to_string();
+        assert!(refused.contains("is not the key of this certificate"), "{refused}");
+        assert!(!dir.join("b2").exists(), "nothing made for a refused issue");
         std::fs::remove_dir_all(&dir).ok();
     }
 
