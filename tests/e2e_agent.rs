@@ -14,7 +14,7 @@ use padres_lang::Publication;
 use padres_tests::broker::{client, start_broker};
 use padres_workflow::control::trigger_publication;
 use padres_workflow::translate::status_advertisement;
-use padres_workflow::{parse_application, translate};
+use padres_workflow::{APPL_END, parse_application, translate};
 
 /// Payroll (DESIGN §8) whose jobs append `JOB GID DATE` to `log`.
 fn payroll(log: &Path) -> String {
@@ -472,4 +472,31 @@ async fn a_cron_run_made_up_when_the_agent_restarts_is_triggered_once() {
     let _ = agent.wait();
     assert_eq!(triggers.len(), 1, "the made-up run's trigger, once: {triggers:?}");
     assert!(triggers[0].starts_with("cron-"), "{triggers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instant_runner_succeeds_each_attempt_and_starts_no_process() {
+    let broker = start_broker("B1", "agent-instant");
+    let work = broker.dir.join("agent");
+    let marker = broker.dir.join("ran");
+    let agent = client(&broker, "agent-1").await;
+    let options =
+        Options { runner: padres_agent::agent::Runner::Instant, ..Options::new("agent-1", work.clone()) };
+    tokio::spawn(async move { serve(agent, options).await.expect("the agent serves") });
+    let mut monitor = client(&broker, "monitor").await;
+    monitor.send("s [class,eq,'job_status'],[appl,eq,'instant']").await.expect("subscribed");
+    let operator = operator(&broker).await;
+    // Run as a process, S would leave a file and fail.
+    let xml = format!(
+        "<application name=\"instant\" tz=\"UTC\"><job name=\"S\" run=\"daily\" agent=\"agent-1\" retries=\"0\">\
+         <command>sh</command><arg>-c</arg><arg>touch {}; exit 3</arg></job></application>",
+        marker.display()
+    );
+    until_stats(&operator, "the agent did not subscribe", |s| s.subscriptions >= 2).await;
+    deploy_one_job_and_trigger(&operator, &xml, "instant").await;
+    let seen = statuses_until(&mut monitor, |seen| seen.iter().any(|(_, job, _)| job == APPL_END)).await;
+    let of_s: Vec<&str> = seen.iter().filter(|(_, job, _)| job == "S").map(|(_, _, s)| s.as_str()).collect();
+    assert_eq!(of_s, ["started", "succeeded"], "{seen:?}");
+    assert!(!marker.exists(), "no process ran");
+    assert!(!work.join("output").join("instant").exists(), "no output kept");
 }

@@ -400,23 +400,83 @@ async fn spawn_baseline(count: usize, parallel: usize) -> std::time::Duration {
     start.elapsed()
 }
 
-/// Job transitions per second (a transition is one `job_status` publication) for a wide
-/// and a deep DAG of `jobs` jobs on 5 brokers and 10 agents, every command `/bin/true`,
-/// against spawning the same processes alone; and payroll generations per second.
-pub(crate) async fn transitions(quick: bool, repeat: usize) {
-    let jobs = if quick { 200 } else { 1000 };
-    let root = std::env::temp_dir().join(format!("padres-bench-workflow-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let brokers = chain(&root.join("brokers"), 5).await;
-    let agents: Vec<String> = (0..10).map(|i| format!("agent-{i}")).collect();
+/// Ten agents `{prefix}-0` … `{prefix}-9`, two at each broker of `brokers`, running their
+/// jobs' attempts with `runner`; their names.
+async fn start_agents(
+    brokers: &[std::net::SocketAddr],
+    root: &std::path::Path,
+    prefix: &str,
+    runner: padres_agent::agent::Runner,
+) -> Vec<String> {
+    let agents: Vec<String> = (0..10).map(|i| format!("{prefix}-{i}")).collect();
     for (i, name) in agents.iter().enumerate() {
-        let client =
-            padres_client::Connect::new(brokers[i % 5]).name(name).connect().await.expect("connects");
-        let options = padres_agent::agent::Options::new(name, root.join("agents").join(name));
+        let client = padres_client::Connect::new(brokers[i % brokers.len()])
+            .name(name)
+            .connect()
+            .await
+            .expect("connects");
+        let options = padres_agent::agent::Options {
+            runner,
+            ..padres_agent::agent::Options::new(name, root.join("agents").join(name))
+        };
         tokio::spawn(
             async move { padres_agent::agent::serve(client, options).await.expect("the agent serves") },
         );
     }
+    agents
+}
+
+/// The wide and the deep DAG of `jobs` jobs over `agents`: (shape, its jobs' XML).
+fn shapes(jobs: usize, agents: &[String], prefix: &str) -> [(String, String); 2] {
+    let wide: String =
+        (0..jobs).map(|i| true_job(&format!("W{i}"), &agents[i % agents.len()], None)).collect();
+    let deep: String = (0..jobs)
+        .map(|i| {
+            let after = (i > 0).then(|| format!("D{}", i - 1));
+            true_job(&format!("D{i}"), &agents[i % agents.len()], after.as_deref())
+        })
+        .collect();
+    [(format!("{prefix}wide"), wide), (format!("{prefix}deep"), deep)]
+}
+
+/// The median of `v`.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The time one claim takes alone: `count` jobs claimed one at a time in a fresh journal
+/// (SQLite, a synchronous commit each, as the agent claims a match that came alone);
+/// the median, in milliseconds.
+fn claim_alone(root: &std::path::Path, count: usize) -> f64 {
+    use padres_agent::journal::Store as _;
+    let dir = root.join("claims");
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let mut journal = padres_agent::journal::Journal::open(&dir).expect("a journal");
+    let mut took: Vec<f64> = (0..count)
+        .map(|i| {
+            let start = std::time::Instant::now();
+            journal.claim("bench", "g1", &format!("J{i}")).expect("claimed");
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    median(&mut took)
+}
+
+/// Job transitions per second (a transition is one `job_status` publication) for a wide
+/// and a deep DAG of `jobs` jobs on 5 brokers and 10 agents: first with attempts that
+/// start no process (the scheduler alone: claims, statuses, detection), beside the time
+/// of one claim's commit, which bounds the deep chain; then with every command
+/// `/bin/true`, against spawning the same processes alone; and payroll generations per
+/// second.
+pub(crate) async fn transitions(quick: bool, repeat: usize) {
+    use padres_agent::agent::Runner;
+    let jobs = if quick { 200 } else { 1000 };
+    let root = std::env::temp_dir().join(format!("padres-bench-workflow-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let brokers = chain(&root.join("brokers"), 5).await;
+    let instant = start_agents(&brokers, &root, "instant", Runner::Instant).await;
+    let agents = start_agents(&brokers, &root, "agent", Runner::Processes).await;
     let mut operator =
         padres_client::Connect::new(brokers[4]).name("operator").connect().await.expect("connects");
     operator.advertise(padres_workflow::control::control_advertisement()).await.expect("advertised");
@@ -425,17 +485,42 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
     // The agents subscribe to their commands as they start: give them a moment.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
 
-    let wide: String = (0..jobs).map(|i| true_job(&format!("W{i}"), &agents[i % 10], None)).collect();
-    let deep: String = (0..jobs)
-        .map(|i| {
-            true_job(&format!("D{i}"), &agents[i % 10], (i > 0).then(|| format!("D{}", i - 1)).as_deref())
-        })
-        .collect();
-    let shapes = [("wide", wide), ("deep", deep)];
+    println!(
+        "workflow transitions without processes: {jobs}-job DAGs on 5 brokers (a chain) and 10 agents (8 jobs at once each), attempts succeeding at once (Runner::Instant)"
+    );
+    for (shape, jobs_xml) in &shapes(jobs, &instant, "instant-") {
+        let xml = format!(
+            "<application name=\"{shape}\" tz=\"UTC\" max-generations=\"1000\">{jobs_xml}</application>"
+        );
+        let app = deploy(&mut operator, &xml).await;
+        monitor.send(&format!("s [class,eq,'job_status'],[appl,eq,'{shape}']")).await.expect("subscribed");
+        let mut rates = Vec::new();
+        let mut claims = Vec::new();
+        for r in 0..repeat {
+            let (statuses, took) =
+                run_generations(&operator, &mut monitor, &app, &[format!("{shape}-{r}")]).await;
+            rates.push(statuses as f64 / took.as_secs_f64());
+            claims.push(claim_alone(&root.join(format!("{shape}-{r}")), 200));
+            println!(
+                "  {shape} run {}: {statuses} transitions in {:.2} s = {:.0}/s; one claim's commit alone: {:.3} ms",
+                r + 1,
+                took.as_secs_f64(),
+                rates[r],
+                claims[r]
+            );
+        }
+        let (rate, claim) = (median(&mut rates), median(&mut claims));
+        println!(
+            "  {shape}: median {rate:.0} transitions/s ({:.0} jobs/s, {:.3} ms a job); a claim's commit alone {claim:.3} ms: {:.0} transitions/s if a job cost only its claim",
+            rate / 2.0,
+            2e3 / rate,
+            2e3 / claim
+        );
+    }
     println!(
         "workflow transitions: {jobs}-job DAGs on 5 brokers (a chain) and 10 agents (8 jobs at once each), every command /bin/true"
     );
-    for (shape, jobs_xml) in &shapes {
+    for (shape, jobs_xml) in &shapes(jobs, &agents, "") {
         let xml = format!(
             "<application name=\"{shape}\" tz=\"UTC\" max-generations=\"1000\">{jobs_xml}</application>"
         );
@@ -447,7 +532,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
             let (statuses, took) =
                 run_generations(&operator, &mut monitor, &app, &[format!("{shape}-{r}")]).await;
             rates.push(statuses as f64 / took.as_secs_f64());
-            let parallel = if *shape == "wide" { 80 } else { 1 };
+            let parallel = if shape == "wide" { 80 } else { 1 };
             let spawned = spawn_baseline(jobs, parallel).await;
             spawn_rates.push(jobs as f64 / spawned.as_secs_f64());
             println!(
@@ -458,10 +543,6 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
                 spawn_rates[r]
             );
         }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
         let (rate, spawn) = (median(&mut rates), median(&mut spawn_rates));
         println!(
             "  {shape}: median {rate:.0} transitions/s ({:.0} jobs/s), spawning alone {spawn:.0}/s: jobs at {:.2}x the spawn rate",
