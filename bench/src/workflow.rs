@@ -344,6 +344,10 @@ pub(crate) async fn deploy(operator: &mut padres_client::Client, xml: &str) -> A
     app
 }
 
+/// One status seen: the job, its status, and the time its publisher's broker stamped on it
+/// (epoch milliseconds).
+type Seen = (String, String, i64);
+
 /// Triggers generations `gids` of `app` (at its home agent) and waits for every one's
 /// `APPL_END`; returns the statuses seen and the time taken.
 async fn run_generations(
@@ -351,7 +355,7 @@ async fn run_generations(
     monitor: &mut padres_client::Client,
     app: &Application,
     gids: &[String],
-) -> (usize, std::time::Duration) {
+) -> (Vec<Seen>, std::time::Duration) {
     use padres_workflow::control::{Command, Control};
     let home = app.home_agent().to_owned();
     let start = std::time::Instant::now();
@@ -364,21 +368,49 @@ async fn run_generations(
         };
         operator.publish(control.publication().expect("a trigger")).await.expect("sent");
     }
-    let mut statuses = 0;
+    let mut statuses = Vec::new();
     let mut ended = 0;
     while ended < gids.len() {
         let next =
             tokio::time::timeout(std::time::Duration::from_secs(120), monitor.next_notification()).await;
         let Ok(Some(n)) = next else {
-            panic!("{}: stalled after {statuses} statuses, {ended} generations ended", app.name)
+            panic!("{}: stalled after {} statuses, {ended} generations ended", app.name, statuses.len())
         };
         let Some((_, p)) = n.into_publication() else { continue };
-        statuses += 1;
-        if p.get("job").and_then(|v| v.as_str()) == Some(APPL_END) {
+        let text = |name: &str| p.get(name).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+        let stamped = match p.get(padres_lang::time::TIME) {
+            Some(padres_lang::Value::Time(t)) => t.millis(),
+            _ => 0,
+        };
+        if text("job") == APPL_END {
             ended += 1;
         }
+        statuses.push((text("job"), text("status"), stamped));
     }
     (statuses, start.elapsed())
+}
+
+/// In a deep chain `D0` → `D1` → …: for each job after the first, the milliseconds from
+/// its predecessor's `succeeded` to its own `started` (the dependency), and from its own
+/// `started` to its `succeeded` (the job), by the brokers' stamps.
+fn chain_latencies(seen: &[Seen]) -> (Vec<f64>, Vec<f64>) {
+    let at = |job: &str, status: &str| {
+        seen.iter().find(|(j, s, _)| j == job && s == status).map(|(_, _, t)| *t as f64)
+    };
+    let (mut dependency, mut job) = (Vec::new(), Vec::new());
+    for i in 1.. {
+        let (name, before) = (format!("D{i}"), format!("D{}", i - 1));
+        let Some(started) = at(&name, "started") else { break };
+        dependency.extend(at(&before, "succeeded").map(|done| started - done));
+        job.extend(at(&name, "succeeded").map(|done| done - started));
+    }
+    (dependency, job)
+}
+
+/// `p` (0 to 1) of `v`, sorted.
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 /// `count` runs of `/bin/true`, at most `parallel` at once: the spawning cost alone.
@@ -471,6 +503,19 @@ fn claim_alone(root: &std::path::Path, count: usize) -> f64 {
 /// second.
 pub(crate) async fn transitions(quick: bool, repeat: usize) {
     use padres_agent::agent::Runner;
+    // A deep chain's latencies, printed after its run.
+    let latencies = |seen: &[Seen]| {
+        let (mut dependency, mut job) = chain_latencies(seen);
+        if !dependency.is_empty() && !job.is_empty() {
+            println!(
+                "    by the brokers' stamps (1 ms steps): predecessor's succeeded -> started p50 {:.0} ms, p99 {:.0} ms; started -> succeeded p50 {:.0} ms, p99 {:.0} ms",
+                percentile(&mut dependency, 0.5),
+                percentile(&mut dependency, 0.99),
+                percentile(&mut job, 0.5),
+                percentile(&mut job, 0.99)
+            );
+        }
+    };
     let jobs = if quick { 200 } else { 1000 };
     let root = std::env::temp_dir().join(format!("padres-bench-workflow-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -497,8 +542,9 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
         let mut rates = Vec::new();
         let mut claims = Vec::new();
         for r in 0..repeat {
-            let (statuses, took) =
+            let (seen, took) =
                 run_generations(&operator, &mut monitor, &app, &[format!("{shape}-{r}")]).await;
+            let statuses = seen.len();
             rates.push(statuses as f64 / took.as_secs_f64());
             claims.push(claim_alone(&root.join(format!("{shape}-{r}")), 200));
             println!(
@@ -508,6 +554,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
                 rates[r],
                 claims[r]
             );
+            latencies(&seen);
         }
         let (rate, claim) = (median(&mut rates), median(&mut claims));
         println!(
@@ -529,8 +576,9 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
         let mut rates = Vec::new();
         let mut spawn_rates = Vec::new();
         for r in 0..repeat {
-            let (statuses, took) =
+            let (seen, took) =
                 run_generations(&operator, &mut monitor, &app, &[format!("{shape}-{r}")]).await;
+            let statuses = seen.len();
             rates.push(statuses as f64 / took.as_secs_f64());
             let parallel = if shape == "wide" { 80 } else { 1 };
             let spawned = spawn_baseline(jobs, parallel).await;
@@ -542,6 +590,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
                 rates[r],
                 spawn_rates[r]
             );
+            latencies(&seen);
         }
         let (rate, spawn) = (median(&mut rates), median(&mut spawn_rates));
         println!(
