@@ -471,6 +471,35 @@ fn shapes(jobs: usize, agents: &[String], prefix: &str) -> [(String, String); 2]
     [(format!("{prefix}wide"), wide), (format!("{prefix}deep"), deep)]
 }
 
+/// Deploys application `shape` of `jobs_xml` through `operator`, with `monitor` subscribed
+/// to its statuses.
+async fn deploy_shape(
+    operator: &mut padres_client::Client,
+    monitor: &mut padres_client::Client,
+    shape: &str,
+    jobs_xml: &str,
+) -> Application {
+    let xml =
+        format!("<application name=\"{shape}\" tz=\"UTC\" max-generations=\"1000\">{jobs_xml}</application>");
+    let app = deploy(operator, &xml).await;
+    monitor.send(&format!("s [class,eq,'job_status'],[appl,eq,'{shape}']")).await.expect("subscribed");
+    app
+}
+
+/// Runs generation `gid` of `app`: the statuses seen and the time taken; its transitions
+/// per second are added to `rates`.
+async fn run_one(
+    operator: &padres_client::Client,
+    monitor: &mut padres_client::Client,
+    app: &Application,
+    gid: String,
+    rates: &mut Vec<f64>,
+) -> (Vec<Seen>, std::time::Duration) {
+    let (seen, took) = run_generations(operator, monitor, app, &[gid]).await;
+    rates.push(seen.len() as f64 / took.as_secs_f64());
+    (seen, took)
+}
+
 /// The median of `v`.
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -534,18 +563,13 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
         "workflow transitions without processes: {jobs}-job DAGs on 5 brokers (a chain) and 10 agents (8 jobs at once each), attempts succeeding at once (Runner::Instant)"
     );
     for (shape, jobs_xml) in &shapes(jobs, &instant, "instant-") {
-        let xml = format!(
-            "<application name=\"{shape}\" tz=\"UTC\" max-generations=\"1000\">{jobs_xml}</application>"
-        );
-        let app = deploy(&mut operator, &xml).await;
-        monitor.send(&format!("s [class,eq,'job_status'],[appl,eq,'{shape}']")).await.expect("subscribed");
+        let app = deploy_shape(&mut operator, &mut monitor, shape, jobs_xml).await;
         let mut rates = Vec::new();
         let mut claims = Vec::new();
         for r in 0..repeat {
             let (seen, took) =
-                run_generations(&operator, &mut monitor, &app, &[format!("{shape}-{r}")]).await;
+                run_one(&operator, &mut monitor, &app, format!("{shape}-{r}"), &mut rates).await;
             let statuses = seen.len();
-            rates.push(statuses as f64 / took.as_secs_f64());
             claims.push(claim_alone(&root.join(format!("{shape}-{r}")), 200));
             println!(
                 "  {shape} run {}: {statuses} transitions in {:.2} s = {:.0}/s; one claim's commit alone: {:.3} ms",
@@ -568,18 +592,13 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
         "workflow transitions: {jobs}-job DAGs on 5 brokers (a chain) and 10 agents (8 jobs at once each), every command /bin/true"
     );
     for (shape, jobs_xml) in &shapes(jobs, &agents, "") {
-        let xml = format!(
-            "<application name=\"{shape}\" tz=\"UTC\" max-generations=\"1000\">{jobs_xml}</application>"
-        );
-        let app = deploy(&mut operator, &xml).await;
-        monitor.send(&format!("s [class,eq,'job_status'],[appl,eq,'{shape}']")).await.expect("subscribed");
+        let app = deploy_shape(&mut operator, &mut monitor, shape, jobs_xml).await;
         let mut rates = Vec::new();
         let mut spawn_rates = Vec::new();
         for r in 0..repeat {
             let (seen, took) =
-                run_generations(&operator, &mut monitor, &app, &[format!("{shape}-{r}")]).await;
+                run_one(&operator, &mut monitor, &app, format!("{shape}-{r}"), &mut rates).await;
             let statuses = seen.len();
-            rates.push(statuses as f64 / took.as_secs_f64());
             let parallel = if shape == "wide" { 80 } else { 1 };
             let spawned = spawn_baseline(jobs, parallel).await;
             spawn_rates.push(jobs as f64 / spawned.as_secs_f64());
