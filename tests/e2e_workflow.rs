@@ -459,6 +459,9 @@ fn place_advises_running_a_job_next_to_the_jobs_it_serves() {
         "{status}"
     );
     assert_eq!(output_of("B").map(|b| b["output"].clone()), Some(serde_json::json!("")), "{status}");
+    // How long B waited after A's success, by the brokers' stamps: a few milliseconds.
+    let waited = output_of("B").and_then(|b| b["waited_ms"].as_i64());
+    assert!(waited.is_some_and(|ms| (0..10_000).contains(&ms)), "{status}");
 
     let out = padres(&brokers[1], &["workflow", "place", "shuttle", "--json", "--wait", "20"]);
     assert!(out.status.success(), "place: {}", explain(&out));

@@ -392,6 +392,8 @@ fn generation_json(
                 // A pool job's: why it was given to the member that has it (dispatched
                 // again, and why), kept after that member's own statuses.
                 "dispatch_reason": generation.last_dispatch(job).and_then(|e| e.reason.clone()),
+                // From its dependencies met to its first start (the brokers' stamps).
+                "waited_ms": generation.waited_ms(plan, job),
                 "output": event.and_then(|e| e.output.clone()),
             })
         })

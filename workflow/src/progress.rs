@@ -290,6 +290,37 @@ impl Generation {
             && after.iter().all(|need| self.met(need) || self.refused(need))
     }
 
+    /// How long job `job` of `plan` waited from its dependencies being met to its first
+    /// `started`, in milliseconds, by the stamps of the brokers that took the statuses:
+    /// `None` for a job that has not started, waits for nothing, or whose statuses carry
+    /// no time.
+    pub fn waited_ms(&self, plan: &Plan, job: &str) -> Option<i64> {
+        let after = &plan.jobs.get(job)?.after;
+        let met =
+            after.iter().map(|need| self.met_at(need)).collect::<Option<Vec<_>>>()?.into_iter().max()?;
+        let started = self
+            .events
+            .iter()
+            .filter(|e| e.job == job && e.status == "started")
+            .filter_map(|e| e.time)
+            .min()?;
+        Some(started - met)
+    }
+
+    /// When `need` was first met, by its status's stamp.
+    fn met_at(&self, need: &Need) -> Option<i64> {
+        match need {
+            Need::After { job, statuses, agent } => self
+                .events
+                .iter()
+                .filter(|e| &e.job == job && statuses.contains(&e.status))
+                .filter(|e| agent.as_ref().is_none_or(|a| *a == e.agent))
+                .filter_map(|e| e.time)
+                .min(),
+            Need::AnyOf(needs) => needs.iter().filter_map(|n| self.met_at(n)).min(),
+        }
+    }
+
     /// Whether `need` is met now.
     fn met(&self, need: &Need) -> bool {
         match need {
@@ -538,6 +569,32 @@ mod tests {
         // Bypass: published succeeded as the attempt after the last: D is ready.
         g.record(event("B", "succeeded", 2));
         assert_eq!(g.outcome(&plan), Outcome::Running);
+    }
+
+    #[test]
+    fn a_job_waited_from_its_last_dependency_met_to_its_first_start() {
+        let plan = plan();
+        let at = |job: &str, status: &str, attempt: u32, time: i64| StatusEvent {
+            time: Some(time),
+            ..event(job, status, attempt)
+        };
+        let mut g = Generation::default();
+        g.record(at("APPL_START", "succeeded", 0, 1_000));
+        g.record(at("A", "started", 1, 1_002));
+        assert_eq!(g.waited_ms(&plan, "A"), Some(2), "{:?}", plan.jobs["A"].after);
+        assert_eq!(g.waited_ms(&plan, "B"), None, "B waits");
+        g.record(at("A", "succeeded", 1, 1_010));
+        g.record(at("B", "started", 1, 1_013));
+        assert_eq!(g.waited_ms(&plan, "B"), Some(3));
+        // A rerun's start does not change it; nor does a status seen twice.
+        g.record(at("B", "started", 2, 1_500));
+        g.record(at("A", "succeeded", 1, 1_010));
+        assert_eq!(g.waited_ms(&plan, "B"), Some(3));
+        // Without stamps, nothing is said.
+        let mut unstamped = Generation::default();
+        unstamped.record(event("APPL_START", "succeeded", 0));
+        unstamped.record(event("A", "started", 1));
+        assert_eq!(unstamped.waited_ms(&plan, "A"), None);
     }
 
     #[test]
