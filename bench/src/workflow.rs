@@ -13,6 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use crate::federation::{pct, sorted};
+
 use padres_broker::sim::Sim;
 use padres_workflow::examples::{MONTH_END, PAYROLL};
 use padres_workflow::{APPL_END, Application, EnvelopeBody, Need, parse_application, translate};
@@ -394,9 +396,11 @@ async fn run_generations(
 /// its predecessor's `succeeded` to its own `started` (the dependency), and from its own
 /// `started` to its `succeeded` (the job), by the brokers' stamps.
 fn chain_latencies(seen: &[Seen]) -> (Vec<f64>, Vec<f64>) {
-    let at = |job: &str, status: &str| {
-        seen.iter().find(|(j, s, _)| j == job && s == status).map(|(_, _, t)| *t as f64)
-    };
+    let mut stamps: HashMap<(&str, &str), f64> = HashMap::new();
+    for (job, status, t) in seen {
+        stamps.entry((job.as_str(), status.as_str())).or_insert(*t as f64);
+    }
+    let at = |job: &str, status: &str| stamps.get(&(job, status)).copied();
     let (mut dependency, mut job) = (Vec::new(), Vec::new());
     for i in 1.. {
         let (name, before) = (format!("D{i}"), format!("D{}", i - 1));
@@ -405,12 +409,6 @@ fn chain_latencies(seen: &[Seen]) -> (Vec<f64>, Vec<f64>) {
         job.extend(at(&name, "succeeded").map(|done| done - started));
     }
     (dependency, job)
-}
-
-/// `p` (0 to 1) of `v`, sorted.
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 /// `count` runs of `/bin/true`, at most `parallel` at once: the spawning cost alone.
@@ -501,9 +499,8 @@ async fn run_one(
 }
 
 /// The median of `v`.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn median(v: &[f64]) -> f64 {
+    pct(&sorted(v.to_vec()), 0.5)
 }
 
 /// The time one claim takes alone: `count` jobs claimed one at a time in a fresh journal
@@ -514,14 +511,14 @@ fn claim_alone(root: &std::path::Path, count: usize) -> f64 {
     let dir = root.join("claims");
     std::fs::create_dir_all(&dir).expect("a directory");
     let mut journal = padres_agent::journal::Journal::open(&dir).expect("a journal");
-    let mut took: Vec<f64> = (0..count)
+    let took: Vec<f64> = (0..count)
         .map(|i| {
             let start = std::time::Instant::now();
             journal.claim("bench", "g1", &format!("J{i}")).expect("claimed");
             start.elapsed().as_secs_f64() * 1e3
         })
         .collect();
-    median(&mut took)
+    median(&took)
 }
 
 /// Job transitions per second (a transition is one `job_status` publication) for a wide
@@ -534,14 +531,15 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
     use padres_agent::agent::Runner;
     // A deep chain's latencies, printed after its run.
     let latencies = |seen: &[Seen]| {
-        let (mut dependency, mut job) = chain_latencies(seen);
+        let (dependency, job) = chain_latencies(seen);
+        let (dependency, job) = (sorted(dependency), sorted(job));
         if !dependency.is_empty() && !job.is_empty() {
             println!(
                 "    by the brokers' stamps (1 ms steps): predecessor's succeeded -> started p50 {:.0} ms, p99 {:.0} ms; started -> succeeded p50 {:.0} ms, p99 {:.0} ms",
-                percentile(&mut dependency, 0.5),
-                percentile(&mut dependency, 0.99),
-                percentile(&mut job, 0.5),
-                percentile(&mut job, 0.99)
+                pct(&dependency, 0.5),
+                pct(&dependency, 0.99),
+                pct(&job, 0.5),
+                pct(&job, 0.99)
             );
         }
     };
@@ -580,7 +578,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
             );
             latencies(&seen);
         }
-        let (rate, claim) = (median(&mut rates), median(&mut claims));
+        let (rate, claim) = (median(&rates), median(&claims));
         println!(
             "  {shape}: median {rate:.0} transitions/s ({:.0} jobs/s, {:.3} ms a job); a claim's commit alone {claim:.3} ms: {:.0} transitions/s if a job cost only its claim",
             rate / 2.0,
@@ -611,7 +609,7 @@ pub(crate) async fn transitions(quick: bool, repeat: usize) {
             );
             latencies(&seen);
         }
-        let (rate, spawn) = (median(&mut rates), median(&mut spawn_rates));
+        let (rate, spawn) = (median(&rates), median(&spawn_rates));
         println!(
             "  {shape}: median {rate:.0} transitions/s ({:.0} jobs/s), spawning alone {spawn:.0}/s: jobs at {:.2}x the spawn rate",
             rate / 2.0,

@@ -58,7 +58,8 @@ impl Drop for Counted {
 }
 
 /// Counts a connection of `rights`' principal in `connections`, unless it holds the most
-/// its permits allow already.
+/// its permits allow already (a QUIC connection lost without being closed counts until the
+/// broker notices, within the QUIC idle timeout).
 pub(super) fn count(connections: &Connections, rights: &Rights) -> Result<Option<Counted>, String> {
     let Some(max) = rights.limits().connections else { return Ok(None) };
     let mut open = connections.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -75,13 +76,6 @@ pub(super) fn count(connections: &Connections, rights: &Rights) -> Result<Option
 }
 
 impl Gate {
-    /// Counts a connection of `rights`' principal, unless it holds the most its permits
-    /// allow already (a connection lost without being closed counts until the broker
-    /// notices, within the QUIC idle timeout).
-    fn count(&self, rights: &Rights) -> Result<Option<Counted>, String> {
-        count(&self.connections, rights)
-    }
-
     /// The rights of the client that said hello as `name` with `token`, having presented
     /// a client certificate from the federation CA for `certified` (if any), or why it is
     /// refused.
@@ -178,7 +172,7 @@ pub(super) async fn connection(
                 }
                 Presented::Trusted { .. } | Presented::Nothing => gate.admit(&name, token, None).await,
             };
-            let counted = admitted.and_then(|rights| match gate.count(&rights) {
+            let counted = admitted.and_then(|rights| match count(&gate.connections, &rights) {
                 Ok(counted) => Ok((Arc::new(rights), counted)),
                 Err(why) => Err((ErrorCode::LimitExceeded, why)),
             });

@@ -182,10 +182,9 @@ pub fn issue_client(ca_dir: &Path, name: &str, out: &Path, force: bool) -> Resul
 /// Signs a certificate of `params` with a new key by the CA in `ca_dir`, into `out`.
 fn sign(ca_dir: &Path, params: CertificateParams, out: &Path, force: bool) -> Result<(), CertError> {
     let ca_cert = ca_dir.join("ca.pem");
-    let ca_key = ca_dir.join("ca-key.pem");
+    let ca_key_path = ca_dir.join("ca-key.pem");
     let ca_pem = std::fs::read_to_string(&ca_cert).map_err(io(&ca_cert))?;
-    let ca_key_pem = std::fs::read_to_string(&ca_key).map_err(io(&ca_key))?;
-    let ca_key_path = ca_key;
+    let ca_key_pem = std::fs::read_to_string(&ca_key_path).map_err(io(&ca_key_path))?;
     let ca_key = KeyPair::from_pem(&ca_key_pem)
         .map_err(|e| CertError::Invalid(format!("{}: {e}", ca_key_path.display())))?;
     let bad_ca = |why: &str| CertError::Invalid(format!("{}: {why}", ca_cert.display()));
